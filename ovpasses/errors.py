@@ -1,0 +1,17 @@
+"""Exceptions raised by ovpasses. Every message names what went wrong and what to do about it."""
+
+
+class OvpassesError(Exception):
+    """Base class of every error ovpasses raises on purpose."""
+
+
+class UnsupportedModelError(OvpassesError):
+    """The model holds a construct a pass cannot handle (for example a cache read inside a Loop body)."""
+
+
+class PassInvariantError(OvpassesError):
+    """A pass found the graph in a state its pattern guaranteed could not happen."""
+
+
+class DeviceNotAvailableError(OvpassesError):
+    """The requested OpenVINO device is not present on this machine."""

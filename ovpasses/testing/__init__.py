@@ -1,0 +1,1 @@
+"""Synthetic graphs, references and runners shared by tests, property strategies and benchmarks."""
