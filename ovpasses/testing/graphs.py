@@ -219,3 +219,419 @@ def round_to_bf16(x: np.ndarray) -> np.ndarray:
     bits = f.view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
     return rounded.view(np.float32).astype(np.float64)
+
+
+# --------------------------------------------------------------------------------------------------
+# Stateful decoder stacks with a KV-sharing layout
+# --------------------------------------------------------------------------------------------------
+
+StackMask = Literal["none", "causal", "bool", "float"]
+Layout = Literal["BHSD", "BSHD"]
+GqaForm = Literal["shapeof", "bidirectional"]
+PastLengthAt = Literal["concat", "gather", "readvalue"]
+
+STACK_OUTPUT = "hidden_out"
+PAST_LENGTH_WEIGHT = 1e-3
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """A stateful decoder stack as an LLM exporter writes it, with the KV-sharing layout as data.
+
+    ``k_source[i]`` says where layer ``i`` takes its K from: ``i`` (it owns a cache), an earlier layer
+    ``j`` that owns one (it borrows that cache: it reads layer j's Concat(past, new)), or ``None``
+    (stateless: K from the current tokens only). ``v_source`` does the same for V; ``None`` means
+    "as ``k_source``" (K and V shared jointly). A cache owner per layer and kind is::
+
+        ReadValue(var) -> [Convert] -> [Gather(beam_idx)] -> Concat(past, new) -> [Convert] -> Assign(var)
+
+    and the Concat reaches each reading SDPA through ``[Transpose]`` (layout BSHD) and, when
+    ``kv_heads < heads``, Unsqueeze -> Broadcast -> Reshape. ``past_length_from`` lists layers whose
+    cache also feeds a ShapeOf that computes the past length (Gemma 4 exports have one on layer 0);
+    ``past_length_at`` says which node of the cache path it reads.
+    """
+
+    k_source: tuple[int | None, ...] = (0, 1, 0, 1)
+    v_source: tuple[int | None, ...] | None = None
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 8
+    layout: Layout = "BHSD"
+    gqa_form: GqaForm = "shapeof"
+    cache_type: Literal["f32", "f16"] = "f32"
+    beam_gather: bool = True
+    past_length_from: tuple[int, ...] = ()
+    past_length_at: PastLengthAt = "concat"
+    mask: StackMask = "none"
+    scale: ScaleKind = "none"
+    scale_value: float = 0.25
+    dtype: Literal["f32", "f16"] = "f32"
+    batch: int = 1
+    dynamic_batch: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "k_source", tuple(self.k_source))
+        if self.v_source is not None:
+            object.__setattr__(self, "v_source", tuple(self.v_source))
+        if self.heads % self.kv_heads:
+            raise ValueError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})")
+        if len(self.v_sources) != self.num_layers:
+            raise ValueError("k_source and v_source must have one entry per layer")
+        for kind, sources in (("K", self.k_source), ("V", self.v_sources)):
+            for i, src in enumerate(sources):
+                if src is None or src == i:
+                    continue
+                if not (0 <= src < i) or sources[src] != src:
+                    raise ValueError(f"layer {i} borrows its {kind} from layer {src}, which owns no {kind} cache "
+                                     "earlier in the stack")
+        for i, (k, v) in enumerate(zip(self.k_source, self.v_sources)):
+            if (k is None) != (v is None):
+                raise ValueError(f"layer {i}: K and V must both be stateless or both come from caches")
+        for i in self.past_length_from:
+            if not 0 <= i < self.num_layers or self.k_source[i] != i:
+                raise ValueError(f"past_length_from names layer {i}, which owns no K cache")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.k_source)
+
+    @property
+    def v_sources(self) -> tuple[int | None, ...]:
+        return self.k_source if self.v_source is None else self.v_source
+
+    @property
+    def hidden(self) -> int:
+        return self.heads * self.head_dim
+
+    def with_(self, **changes) -> StackSpec:
+        return replace(self, **changes)
+
+    @staticmethod
+    def sdpa_name(layer: int) -> str:
+        return f"layers.{layer}.self_attn.sdpa"
+
+    @staticmethod
+    def variable_id(layer: int, kind: str) -> str:
+        return f"past_key_values.{layer}.{kind}"
+
+    def sources(self, kind: str) -> tuple[int | None, ...]:
+        return self.k_source if kind == "key" else self.v_sources
+
+    def variables(self) -> list[str]:
+        """Variable ids in layer order (key before value)."""
+        return [self.variable_id(i, kind) for i in range(self.num_layers) for kind in ("key", "value")
+                if self.sources(kind)[i] == i]
+
+    def readers(self) -> dict[str, list[str]]:
+        """Ground truth: for each cache variable, the SDPAs that read it as K or V, in layer order."""
+        out: dict[str, list[str]] = {v: [] for v in self.variables()}
+        for i in range(self.num_layers):
+            for kind in ("key", "value"):
+                src = self.sources(kind)[i]
+                if src is not None and self.sdpa_name(i) not in out[self.variable_id(src, kind)]:
+                    out[self.variable_id(src, kind)].append(self.sdpa_name(i))
+        return out
+
+    def expected_status(self) -> dict[str, str]:
+        """Ground truth per SDPA: ``stateless``, ``exclusive`` or ``shared``."""
+        readers = self.readers()
+        status = {}
+        for i in range(self.num_layers):
+            name = self.sdpa_name(i)
+            read = [v for v, names in readers.items() if name in names]
+            if not read:
+                status[name] = "stateless"
+            elif any(len(readers[v]) > 1 for v in read):
+                status[name] = "shared"
+            else:
+                status[name] = "exclusive"
+        return status
+
+
+def sharing_layout(num_layers: int, num_shared: int, owners_per_kind: int = 2) -> tuple[int | None, ...]:
+    """A Gemma-style layout: the last ``num_shared`` layers borrow from the last owner of the same kind.
+
+    Layers alternate over ``owners_per_kind`` attention kinds (e.g. sliding/full); borrower ``i``
+    reads the cache of the last owning layer ``j`` with ``j % owners_per_kind == i % owners_per_kind``.
+    """
+    first_shared = num_layers - num_shared
+    if first_shared < owners_per_kind:
+        raise ValueError("every attention kind needs an owner before the shared layers")
+    out: list[int | None] = []
+    for i in range(num_layers):
+        if i < first_shared:
+            out.append(i)
+        else:
+            out.append(max(j for j in range(first_shared) if j % owners_per_kind == i % owners_per_kind))
+    return tuple(out)
+
+
+@dataclass
+class StackWeights:
+    wq: list[np.ndarray]
+    wk: list[np.ndarray]
+    wv: list[np.ndarray]
+    wo: list[np.ndarray]
+
+
+def stack_weights(spec: StackSpec) -> StackWeights:
+    """Seeded float64 weights of a stack; the builder rounds them to the model's element type."""
+    rng = np.random.default_rng(spec.seed)
+    h, kvd = spec.hidden, spec.kv_heads * spec.head_dim
+    w = StackWeights([], [], [], [])
+    for _ in range(spec.num_layers):
+        w.wq.append(rng.standard_normal((h, h)) / np.sqrt(h))
+        w.wk.append(rng.standard_normal((h, kvd)) / np.sqrt(h))
+        w.wv.append(rng.standard_normal((h, kvd)) / np.sqrt(h))
+        w.wo.append(rng.standard_normal((h, h)) / np.sqrt(h))
+    return w
+
+
+def _const(value, et: ov.Type) -> ov.Node:
+    return ops.constant(np.asarray(value, np.float32), dtype=et)
+
+
+def _i64(values) -> ov.Node:
+    return ops.constant(np.asarray(values, np.int64))
+
+
+def _gqa(kv: ov.Output, spec: StackSpec, name: str) -> ov.Output:
+    if spec.kv_heads == spec.heads:
+        return kv
+    if spec.gqa_form == "shapeof":
+        return gqa_broadcast(kv, spec.kv_heads, spec.heads, name).output(0)
+    rep = spec.heads // spec.kv_heads
+    unsq = ops.unsqueeze(kv, _i64([2]))
+    bc = ops.broadcast(unsq, _i64([1, 1, rep, 1, 1]), broadcast_spec="BIDIRECTIONAL")
+    out = ops.reshape(bc, _i64([0, spec.heads, -1, spec.head_dim]), special_zero=True)
+    out.set_friendly_name(name)
+    return out.output(0)
+
+
+def build_stack(spec: StackSpec) -> ov.Model:
+    """A stateful model for ``spec``.
+
+    Inputs: ``inputs_embeds`` [B, T, hidden], ``beam_idx`` [B] (when ``beam_gather``), and
+    ``attention_mask`` [B, past + T] (for ``bool``/``float`` masks). Output: ``hidden_out``.
+    """
+    from openvino.op.util import Variable, VariableInfo
+
+    et = ov.Type.f16 if spec.dtype == "f16" else ov.Type.f32
+    cache_et = ov.Type.f16 if spec.cache_type == "f16" else ov.Type.f32
+    np_et = np.float16 if spec.dtype == "f16" else np.float32
+    B = -1 if spec.dynamic_batch else spec.batch
+    H, Hkv, D, hidden = spec.heads, spec.kv_heads, spec.head_dim, spec.hidden
+    bhsd = spec.layout == "BHSD"
+    seq_axis = 2 if bhsd else 1
+    w = stack_weights(spec)
+
+    x_p = ops.parameter(ov.PartialShape([B, -1, hidden]), et, name="inputs_embeds")
+    x_p.output(0).set_names({"inputs_embeds"})
+    params = [x_p]
+    beam = None
+    if spec.beam_gather:
+        beam = ops.parameter(ov.PartialShape([B]), ov.Type.i32, name="beam_idx")
+        beam.output(0).set_names({"beam_idx"})
+        params.append(beam)
+    mask_node = None
+    if spec.mask in ("bool", "float"):
+        am = ops.parameter(ov.PartialShape([B, -1]), ov.Type.i64, name="attention_mask")
+        am.output(0).set_names({"attention_mask"})
+        params.append(am)
+        keep = ops.unsqueeze(ops.convert(am, ov.Type.boolean), _i64([1, 2]))
+        if spec.mask == "bool":
+            mask_node = keep
+        else:
+            mask_node = ops.convert(ops.multiply(ops.subtract(ops.convert(am, ov.Type.f32), _const(1.0, ov.Type.f32)),
+                                                 _const(1e4, ov.Type.f32)), et)
+            mask_node = ops.unsqueeze(mask_node, _i64([1, 2]))
+    batch_dim = ops.gather(ops.shape_of(x_p, "i64"), _i64([0]), _i64(0))
+
+    def heads_split(t: ov.Output, n_heads: int, name: str) -> ov.Output:
+        r = ops.reshape(t, _i64([0, 0, n_heads, D]), special_zero=True)   # [B, T, h, D]
+        r.set_friendly_name(name)
+        return (ops.transpose(r, _i64([0, 2, 1, 3])) if bhsd else r).output(0)
+
+    def to_bhsd(t: ov.Output) -> ov.Output:
+        return t if bhsd else ops.transpose(t, _i64([0, 2, 1, 3])).output(0)
+
+    x = x_p.output(0)
+    sinks, results = [], []
+    cache_out: dict[tuple[int, str], ov.Output] = {}
+    for i in range(spec.num_layers):
+        prefix = f"layers.{i}.self_attn"
+        q = to_bhsd(heads_split(ops.matmul(x, _const(w.wq[i], et), False, False).output(0), H, f"{prefix}.q"))
+        kv_in: dict[str, ov.Output] = {}
+        for kind, wm in (("key", w.wk[i]), ("value", w.wv[i])):
+            src = spec.sources(kind)[i]
+            if src is None or src == i:
+                new = heads_split(ops.matmul(x, _const(wm, et), False, False).output(0), Hkv, f"{prefix}.{kind}_new")
+            if src is None:
+                kv_in[kind] = new
+                continue
+            if src == i:
+                vid = spec.variable_id(i, kind)
+                shape = [B, Hkv, -1, D] if bhsd else [B, -1, Hkv, D]
+                info = VariableInfo()
+                info.data_shape = ov.PartialShape(shape)
+                info.data_type = cache_et
+                info.variable_id = vid
+                var = Variable(info)
+                if cache_et == et:
+                    # exporters initialise the cache as zeros of [batch, heads, 0, head_dim]
+                    zero_len = _i64([Hkv, 0, D] if bhsd else [0, Hkv, D])
+                    init = ops.broadcast(ops.constant(np.zeros((), np.float32), dtype=cache_et),
+                                         ops.concat([batch_dim, zero_len], 0))
+                    rv = ops.read_value(init, var)
+                else:
+                    # measured on 2026.4.1: an initialiser plus a Convert on the cache path makes the CPU
+                    # plugin fix the Assign's sequence dimension to 0; without one the state starts empty
+                    rv = ops.read_value(var)
+                rv.set_friendly_name(vid)
+                past = rv.output(0)
+                if cache_et != et:
+                    past = ops.convert(past, et).output(0)
+                if beam is not None:
+                    past = ops.gather(past, beam, _i64(0)).output(0)
+                cat = ops.concat([past, new], seq_axis)
+                cat.set_friendly_name(f"{prefix}.{kind}_cache")
+                stored = ops.convert(cat, cache_et) if cache_et != et else cat
+                sinks.append(ops.assign(stored, var))
+                cache_out[(i, kind)] = cat.output(0)
+                if kind == "key" and i in spec.past_length_from:
+                    at = {"concat": cat.output(0), "gather": past, "readvalue": rv.output(0)}[spec.past_length_at]
+                    cache_out[(i, "past_length")] = at
+            kv_in[kind] = cache_out[(src, kind)]
+        k = _gqa(to_bhsd(kv_in["key"]), spec, f"{prefix}.key_gqa")
+        v = _gqa(to_bhsd(kv_in["value"]), spec, f"{prefix}.value_gqa")
+
+        stateless = spec.k_source[i] is None
+        if spec.scale == "prescaled":
+            q = ops.multiply(q, _const(spec.scale_value, et)).output(0)
+        inputs = [q, k, v]
+        if mask_node is not None and not stateless:
+            inputs.append(mask_node)
+        elif spec.scale != "none":
+            inputs.append(_const(0.0, et))
+        if spec.scale != "none":
+            inputs.append(_const(spec.scale_value, et))
+        sdpa = ops.scaled_dot_product_attention(*inputs, causal=spec.mask == "causal")
+        sdpa.set_friendly_name(spec.sdpa_name(i))
+        attn = ops.reshape(ops.transpose(sdpa, _i64([0, 2, 1, 3])), _i64([0, 0, hidden]), special_zero=True)
+        x = ops.add(x, ops.matmul(attn, _const(w.wo[i], et), False, False)).output(0)
+        if (i, "past_length") in cache_out:
+            length = ops.gather(ops.shape_of(cache_out[(i, "past_length")], "i64"), _i64(seq_axis), _i64(0))
+            length.set_friendly_name(f"{prefix}.past_length")
+            x = ops.add(x, ops.multiply(ops.convert(length, et), _const(PAST_LENGTH_WEIGHT, et))).output(0)
+
+    out = ops.result(x)
+    out.output(0).set_names({STACK_OUTPUT})
+    x.get_node().output(0).set_names({STACK_OUTPUT})
+    del np_et
+    return ov.Model([out], sinks, params, "stack")
+
+
+@dataclass(frozen=True)
+class StackStep:
+    inputs_embeds: np.ndarray
+    attention_mask: np.ndarray
+    beam_idx: np.ndarray
+
+
+def stack_steps(spec: StackSpec, prefill: int = 5, decode: int = 3, seed: int = 1) -> list[StackStep]:
+    """Inputs for a prefill of ``prefill`` tokens then ``decode`` single-token steps (state carried).
+
+    With batch > 1 the first batch row is left-padded by one position (its attention_mask starts with 0).
+    """
+    rng = np.random.default_rng(seed)
+    np_et = np.float16 if spec.dtype == "f16" else np.float32
+    steps = []
+    total = 0
+    for t in [prefill] + [1] * decode:
+        total += t
+        am = np.ones((spec.batch, total), np.int64)
+        if spec.batch > 1:
+            am[0, 0] = 0
+        steps.append(StackStep(rng.standard_normal((spec.batch, t, spec.hidden)).astype(np_et), am,
+                               np.arange(spec.batch, dtype=np.int32)))
+    return steps
+
+
+def step_feed(spec: StackSpec, step: StackStep) -> dict[str, np.ndarray]:
+    feed = {"inputs_embeds": step.inputs_embeds}
+    if spec.beam_gather:
+        feed["beam_idx"] = step.beam_idx
+    if spec.mask in ("bool", "float"):
+        feed["attention_mask"] = step.attention_mask
+    return feed
+
+
+def run_stack(compiled: ov.CompiledModel, spec: StackSpec, steps: list[StackStep]) -> list[np.ndarray]:
+    """Run ``steps`` through one infer request from a reset state; return each step's output."""
+    request = compiled.create_infer_request()
+    request.reset_state()
+    outs = []
+    for step in steps:
+        request.infer(step_feed(spec, step))
+        outs.append(np.array(request.get_tensor(STACK_OUTPUT).data, copy=True))
+    return outs
+
+
+def stack_reference(spec: StackSpec, steps: list[StackStep]) -> list[np.ndarray]:
+    """Float64 forward of :func:`build_stack` from the operation specifications, caches carried."""
+    w = stack_weights(spec)
+    H, Hkv, D = spec.heads, spec.kv_heads, spec.head_dim
+
+    def rnd(x: np.ndarray, kind: str) -> np.ndarray:
+        return x.astype(np.float16).astype(np.float64) if kind == "f16" else x.astype(np.float32).astype(np.float64)
+
+    if spec.dtype == "f16":
+        w = StackWeights(*[[rnd(m, "f16") for m in ms] for ms in (w.wq, w.wk, w.wv, w.wo)])
+    else:
+        w = StackWeights(*[[rnd(m, "f32") for m in ms] for ms in (w.wq, w.wk, w.wv, w.wo)])
+    caches: dict[tuple[int, str], np.ndarray] = {}
+    outs = []
+    for step in steps:
+        x = np.asarray(step.inputs_embeds, np.float64)
+        Bsz, T, _ = x.shape
+        cats: dict[tuple[int, str], np.ndarray] = {}
+        for i in range(spec.num_layers):
+            q = (x @ w.wq[i]).reshape(Bsz, T, H, D).transpose(0, 2, 1, 3)
+            kv = {}
+            past_len = None
+            for kind, wm in (("key", w.wk[i]), ("value", w.wv[i])):
+                src = spec.sources(kind)[i]
+                if src is None or src == i:
+                    new = (x @ wm).reshape(Bsz, T, Hkv, D).transpose(0, 2, 1, 3)
+                if src is None:
+                    kv[kind] = new
+                    continue
+                if src == i:
+                    past = caches.get((i, kind), np.zeros((Bsz, Hkv, 0, D)))
+                    past = past[step.beam_idx] if spec.beam_gather else past
+                    cats[(i, kind)] = np.concatenate([past, new], axis=2)
+                    caches[(i, kind)] = rnd(cats[(i, kind)], spec.cache_type)
+                    if kind == "key" and i in spec.past_length_from:
+                        past_len = past.shape[2] + (T if spec.past_length_at == "concat" else 0)
+                kv[kind] = cats[(src, kind)]
+            rep = H // Hkv
+            k, v = np.repeat(kv["key"], rep, axis=1), np.repeat(kv["value"], rep, axis=1)
+            stateless = spec.k_source[i] is None
+            mask = None
+            if spec.mask in ("bool", "float") and not stateless:
+                am = step.attention_mask[:, None, None, :]
+                mask = am.astype(bool) if spec.mask == "bool" else (am.astype(np.float64) - 1.0) * 1e4
+            elif spec.scale != "none":
+                mask = np.float64(0.0)
+            scale = None
+            if spec.scale != "none":
+                scale = rnd(np.float64(spec.scale_value), spec.dtype)
+                if spec.scale == "prescaled":
+                    q = q * scale
+            attn = sdpa_reference(q, k, v, mask, scale, causal=spec.mask == "causal")
+            x = x + attn.transpose(0, 2, 1, 3).reshape(Bsz, T, spec.hidden) @ w.wo[i]
+            if past_len is not None:
+                x = x + past_len * PAST_LENGTH_WEIGHT
+        outs.append(x)
+    return outs

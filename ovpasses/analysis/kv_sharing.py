@@ -1,0 +1,300 @@
+"""Which ScaledDotProductAttention nodes read which KV cache: an analysis that changes nothing.
+
+The graph it is about, per cache variable ``v`` of a stateful LLM IR::
+
+    ReadValue(v) -> [Convert] -> [Gather(beam_idx)] -> Concat(past, new) -> [Convert] -> Assign(v)
+                                                            |
+                        +-----------------------------------+------------------+
+                        |                                   |                  |
+        [Transpose] [Unsqueeze -> Broadcast -> Reshape]  (same, layer j)    ShapeOf -> past length
+                        |                                   |
+                  SDPA (port 1 or 2)                  SDPA (port 1 or 2)
+
+An SDPA *reads* cache ``v`` when a path of data edges leads from ``ReadValue(v)`` into its port 1
+(K) or port 2 (V). The walk follows data edges only: it does not cross ShapeOf (a shape-only
+consumer reads no cache data), it stops at every SDPA (ports 0, 3 and 4 are Q, mask and scale,
+not cache reads) and at Assign and Result. Sub-graph operations (Loop, TensorIterator, If) that cache
+data reaches, or whose bodies hold ReadValue or SDPA nodes, are reported in ``unhandled``.
+
+Per SDPA the verdict is ``stateless`` (reads no cache), ``exclusive`` (every cache it reads has no
+other reader) or ``shared`` (some cache it reads is read by another SDPA too). Per cache, the
+*owner* is the SDPA of the layer whose Concat feeds the Assign: the first SDPA, in topological
+order, that reads the cache through the node that feeds the Assign; the other readers are borrowers.
+
+The walk is one multi-source pass: it propagates sets of variable ids in topological order over the
+part of the graph that cache data reaches, visiting each node of that part once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+import networkx as nx
+import openvino as ov
+
+from ovpasses._ov import SDPA_TYPE
+
+log = logging.getLogger(__name__)
+
+Status = Literal["exclusive", "shared", "stateless"]
+
+KEY_PORT, VALUE_PORT = 1, 2
+SHAPE_ONLY = {"ShapeOf"}
+STOP = {"Assign", "Result"}
+SUBGRAPH_OPS = {"Loop", "TensorIterator", "If"}
+
+# runtime-info keys written on each SDPA by SharedKVCacheDetection
+RT_STATUS = "ovpasses_kv_status"          # exclusive | shared | stateless
+RT_VARIABLES = "ovpasses_kv_variables"    # comma-separated variable ids the SDPA reads as K or V
+RT_OWNER_OF = "ovpasses_kv_owner_of"      # comma-separated variable ids whose owner the SDPA is
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """One cache variable and who reads it."""
+
+    variable_id: str
+    sdpa: tuple[str, ...]              # reading SDPAs (friendly names), in topological order
+    owner: str | None                  # None when no Assign writes the variable or no reader reads its path
+    borrowers: tuple[str, ...]
+    key_readers: tuple[str, ...]       # SDPAs that read it at port 1
+    value_readers: tuple[str, ...]     # SDPAs that read it at port 2
+    shape_consumers: tuple[str, ...]   # ShapeOf nodes that read its data
+    assign: str | None
+    read_values: tuple[str, ...]
+
+    @property
+    def shared(self) -> bool:
+        return len(self.sdpa) > 1
+
+
+@dataclass(frozen=True)
+class SDPAInfo:
+    """One SDPA node and the caches it reads."""
+
+    name: str
+    kv_variables: tuple[str, ...]
+    status: Status
+    owner_of: tuple[str, ...]
+    order: int                         # topological index in the model
+
+
+@dataclass
+class KVSharingAnalysis:
+    """The result of :func:`analyze_kv_sharing`: plain data, one source of truth for passes and reports."""
+
+    caches: dict[str, CacheInfo]
+    sdpa: dict[str, SDPAInfo]
+    unhandled: list[str] = field(default_factory=list)
+
+    @property
+    def shared_sdpa(self) -> list[str]:
+        return [n for n, s in self.sdpa.items() if s.status == "shared"]
+
+    @property
+    def exclusive_sdpa(self) -> list[str]:
+        return [n for n, s in self.sdpa.items() if s.status == "exclusive"]
+
+    def status_counts(self) -> dict[str, int]:
+        counts = {"exclusive": 0, "shared": 0, "stateless": 0}
+        for info in self.sdpa.values():
+            counts[info.status] += 1
+        return counts
+
+    def graph(self) -> nx.DiGraph:
+        """Variables -> SDPAs: nodes ``("variable", id)`` and ``("sdpa", name)``; edges carry ``role``
+        (``owner`` or ``borrower``) and ``ports`` (the SDPA ports, 1 for K and 2 for V)."""
+        g = nx.DiGraph()
+        for name, info in self.sdpa.items():
+            g.add_node(("sdpa", name), status=info.status, order=info.order)
+        for vid, cache in self.caches.items():
+            g.add_node(("variable", vid), shared=cache.shared, shape_consumers=len(cache.shape_consumers))
+            for name in cache.sdpa:
+                ports = tuple(p for p, readers in ((KEY_PORT, cache.key_readers), (VALUE_PORT, cache.value_readers))
+                              if name in readers)
+                g.add_edge(("variable", vid), ("sdpa", name),
+                           role="owner" if name == cache.owner else "borrower", ports=ports)
+        return g
+
+    def to_dict(self) -> dict:
+        return {
+            "variables": [dict(asdict(c), shared=c.shared) for c in self.caches.values()],
+            "sdpa": [asdict(s) for s in sorted(self.sdpa.values(), key=lambda s: s.order)],
+            "unhandled": list(self.unhandled),
+        }
+
+
+def analyze_kv_sharing(model: ov.Model) -> KVSharingAnalysis:
+    """Walk forward from every ReadValue of ``model`` and report which SDPA reads which cache."""
+    ordered = model.get_ordered_ops()
+    order: dict[ov.Node, int] = {}
+    read_values: list[ov.Node] = []
+    anchors: dict[ov.Node, set[str]] = {}   # node feeding an Assign (through Converts) -> variable ids
+    assigns: dict[str, str] = {}
+    unhandled: list[str] = []
+    for index, node in enumerate(ordered):
+        type_name = node.get_type_name()
+        if type_name == SDPA_TYPE:
+            order[node] = index
+        elif type_name == "ReadValue":
+            read_values.append(node)
+        elif type_name == "Assign":
+            vid = _variable_id(node)
+            assigns[vid] = node.get_friendly_name()
+            source = node.input_value(0).get_node()
+            while source.get_type_name() == "Convert":
+                source = source.input_value(0).get_node()
+            anchors.setdefault(source, set()).add(vid)
+        elif type_name in SUBGRAPH_OPS and _body_has_state_or_attention(node):
+            unhandled.append(f"{type_name} '{node.get_friendly_name()}' holds ReadValue or SDPA nodes in its "
+                             "body; caches and attention inside sub-graphs are not analysed")
+
+    labels: dict[ov.Node, frozenset[str]] = {}
+    anchored: dict[ov.Node, frozenset[str]] = {}
+    # pass 1: the region cache data reaches and how many of its edges enter each node
+    indegree: dict[ov.Node, int] = {}
+    queue = deque(read_values)
+    seen = set(read_values)
+    while queue:
+        node = queue.popleft()
+        for consumer in _consumers(node):
+            if _terminal(consumer.get_node()):
+                continue
+            c = consumer.get_node()
+            indegree[c] = indegree.get(c, 0) + 1
+            if c not in seen:
+                seen.add(c)
+                queue.append(c)
+
+    # pass 2: propagate variable-id sets in topological order over that region
+    readers: dict[ov.Node, dict[str, set[int]]] = {}
+    shape_consumers: dict[str, list[str]] = {}
+    rv_names: dict[str, list[str]] = {}
+    for rv in read_values:
+        vid = _variable_id(rv)
+        labels[rv] = frozenset({vid})
+        anchored[rv] = frozenset(anchors.get(rv, ()))
+        rv_names.setdefault(vid, []).append(rv.get_friendly_name())
+    ready = deque(rv for rv in read_values if indegree.get(rv, 0) == 0)
+    while ready:
+        node = ready.popleft()
+        label, anchor_label = labels[node], anchored[node] | frozenset(anchors.get(node, ()))
+        for target in _consumers(node):
+            consumer = target.get_node()
+            type_name = consumer.get_type_name()
+            if type_name == SDPA_TYPE:
+                if target.get_index() in (KEY_PORT, VALUE_PORT):
+                    ports = readers.setdefault(consumer, {})
+                    for vid in label:
+                        ports.setdefault(vid, set()).add(target.get_index())
+                    for vid in anchor_label:
+                        ports.setdefault(("anchored", vid), set()).add(target.get_index())
+                continue
+            if type_name in SHAPE_ONLY:
+                for vid in label:
+                    shape_consumers.setdefault(vid, []).append(consumer.get_friendly_name())
+                continue
+            if type_name in STOP:
+                continue
+            if type_name in SUBGRAPH_OPS:
+                unhandled.append(f"cache data of {sorted(label)} enters {type_name} "
+                                 f"'{consumer.get_friendly_name()}'; reads inside its body are not analysed")
+            labels[consumer] = labels.get(consumer, frozenset()) | label
+            anchored[consumer] = anchored.get(consumer, frozenset()) | anchor_label
+            indegree[consumer] -= 1
+            if indegree[consumer] == 0:
+                ready.append(consumer)
+
+    return _summarise(order, readers, shape_consumers, assigns, rv_names, unhandled)
+
+
+def _summarise(order, readers, shape_consumers, assigns, rv_names, unhandled) -> KVSharingAnalysis:
+    by_var: dict[str, list[ov.Node]] = {vid: [] for vid in rv_names}
+    for node in sorted(readers, key=order.__getitem__):
+        for key in readers[node]:
+            if isinstance(key, str):
+                by_var[key].append(node)
+    caches: dict[str, CacheInfo] = {}
+    owner_of: dict[ov.Node, list[str]] = {}
+    for vid, nodes in by_var.items():
+        owner = None
+        if vid in assigns:
+            owner = next((n for n in nodes if ("anchored", vid) in readers[n]), None)
+        if owner is not None:
+            owner_of.setdefault(owner, []).append(vid)
+        names = tuple(n.get_friendly_name() for n in nodes)
+        caches[vid] = CacheInfo(
+            variable_id=vid,
+            sdpa=names,
+            owner=owner.get_friendly_name() if owner is not None else None,
+            borrowers=tuple(n.get_friendly_name() for n in nodes if n is not owner),
+            key_readers=tuple(n.get_friendly_name() for n in nodes if KEY_PORT in readers[n][vid]),
+            value_readers=tuple(n.get_friendly_name() for n in nodes if VALUE_PORT in readers[n][vid]),
+            shape_consumers=tuple(shape_consumers.get(vid, ())),
+            assign=assigns.get(vid),
+            read_values=tuple(rv_names[vid]),
+        )
+    sdpa: dict[str, SDPAInfo] = {}
+    for node in sorted(order, key=order.__getitem__):
+        read = tuple(sorted(k for k in readers.get(node, {}) if isinstance(k, str)))
+        if not read:
+            status: Status = "stateless"
+        elif any(caches[v].shared for v in read):
+            status = "shared"
+        else:
+            status = "exclusive"
+        name = node.get_friendly_name()
+        if name in sdpa:
+            raise ValueError(f"two SDPA nodes share the friendly name '{name}'; names must be unique to report them")
+        sdpa[name] = SDPAInfo(name=name, kv_variables=read, status=status,
+                              owner_of=tuple(owner_of.get(node, ())), order=order[node])
+    for message in unhandled:
+        log.warning("analyze_kv_sharing: %s", message)
+    return KVSharingAnalysis(caches=caches, sdpa=sdpa, unhandled=unhandled)
+
+
+def _consumers(node: ov.Node):
+    for output in node.outputs():
+        yield from output.get_target_inputs()
+
+
+def _terminal(node: ov.Node) -> bool:
+    type_name = node.get_type_name()
+    return type_name == SDPA_TYPE or type_name in SHAPE_ONLY or type_name in STOP
+
+
+def _variable_id(node: ov.Node) -> str:
+    return str(node.get_attributes()["variable_id"])
+
+
+def _body_has_state_or_attention(node: ov.Node) -> bool:
+    """Iteratively look through the bodies (and nested bodies) of a sub-graph operation."""
+    pending = [node]
+    while pending:
+        op = pending.pop()
+        for body in _bodies(op):
+            for inner in body.get_ordered_ops():
+                type_name = inner.get_type_name()
+                if type_name in ("ReadValue", SDPA_TYPE):
+                    return True
+                if type_name in SUBGRAPH_OPS:
+                    pending.append(inner)
+    return False
+
+
+def _bodies(op: ov.Node) -> list[ov.Model]:
+    bodies = []
+    for getter in ("get_function", "get_then_body", "get_else_body"):
+        fn = getattr(op, getter, None)
+        if fn is None:
+            continue
+        try:
+            body = fn() if getter != "get_function" else fn(0)
+        except TypeError:
+            body = fn()
+        if body is not None:
+            bodies.append(body)
+    return bodies

@@ -1,0 +1,55 @@
+"""SharedKVCacheDetection: record on each SDPA whether it reads a KV cache that other SDPAs read.
+
+A ModelPass over :func:`ovpasses.analysis.analyze_kv_sharing` (see there for the walk and the
+graph it is about). It changes no node or edge; it writes the verdict into each SDPA's runtime
+info so that later passes can match on it in their patterns, and keeps the analysis for reports.
+
+    Before:                                   After (runtime info only):
+      ReadValue(v0) -> Gather -> Concat -+-> SDPA layer 0      ovpasses_kv_status   = "shared"
+                                         +-> SDPA layer 3      ovpasses_kv_variables = "v0,..."
+                                         +-> ShapeOf           ovpasses_kv_owner_of = "v0" (layer 0)
+"""
+
+from __future__ import annotations
+
+import logging
+
+import openvino as ov
+from openvino.passes import ModelPass
+
+from ovpasses._ov import SDPA_TYPE
+from ovpasses.analysis.kv_sharing import (
+    RT_OWNER_OF,
+    RT_STATUS,
+    RT_VARIABLES,
+    KVSharingAnalysis,
+    analyze_kv_sharing,
+)
+
+log = logging.getLogger(__name__)
+
+
+class SharedKVCacheDetection(ModelPass):
+    """Detect SDPAs that share a KV cache; the result is in ``self.analysis`` and in runtime info."""
+
+    NAME = "SharedKVCacheDetection"
+
+    def __init__(self) -> None:
+        ModelPass.__init__(self)
+        self.analysis: KVSharingAnalysis | None = None
+
+    def run_on_model(self, model: ov.Model) -> bool:
+        analysis = analyze_kv_sharing(model)
+        for node in model.get_ordered_ops():
+            if node.get_type_name() != SDPA_TYPE:
+                continue
+            info = analysis.sdpa[node.get_friendly_name()]
+            rt = node.get_rt_info()
+            rt[RT_STATUS] = info.status
+            rt[RT_VARIABLES] = ",".join(info.kv_variables)
+            rt[RT_OWNER_OF] = ",".join(info.owner_of)
+        counts = analysis.status_counts()
+        log.info("%s: %d caches, SDPA exclusive=%d shared=%d stateless=%d", self.NAME, len(analysis.caches),
+                 counts["exclusive"], counts["shared"], counts["stateless"])
+        self.analysis = analysis
+        return False

@@ -1,0 +1,107 @@
+"""SharedKVCacheDetection / analyze_kv_sharing against the builder's layouts (issue 3)."""
+
+import openvino as ov
+import pytest
+from openvino import opset13 as ops
+from openvino.passes import Manager
+
+from ovpasses.analysis import RT_OWNER_OF, RT_STATUS, RT_VARIABLES, analyze_kv_sharing
+from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
+from ovpasses.testing.graphs import StackSpec, build_stack, sharing_layout
+
+LAYOUTS = {
+    "all_exclusive": dict(k_source=(0, 1, 2, 3)),
+    "two_owners_two_borrowers": dict(k_source=(0, 1, 0, 1)),
+    "gemma_8_4": dict(k_source=sharing_layout(8, 4)),
+    "one_owner_three_borrowers": dict(k_source=(0, 1, 0, 0, 0)),
+    "split_kv_sharing": dict(k_source=(0, 1, 0, 1), v_source=(0, 1, 1, 0)),
+    "k_shared_v_own": dict(k_source=(0, 1, 0), v_source=(0, 1, 2)),
+    "stateless_layer": dict(k_source=(0, None, 0, 3)),
+}
+VARIANTS = {
+    "plain": dict(),
+    "bshd_transpose": dict(layout="BSHD"),
+    "gqa_bidirectional": dict(gqa_form="bidirectional"),
+    "no_gqa": dict(kv_heads=4),
+    "f16_cache_convert": dict(cache_type="f16"),
+    "no_beam_gather": dict(beam_gather=False),
+    "past_length_concat": dict(past_length_from=(0,), past_length_at="concat"),
+    "past_length_gather": dict(past_length_from=(0,), past_length_at="gather"),
+    "past_length_readvalue": dict(past_length_from=(0,), past_length_at="readvalue"),
+    "mask_and_prescaled": dict(mask="bool", scale="prescaled"),
+}
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_detection_equals_layout(layout, variant):
+    spec = StackSpec(**LAYOUTS[layout], **VARIANTS[variant])
+    analysis = analyze_kv_sharing(build_stack(spec))
+    assert {name: info.status for name, info in analysis.sdpa.items()} == spec.expected_status()
+    assert {vid: list(cache.sdpa) for vid, cache in analysis.caches.items()} == spec.readers()
+    for vid, cache in analysis.caches.items():
+        layer = int(vid.split(".")[1])
+        assert cache.owner == spec.sdpa_name(layer), "the owner is the layer whose Concat feeds the Assign"
+        assert set(cache.borrowers) == set(cache.sdpa) - {cache.owner}
+    assert analysis.unhandled == []
+
+
+def test_shape_only_consumer_does_not_make_owner_shared():
+    """A ShapeOf reading layer 0's cache reaches every later layer through the hidden state; it is not
+    a read of the cache, so layer 0 stays exclusive (the naive forward walk gets this wrong)."""
+    spec = StackSpec(k_source=(0, 1, 2, 3), past_length_from=(0,))
+    analysis = analyze_kv_sharing(build_stack(spec))
+    assert set(analysis.exclusive_sdpa) == {spec.sdpa_name(i) for i in range(4)}
+    assert analysis.caches["past_key_values.0.key"].shape_consumers
+
+
+def test_detection_pass_writes_runtime_info():
+    spec = StackSpec(k_source=(0, 1, 0, None))
+    model = build_stack(spec)
+    detection = SharedKVCacheDetection()
+    manager = Manager()
+    manager.register_pass(detection)
+    manager.run_passes(model)
+    rt = {n.get_friendly_name(): n.get_rt_info() for n in model.get_ordered_ops()
+          if n.get_type_name() == "ScaledDotProductAttention"}
+    assert rt[spec.sdpa_name(0)][RT_STATUS].astype(str) == "shared"
+    assert rt[spec.sdpa_name(0)][RT_OWNER_OF].astype(str) == "past_key_values.0.key,past_key_values.0.value"
+    assert rt[spec.sdpa_name(2)][RT_OWNER_OF].astype(str) == ""
+    assert rt[spec.sdpa_name(1)][RT_STATUS].astype(str) == "exclusive"
+    assert rt[spec.sdpa_name(3)][RT_STATUS].astype(str) == "stateless"
+    assert rt[spec.sdpa_name(2)][RT_VARIABLES].astype(str) == "past_key_values.0.key,past_key_values.0.value"
+    assert detection.analysis.status_counts() == {"exclusive": 1, "shared": 2, "stateless": 1}
+
+
+def test_networkx_graph():
+    spec = StackSpec(k_source=(0, 1, 0, 1))
+    g = analyze_kv_sharing(build_stack(spec)).graph()
+    assert g.edges[("variable", "past_key_values.0.key"), ("sdpa", spec.sdpa_name(0))]["role"] == "owner"
+    edge = g.edges[("variable", "past_key_values.0.key"), ("sdpa", spec.sdpa_name(2))]
+    assert edge["role"] == "borrower" and edge["ports"] == (1,)
+    assert g.nodes[("sdpa", spec.sdpa_name(3))]["status"] == "shared"
+
+
+def test_cache_reaching_loop_is_reported_not_skipped():
+    from openvino.op.util import Variable, VariableInfo
+    info = VariableInfo()
+    info.data_shape = ov.PartialShape([1, 4])
+    info.data_type = ov.Type.f32
+    info.variable_id = "cache"
+    var = Variable(info)
+    x = ops.parameter([1, 4], ov.Type.f32, name="x")
+    rv = ops.read_value(var)
+    cat = ops.add(rv, x)
+    # a Loop that consumes the cache data
+    body_in = ops.parameter([1, 4], ov.Type.f32)
+    body_out = ops.relu(body_in)
+    cond = ops.constant(True)
+    body = ov.Model([ops.result(cond), ops.result(body_out)], [body_in])
+    loop = ops.loop(ops.constant(2, ov.Type.i64), ops.constant(True))
+    loop.set_function(body)
+    loop.set_special_body_ports([-1, 0])
+    loop.set_invariant_input(body_in, cat.output(0))
+    out = loop.get_iter_value(body_out.output(0), -1)
+    model = ov.Model([ops.result(out)], [ops.assign(cat, var)], [x])
+    analysis = analyze_kv_sharing(model)
+    assert any("Loop" in message for message in analysis.unhandled)
