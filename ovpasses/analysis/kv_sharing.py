@@ -65,6 +65,12 @@ class CacheInfo:
     shape_consumers: tuple[str, ...]   # ShapeOf nodes that read its data
     assign: str | None
     read_values: tuple[str, ...]
+    # ShapeOf nodes that read the node feeding the Assign (the Concat), the consumer the CPU plugin's
+    # stateful fusion of 2025.2 - 2026.1 cannot live with
+    concat_shape_consumers: tuple[str, ...] = ()
+    # readers that reach the cache through a path that avoids the node feeding the Assign (their own
+    # Gather / Concat on the ReadValue): the plugin does not see them when it fuses the owner
+    off_path_readers: tuple[str, ...] = ()
 
     @property
     def shared(self) -> bool:
@@ -172,6 +178,7 @@ def analyze_kv_sharing(model: ov.Model) -> KVSharingAnalysis:
     # pass 2: propagate variable-id sets in topological order over that region
     readers: dict[ov.Node, dict[str, set[int]]] = {}
     shape_consumers: dict[str, list[str]] = {}
+    concat_shape_consumers: dict[str, list[str]] = {}
     rv_names: dict[str, list[str]] = {}
     for rv in read_values:
         vid = _variable_id(rv)
@@ -196,6 +203,8 @@ def analyze_kv_sharing(model: ov.Model) -> KVSharingAnalysis:
             if type_name in SHAPE_ONLY:
                 for vid in label:
                     shape_consumers.setdefault(vid, []).append(consumer.get_friendly_name())
+                for vid in anchors.get(node, ()):
+                    concat_shape_consumers.setdefault(vid, []).append(consumer.get_friendly_name())
                 continue
             if type_name in STOP:
                 continue
@@ -208,10 +217,11 @@ def analyze_kv_sharing(model: ov.Model) -> KVSharingAnalysis:
             if indegree[consumer] == 0:
                 ready.append(consumer)
 
-    return _summarise(order, readers, shape_consumers, assigns, rv_names, unhandled)
+    return _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns, rv_names, unhandled)
 
 
-def _summarise(order, readers, shape_consumers, assigns, rv_names, unhandled) -> KVSharingAnalysis:
+def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns, rv_names,
+               unhandled) -> KVSharingAnalysis:
     by_var: dict[str, list[ov.Node]] = {vid: [] for vid in rv_names}
     for node in sorted(readers, key=order.__getitem__):
         for key in readers[node]:
@@ -236,6 +246,9 @@ def _summarise(order, readers, shape_consumers, assigns, rv_names, unhandled) ->
             shape_consumers=tuple(shape_consumers.get(vid, ())),
             assign=assigns.get(vid),
             read_values=tuple(rv_names[vid]),
+            concat_shape_consumers=tuple(concat_shape_consumers.get(vid, ())),
+            off_path_readers=tuple(n.get_friendly_name() for n in nodes
+                                   if vid in assigns and ("anchored", vid) not in readers[n]),
         )
     sdpa: dict[str, SDPAInfo] = {}
     for node in sorted(order, key=order.__getitem__):

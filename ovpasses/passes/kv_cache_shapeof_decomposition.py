@@ -1,0 +1,95 @@
+"""KVCacheShapeOfDecomposition: compute the shape of a KV-cache Concat from the shapes of its inputs.
+
+Why: on openvino 2025.2 - 2026.1 the CPU plugin fuses ReadValue -> Gather -> Concat -> SDPA -> Assign
+into one stateful kernel but leaves a ShapeOf that reads the Concat behind. That ShapeOf keeps the
+old Concat -> Gather chain alive on the ReadValue, and the fused kernel then starts with no state
+("ScaledDotProductAttentionWithKVCache ... has null input states"). Gemma 4 exports have such a ShapeOf
+(the GQA expand shape of layer 0's cache, which CSE shares with other layers). Computing the same shape
+from the Concat's inputs removes the Concat's extra consumer, so the plugin fuses the cache and the
+state stays whole; 2026.2 and newer do the equivalent re-routing themselves.
+
+    Before:                                        After:
+      past = Gather(ReadValue, beam_idx)             past = Gather(ReadValue, beam_idx)
+      cat  = Concat(past, new, axis)                 cat  = Concat(past, new, axis) -> SDPA, Assign
+      ShapeOf(cat) -> consumers                      s = ShapeOf(new)
+                                                     ScatterUpdate(s, [axis], s[axis] + ShapeOf(past)[axis])
+                                                       -> consumers (takes the ShapeOf's friendly name)
+
+The new ShapeOf reads ``past`` (the Gather output), not the ReadValue: the CPU plugin already folds
+ShapeOf(Gather) away before its fusion, and openvino_genai's PagedAttention conversion, which removes
+ReadValue and beam_idx, accepts a ShapeOf there but not one on the ReadValue.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import openvino as ov
+from openvino import opset13 as ops
+from openvino.passes import AnyInput, Matcher, MatcherPass, Optional, WrapType
+
+from ovpasses._ov import copy_runtime_info
+
+log = logging.getLogger(__name__)
+
+
+def _feeds_assign(output: ov.Output) -> bool:
+    """The Concat's value is stored back into a variable (directly or through Converts)."""
+    pending = [output]
+    while pending:
+        for target in pending.pop().get_target_inputs():
+            node = target.get_node()
+            if node.get_type_name() == "Assign":
+                return True
+            if node.get_type_name() == "Convert":
+                pending.append(node.output(0))
+    return False
+
+
+class KVCacheShapeOfDecomposition(MatcherPass):
+    """Replace ShapeOf(Concat(past cache, new)) by a shape built from ShapeOf(new) and ShapeOf(past)."""
+
+    NAME = "KVCacheShapeOfDecomposition"
+
+    def __init__(self) -> None:
+        MatcherPass.__init__(self)
+        self.rewritten: list[str] = []
+
+        read_value = WrapType("opset6.ReadValue")
+        cache = Optional(["opset1.Convert"], read_value.output(0))
+        past = Optional(["opset8.Gather"], [cache.output(0), AnyInput().output(0), AnyInput().output(0)])
+        new = AnyInput()
+        # a KV cache Concat: two inputs, the first from the variable, the result stored back
+        concat = WrapType("opset1.Concat", [past.output(0), new.output(0)], _feeds_assign)
+        shape_of = WrapType("opset3.ShapeOf", concat.output(0))
+
+        def callback(matcher: Matcher) -> bool:
+            pvm = matcher.get_pattern_value_map()
+            shape_node = pvm[shape_of].get_node()
+            concat_node = pvm[concat].get_node()
+            past_out, new_out = pvm[past], pvm[new]
+            rank = concat_node.get_output_partial_shape(0).rank
+            # the axis must be known to split the shape; every exported KV cache has a static rank
+            if not rank.is_static:
+                return False
+            axis = concat_node.get_attributes()["axis"] % rank.get_length()
+            et = shape_node.get_output_element_type(0)
+            index = ops.constant(np.array([axis], np.int64))
+            zero = ops.constant(np.int64(0))
+            new_shape = ops.shape_of(new_out, et.get_type_name())
+            past_shape = ops.shape_of(past_out, et.get_type_name())
+            length = ops.add(ops.gather(past_shape, index, zero), ops.gather(new_shape, index, zero))
+            shape = ops.scatter_update(new_shape, index, length, zero)
+            name = shape_node.get_friendly_name()
+            for node, suffix in ((new_shape, "new_shape"), (past_shape, "past_shape"), (length, "length")):
+                node.set_friendly_name(f"{name}/{suffix}")
+            shape.set_friendly_name(name)
+            copy_runtime_info(shape_node, [new_shape, past_shape, length, shape,
+                                           length.input_value(0).get_node(), length.input_value(1).get_node()])
+            shape_node.output(0).replace(shape.output(0))
+            self.rewritten.append(name)
+            log.debug("%s: %s now computed from the inputs of %s", self.NAME, name, concat_node.get_friendly_name())
+            return True
+
+        self.register_matcher(Matcher(shape_of, self.NAME), callback)

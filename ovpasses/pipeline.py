@@ -1,0 +1,208 @@
+"""The runtime-aware pipeline: detect KV sharing, decide per runtime what to change, change it.
+
+``rewrite(model)`` runs in place and returns a :class:`RewriteSummary`; ``compile_model(model)``
+rewrites a clone and hands it to the CPU or GPU plugin. What changes depends on the runtime profile
+(see :func:`profile_for` and the table in README.md), chosen from ``openvino.get_version()`` unless
+``runtime`` names a release.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import openvino as ov
+from openvino.passes import Manager
+
+from ovpasses._ov import SDPA_TYPE, runtime_version
+from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
+from ovpasses.errors import DeviceNotAvailableError, OvpassesError
+from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
+from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
+from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
+from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
+
+log = logging.getLogger(__name__)
+
+RT_ACTION = "ovpasses_kv_action"
+OLDEST_SUPPORTED = (2025, 2, 0)
+FIRST_FIXED = (2026, 2, 0)
+
+# actions, as reported per SDPA
+NATIVE = "none: fused natively"
+NATIVE_UNFUSED = "none: the plugin leaves this shared cache unfused"
+STATELESS = "none: reads no cache"
+SHAPEOF = "cache ShapeOf computed from the Concat inputs, so the plugin can fuse it"
+BARRIER = "kept out of stateful fusion (no-op Reshape on K/V)"
+DECOMPOSE = "decomposed (scale after MatMul(Q,K^T)): no other way to keep it out of fusion"
+
+
+@dataclass(frozen=True)
+class RuntimeProfile:
+    """What the pipeline changes for one OpenVINO runtime."""
+
+    version: tuple[int, int, int]
+    name: str                      # "affected" (2025.2 - 2026.1) or "fixed" (2026.2 and newer)
+    decompose_cache_shapeof: bool  # KVCacheShapeOfDecomposition on every cache Concat's ShapeOf
+
+    @property
+    def version_string(self) -> str:
+        return ".".join(map(str, self.version))
+
+
+def profile_for(runtime: str | None = None) -> RuntimeProfile:
+    """The profile of ``runtime`` (``"2026.0"``, ``"2026.4.1"``, ...) or, by default, the installed runtime."""
+    version = runtime_version(runtime)
+    if version < OLDEST_SUPPORTED:
+        raise OvpassesError(f"openvino {'.'.join(map(str, version))} is older than the oldest supported "
+                            f"release {'.'.join(map(str, OLDEST_SUPPORTED))}; install openvino>=2025.2")
+    if version < FIRST_FIXED:
+        return RuntimeProfile(version, "affected", decompose_cache_shapeof=True)
+    return RuntimeProfile(version, "fixed", decompose_cache_shapeof=False)
+
+
+def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, str]:
+    """Per SDPA (friendly name), what the pipeline does on ``profile``. Pure: reads the analysis only.
+
+    * A cache that some reader reaches off the Assign's path (its own Gather/Concat on the ReadValue)
+      crashes every measured runtime when its owner is fused: all its readers are kept out of fusion.
+    * A cache read by several SDPAs through the one Concat is never fused by the plugin (its Concat
+      has too many consumers) and decodes correctly on every runtime: nothing to do. Keeping it out
+      of fusion by other means would break openvino_genai's PagedAttention conversion.
+    * On affected runtimes, a ShapeOf on an exclusive cache's Concat makes the fused kernel lose its
+      state; computing that shape from the Concat inputs keeps the cache fused and whole.
+    """
+    actions: dict[str, str] = {}
+    off_path = {name for cache in analysis.caches.values() if cache.off_path_readers for name in cache.sdpa}
+    for name, info in analysis.sdpa.items():
+        caches = [analysis.caches[v] for v in info.kv_variables]
+        if info.status == "stateless":
+            actions[name] = STATELESS
+        elif name in off_path:
+            actions[name] = BARRIER
+        elif info.status == "shared":
+            actions[name] = NATIVE_UNFUSED
+        elif profile.decompose_cache_shapeof and any(c.concat_shape_consumers for c in caches):
+            actions[name] = SHAPEOF
+        else:
+            actions[name] = NATIVE
+    return actions
+
+
+@dataclass
+class PassReport:
+    name: str
+    changed: list[str]
+    seconds: float
+
+
+@dataclass
+class RewriteSummary:
+    """What :func:`rewrite` detected and changed."""
+
+    profile: RuntimeProfile
+    analysis: KVSharingAnalysis
+    actions: dict[str, str]
+    passes: list[PassReport] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return any(p.changed for p in self.passes)
+
+    def to_dict(self) -> dict:
+        return {
+            "runtime": self.profile.version_string,
+            "profile": self.profile.name,
+            "detected": self.analysis.status_counts(),
+            "caches": len(self.analysis.caches),
+            "shared_caches": sum(c.shared for c in self.analysis.caches.values()),
+            "actions": dict(self.actions),
+            "passes": [{"name": p.name, "changed": list(p.changed), "seconds": round(p.seconds, 6)}
+                       for p in self.passes],
+            "unhandled": list(self.analysis.unhandled),
+        }
+
+    def __str__(self) -> str:
+        counts = self.analysis.status_counts()
+        lines = [
+            f"runtime {self.profile.version_string} ({self.profile.name} profile)",
+            f"detected: {len(self.analysis.caches)} caches "
+            f"({sum(c.shared for c in self.analysis.caches.values())} shared), SDPA exclusive={counts['exclusive']} "
+            f"shared={counts['shared']} stateless={counts['stateless']}",
+        ]
+        for p in self.passes:
+            lines.append(f"{p.name}: {len(p.changed)} changed" + (f" ({', '.join(p.changed[:3])}"
+                                                                  f"{', ...' if len(p.changed) > 3 else ''})"
+                                                                  if p.changed else ""))
+        for message in self.analysis.unhandled:
+            lines.append(f"not handled: {message}")
+        return "\n".join(lines)
+
+
+def rewrite(model: ov.Model, runtime: str | None = None) -> RewriteSummary:
+    """Run the whole pipeline on ``model`` in place for ``runtime`` (default: the installed one)."""
+    profile = profile_for(runtime)
+    reports: list[PassReport] = []
+
+    start = time.perf_counter()
+    detection = SharedKVCacheDetection()
+    _run(model, detection)
+    analysis = detection.analysis
+    reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
+
+    actions = plan(analysis, profile)
+    _annotate(model, actions)
+    barrier_names = {n for n, a in actions.items() if a == BARRIER}
+    if barrier_names:
+        start = time.perf_counter()
+        barrier = DisableStatefulSDPAFusion(lambda node: node.get_friendly_name() in barrier_names)
+        _run(model, barrier)
+        reports.append(PassReport(DisableStatefulSDPAFusion.NAME, barrier.disabled, time.perf_counter() - start))
+        # a K/V without a static rank-4 shape cannot take the barrier: decomposition is what is left
+        rest = barrier_names - set(barrier.disabled)
+        if rest:
+            start = time.perf_counter()
+            decomposition = ScaledDotProductAttentionDecomposition(lambda node: node.get_friendly_name() in rest)
+            _run(model, decomposition)
+            for name in decomposition.decomposed:
+                actions[name] = DECOMPOSE
+            reports.append(PassReport(ScaledDotProductAttentionDecomposition.NAME, decomposition.decomposed,
+                                      time.perf_counter() - start))
+    if profile.decompose_cache_shapeof:
+        start = time.perf_counter()
+        shapeof = KVCacheShapeOfDecomposition()
+        _run(model, shapeof)
+        reports.append(PassReport(KVCacheShapeOfDecomposition.NAME, shapeof.rewritten, time.perf_counter() - start))
+    summary = RewriteSummary(profile, analysis, actions, reports)
+    log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
+    return summary
+
+
+def compile_model(model: ov.Model, device: str = "CPU", config: dict | None = None, runtime: str | None = None,
+                  core: ov.Core | None = None) -> ov.CompiledModel:
+    """Rewrite a clone of ``model`` for ``runtime`` and compile it on ``device`` (CPU or GPU)."""
+    core = core or ov.Core()
+    family = device.split(".")[0].split(":")[0].upper()
+    if family not in ("CPU", "GPU"):
+        raise OvpassesError(f"compile_model supports the CPU and GPU plugins, not '{device}'")
+    available = core.available_devices
+    if not any(d == device or d.split(".")[0] == family for d in available):
+        raise DeviceNotAvailableError(f"device '{device}' is not available here; OpenVINO sees: "
+                                      f"{', '.join(available) or 'no devices'}. The GPU plugin needs an Intel GPU "
+                                      "and its driver")
+    clone = model.clone()
+    rewrite(clone, runtime)
+    return core.compile_model(clone, device, config or {})
+
+
+def _run(model: ov.Model, pass_) -> None:
+    manager = Manager()
+    manager.register_pass(pass_)
+    manager.run_passes(model)
+
+
+def _annotate(model: ov.Model, actions: dict[str, str]) -> None:
+    for node in model.get_ordered_ops():
+        if node.get_type_name() == SDPA_TYPE and node.get_friendly_name() in actions:
+            node.get_rt_info()[RT_ACTION] = actions[node.get_friendly_name()]
