@@ -1,0 +1,143 @@
+"""Run one exported LLM fixture one way, under whichever OpenVINO this interpreter has.
+
+    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten --path core|stateful|paged
+
+prints one JSON object: the runtime, whether the tokens equal transformers' (reference.json), the
+error if it failed, and the fused SDPA count (core path). ``tools/runtime_matrix.py`` runs this in
+one subprocess per cell and per runtime virtual environment, so that a crash of one runtime (some
+segfault) costs one cell only.
+
+Paths: ``core`` is a greedy loop over ``ov.Core`` (compiled with f32 precision and an f32 KV cache,
+the settings under which CPU reproduces fp32 transformers); ``stateful`` and ``paged`` are
+openvino_genai's LLMPipeline with ``ATTENTION_BACKEND="SDPA"`` and with a ``SchedulerConfig``
+(continuous batching, where the runtime converts SDPA to PagedAttention), fed token ids. The genai
+folder holds the model without the tokenizer: tokenizers converted by a newer openvino_tokenizers
+crash older genai releases when loaded (measured: genai 2026.0 segfaults on a 2026.4 tokenizer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+
+EXACT_CPU_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
+
+
+def count_fused_sdpa(compiled: ov.CompiledModel) -> int:
+    """Runtime-model nodes whose layerType is ScaledDotProductAttention: the plugin's stateful kernels."""
+    count = 0
+    for node in compiled.get_runtime_model().get_ops():
+        rt = node.get_rt_info()
+        if "layerType" in rt and rt["layerType"].astype(str) == "ScaledDotProductAttention":
+            count += 1
+    return count
+
+
+def greedy_core(compiled: ov.CompiledModel, prompt: list[int], steps: int) -> list[int]:
+    """Greedy decoding of an optimum-intel stateful decoder (inputs input_ids, attention_mask,
+    position_ids, beam_idx; output logits), batch 1."""
+    names = {n for port in compiled.inputs for n in port.get_names()}
+    request = compiled.create_infer_request()
+    request.reset_state()
+    tokens = list(prompt)
+    out: list[int] = []
+    feed_ids = np.array([tokens], np.int64)
+    for _ in range(steps):
+        total = len(tokens)
+        feed = {"input_ids": feed_ids}
+        if "attention_mask" in names:
+            feed["attention_mask"] = np.ones((1, total), np.int64)
+        if "position_ids" in names:
+            feed["position_ids"] = np.arange(total - feed_ids.shape[1], total, dtype=np.int64)[None, :]
+        if "beam_idx" in names:
+            feed["beam_idx"] = np.zeros((1,), np.int32)
+        request.infer(feed)
+        logits = request.get_tensor("logits").data
+        token = int(np.argmax(logits[0, -1]))
+        out.append(token)
+        tokens.append(token)
+        feed_ids = np.array([[token]], np.int64)
+    return out
+
+
+def load(fixture: Path, mode: str) -> ov.Model:
+    model = ov.Core().read_model(fixture / "openvino_model.xml")
+    if mode == "rewritten":
+        import ovpasses
+        ovpasses.rewrite(model)
+    elif mode != "unmodified":
+        raise ValueError(f"unknown mode {mode!r}")
+    return model
+
+
+def run_cell(fixture: Path, mode: str, path: str) -> dict:
+    reference = json.loads((fixture / "reference.json").read_text())
+    prompt, expected = reference["prompt_ids"], reference["generated_ids"]
+    result = {"runtime": ov.get_version().split("-")[0], "fixture": fixture.name, "mode": mode, "path": path}
+    start = time.perf_counter()
+    try:
+        model = load(fixture, mode)
+        if path == "core":
+            compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
+            result["fused_sdpa"] = count_fused_sdpa(compiled)
+            tokens = greedy_core(compiled, prompt, len(expected))
+        else:
+            tokens = _genai(model, fixture, path, prompt, len(expected))
+        result["tokens_match"] = tokens == expected
+        result["status"] = "ok" if tokens == expected else "wrong tokens"
+        if tokens != expected:
+            result["first_mismatch"] = next(i for i, (a, b) in enumerate(zip(tokens, expected)) if a != b)
+    except Exception as exc:  # a failing runtime is a result here, not an error
+        result["status"] = "failed"
+        result["error"] = (str(exc).strip().splitlines() or [repr(exc)])[-1][:300]
+    result["seconds"] = round(time.perf_counter() - start, 2)
+    return result
+
+
+def _genai(model: ov.Model, fixture: Path, path: str, prompt: list[int], steps: int) -> list[int]:
+    import openvino_genai as genai
+
+    with tempfile.TemporaryDirectory(prefix="ovpasses-genai-") as tmp:
+        folder = Path(tmp)
+        for name in MODEL_FILES[2:]:
+            if (fixture / name).exists():
+                shutil.copy(fixture / name, folder / name)
+        ov.save_model(model, folder / "openvino_model.xml", compress_to_fp16=False)
+        kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
+        if path not in ("stateful", "paged"):
+            raise ValueError(f"unknown path {path!r}")
+        pipe = genai.LLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
+        config = genai.GenerationConfig()
+        config.max_new_tokens = steps
+        config.min_new_tokens = steps
+        config.do_sample = False
+        ids = np.array([prompt], np.int64)
+        mask = np.ones_like(ids)
+        ids_tensor, mask_tensor = ov.Tensor(ids), ov.Tensor(mask)
+        result = pipe.generate(genai.TokenizedInputs(ids_tensor, mask_tensor), config)
+        tokens = [int(t) for t in result.tokens[0]]
+        del pipe
+        return tokens
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("fixture", type=Path)
+    parser.add_argument("--mode", choices=["unmodified", "rewritten"], required=True)
+    parser.add_argument("--path", choices=["core", "stateful", "paged"], required=True)
+    args = parser.parse_args(argv)
+    print(json.dumps(run_cell(args.fixture, args.mode, args.path)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
