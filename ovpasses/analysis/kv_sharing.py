@@ -36,6 +36,7 @@ import networkx as nx
 import openvino as ov
 
 from ovpasses._ov import SDPA_TYPE
+from ovpasses.errors import UnsupportedModelError
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +262,9 @@ def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns,
             status = "exclusive"
         name = node.get_friendly_name()
         if name in sdpa:
-            raise ValueError(f"two SDPA nodes share the friendly name '{name}'; names must be unique to report them")
+            raise UnsupportedModelError(f"two SDPA nodes share the friendly name '{name}'; ovpasses reports and "
+                                        "selects SDPAs by friendly name, so give each SDPA a unique one "
+                                        "(node.set_friendly_name) before running it")
         sdpa[name] = SDPAInfo(name=name, kv_variables=read, status=status,
                               owner_of=tuple(owner_of.get(node, ())), order=order[node])
     for message in unhandled:

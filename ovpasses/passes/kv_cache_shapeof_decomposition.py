@@ -68,7 +68,8 @@ class KVCacheShapeOfDecomposition(MatcherPass):
             pvm = matcher.get_pattern_value_map()
             shape_node = pvm[shape_of].get_node()
             concat_node = pvm[concat].get_node()
-            past_out, new_out = pvm[past], pvm[new]
+            # the Concat's input 0 is the past cache whether or not the optional Gather matched
+            past_out, new_out = concat_node.input_value(0), pvm[new]
             rank = concat_node.get_output_partial_shape(0).rank
             # the axis must be known to split the shape; every exported KV cache has a static rank
             if not rank.is_static:

@@ -1,0 +1,145 @@
+"""Hypothesis strategies over the shared graph builders of :mod:`ovpasses.testing.graphs`.
+
+They draw *specifications* (:class:`~ovpasses.testing.graphs.StackSpec`), never graphs built here:
+the graph always comes from :func:`~ovpasses.testing.graphs.build_stack`, so a property test, a
+benchmark and a hand-written test see the same construction. Every axis the builder has is drawn:
+
+* number of layers and the KV-sharing layout: owners, borrowers (several per owner included),
+  stateless layers, no sharing at all, and Gemma-style layouts from
+  :func:`~ovpasses.testing.graphs.sharing_layout`;
+* K and V shared jointly (``v_source=None``) or each with its own layout;
+* BHSD caches, or BSHD caches that reach the SDPA through a Transpose;
+* GQA ratio and broadcast form (``shapeof`` / ``bidirectional``), or no GQA;
+* a Convert on the cache path (cache element type unlike the model's);
+* Gather(beam_idx) present or absent;
+* extra shape-only consumers of a cache (``past_length_from`` at the Concat, Gather or ReadValue);
+* mask kind (none, bool, float, causal) and scale (absent, explicit, pre-scaled Q);
+* static or dynamic batch (the sequence dimension of a cache is always dynamic), batch 1 or 2;
+* f32 or f16.
+
+Settings profiles for the property tests are registered here too (see :func:`register_profiles`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from ovpasses.testing.graphs import StackSpec, sharing_layout
+
+Sources = tuple[int | None, ...]
+
+PROFILE_ENV = "HYPOTHESIS_PROFILE"
+
+
+def register_profiles() -> str:
+    """Register the ``ci`` and ``thorough`` profiles and load the one ``$HYPOTHESIS_PROFILE`` names.
+
+    ``ci`` (default) keeps the property suite under three minutes on a 2-core machine; ``thorough``
+    runs at least 10,000 examples per property. Both have no deadline: compiling a model on the CPU
+    plugin takes tens of milliseconds with a long tail that says nothing about the code under test.
+    """
+    common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+    settings.register_profile("ci", max_examples=50, **common)
+    settings.register_profile("thorough", max_examples=10_000, **common)
+    name = os.environ.get(PROFILE_ENV, "ci")
+    settings.load_profile(name)
+    return name
+
+
+@st.composite
+def own_layouts(draw, num_layers: int, allow_stateless: bool = True) -> Sources:
+    """Per layer: own a cache, borrow an earlier owner's, or (optionally) read no cache."""
+    out: list[int | None] = []
+    for i in range(num_layers):
+        owners = [j for j in range(i) if out[j] == j]
+        choices = ["own"] + (["borrow"] if owners else []) + (["stateless"] if allow_stateless else [])
+        choice = draw(st.sampled_from(choices))
+        if choice == "own":
+            out.append(i)
+        elif choice == "borrow":
+            out.append(draw(st.sampled_from(owners)))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+@st.composite
+def v_layouts(draw, k_source: Sources) -> Sources | None:
+    """``None`` (V shared as K is) or a V layout of its own, stateless exactly where K is."""
+    if draw(st.booleans()):
+        return None
+    out: list[int | None] = []
+    for i, k in enumerate(k_source):
+        if k is None:
+            out.append(None)
+            continue
+        owners = [j for j in range(i) if out[j] == j]
+        if owners and draw(st.booleans()):
+            out.append(draw(st.sampled_from(owners)))
+        else:
+            out.append(i)
+    return tuple(out)
+
+
+@st.composite
+def kv_layouts(draw, max_layers: int = 5) -> tuple[Sources, Sources | None]:
+    """``(k_source, v_source)`` for :class:`StackSpec`."""
+    kind = draw(st.sampled_from(["any", "no_sharing", "gemma"]))
+    if kind == "gemma":
+        owners_per_kind = draw(st.integers(1, 2))
+        num_layers = draw(st.integers(owners_per_kind + 1, max(owners_per_kind + 1, max_layers)))
+        num_shared = draw(st.integers(1, num_layers - owners_per_kind))
+        return sharing_layout(num_layers, num_shared, owners_per_kind), None
+    num_layers = draw(st.integers(1, max_layers))
+    if kind == "no_sharing":
+        return tuple(range(num_layers)), None
+    k_source = draw(own_layouts(num_layers))
+    return k_source, draw(v_layouts(k_source))
+
+
+def _value(x) -> st.SearchStrategy:
+    return x if isinstance(x, st.SearchStrategy) else st.just(x)
+
+
+@st.composite
+def stack_specs(draw, max_layers: int = 5, **fixed) -> StackSpec:
+    """A :class:`StackSpec` over every builder axis; ``fixed`` pins an axis to a value or a strategy.
+
+    Example: ``stack_specs(dtype="f32", cache_type="f32")``.
+    """
+    k_source, v_source = draw(kv_layouts(max_layers))
+    heads = draw(_value(fixed.pop("heads", st.sampled_from([4, 2]))))
+    kv_heads = draw(_value(fixed.pop("kv_heads", st.sampled_from([d for d in (heads, 2, 1) if heads % d == 0]))))
+    owners = [i for i, s in enumerate(k_source) if s == i]
+    past_length_from = tuple(sorted(draw(st.sets(st.sampled_from(owners), max_size=2)))) if owners else ()
+    values = dict(
+        k_source=k_source,
+        v_source=v_source,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=st.sampled_from([8, 4]),
+        layout=st.sampled_from(["BHSD", "BSHD"]),
+        gqa_form=st.sampled_from(["shapeof", "bidirectional"]),
+        cache_type=st.sampled_from(["f32", "f16"]),
+        beam_gather=st.booleans(),
+        past_length_from=past_length_from,
+        past_length_at=st.sampled_from(["concat", "gather", "readvalue"]),
+        mask=st.sampled_from(["none", "causal", "bool", "float"]),
+        scale=st.sampled_from(["none", "explicit", "prescaled"]),
+        scale_value=st.sampled_from([0.25, 0.3]),
+        dtype=st.sampled_from(["f32", "f16"]),
+        batch=st.integers(1, 2),
+        dynamic_batch=st.booleans(),
+        seed=st.integers(0, 3),
+    )
+    values.update(fixed)
+    return StackSpec(**{name: draw(_value(v)) for name, v in values.items()})
+
+
+def step_counts() -> st.SearchStrategy[tuple[int, int]]:
+    """``(prefill, decode)`` for :func:`~ovpasses.testing.graphs.stack_steps`."""
+    # a prefill of at least 2: with batch 2 the first row is left-padded by one position
+    return st.tuples(st.integers(2, 5), st.integers(1, 3))

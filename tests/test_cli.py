@@ -1,0 +1,367 @@
+"""The ``ovpass`` console script, run as installed (a subprocess), on the tiny8 Gemma 4 fixture.
+
+Every bad input must give one ``ovpass: error: ...`` line, exit 2, no traceback, no output file
+(temporary files included) and an input that is byte-for-byte unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import openvino as ov
+import pytest
+
+from ovpasses import analyze_kv_sharing
+from ovpasses.pipeline import NATIVE, SHAPEOF
+from ovpasses.runner import PASSES
+from ovpasses.testing.graphs import StackSpec, build_stack
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
+OVPASS = Path(sys.executable).with_name("ovpass")
+AFFECTED_OVPASS = REPO / ".venvs" / "ov-2026.0.0" / "bin" / "ovpass"
+AFFECTED = "2026.0"   # a runtime of the affected profile (2025.2 - 2026.1)
+LAYER0 = "__module.model.layers.0.self_attn/aten::scaled_dot_product_attention/ScaledDotProductAttention"
+
+pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not installed at {OVPASS}; "
+                                                            "pip install -e . in this environment")
+
+
+def ovpass(*args, exe: Path = OVPASS, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+@pytest.fixture
+def ir(tmp_path) -> Path:
+    """A private copy of the tiny8 IR (.xml + .bin) in its own folder."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for suffix in (".xml", ".bin"):
+        shutil.copy(FIXTURE / f"openvino_model{suffix}", folder / f"openvino_model{suffix}")
+    return folder / "openvino_model.xml"
+
+
+# ------------------------------------------------------------------------------------------ general
+
+def test_help_documents_commands_and_exit_codes():
+    result = ovpass("--help")
+    assert result.returncode == 0
+    for text in ("rewrite", "inspect", "check", "passes", "exit codes", "  0 ", "  1 ", "  2 ", "  3 "):
+        assert text in result.stdout
+    assert ovpass().returncode == 0
+    assert ovpass("--version").stdout.startswith("ovpass ")
+    check_help = ovpass("check", "--help").stdout
+    assert "INFERENCE_PRECISION_HINT" in check_help and "KV_CACHE_PRECISION" in check_help
+
+
+def test_passes_lists_each_pass_on_one_line():
+    result = ovpass("passes")
+    assert result.returncode == 0
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == list(PASSES)
+
+
+@pytest.mark.parametrize("args, message", [
+    (("frobnicate",), "invalid choice"),
+    (("check", "x.xml", "--steps", "-1"), "--steps"),
+    (("inspect", "x.xml", "--format", "yaml"), "--format"),
+])
+def test_usage_errors_are_one_line(args, message):
+    result = ovpass(*args)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("ovpass: error: ")
+    assert message in result.stderr
+
+
+# ------------------------------------------------------------------------------------------ rewrite
+
+def test_rewrite_keeps_types_names_and_runtime_info(ir, tmp_path):
+    out = tmp_path / "out" / "rewritten.xml"
+    out.parent.mkdir()
+    before = snapshot(ir.parent)
+    result = ovpass("rewrite", ir, "-o", out, "--runtime", AFFECTED, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["output"] == str(out) and summary["profile"] == "affected" and summary["changed"]
+    assert summary["actions"][LAYER0] == SHAPEOF
+    assert snapshot(ir.parent) == before
+    assert sorted(p.name for p in out.parent.iterdir()) == ["rewritten.bin", "rewritten.xml"]
+
+    core = ov.Core()
+    original, rewritten = core.read_model(ir), core.read_model(out)
+    assert [p.get_names() for p in rewritten.inputs] == [p.get_names() for p in original.inputs]
+    assert [p.get_names() for p in rewritten.outputs] == [p.get_names() for p in original.outputs]
+    new_ops = {op.get_friendly_name(): op for op in rewritten.get_ops()}
+    for op in original.get_ops():
+        if op.get_type_name() == "Constant":  # every weight kept, with its element type (no fp16 compression)
+            kept = new_ops[op.get_friendly_name()]
+            assert kept.get_element_type() == op.get_element_type()
+            assert kept.get_output_partial_shape(0) == op.get_output_partial_shape(0)
+    # runtime info that the IR holds: the model's, and every node's (fused names, precision hints, ...)
+    for key in ("optimum", "runtime_options", "conversion_parameters"):
+        assert str(rewritten.get_rt_info()[key]) == str(original.get_rt_info()[key])
+    kept_rt = [op for op in original.get_ops() if list(op.get_rt_info().keys())]
+    assert kept_rt
+    for op in kept_rt:
+        rt, new_rt = op.get_rt_info(), new_ops[op.get_friendly_name()].get_rt_info()
+        assert {k: str(rt[k]) for k in rt.keys()} == {k: str(new_rt[k]) for k in new_rt.keys()}
+
+
+def test_rewrite_text_summary_and_dry_run(ir, tmp_path):
+    before = snapshot(ir.parent)
+    out = tmp_path / "dry.xml"
+    result = ovpass("rewrite", ir, "-o", out, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "fixed profile" in result.stdout and "dry run: nothing written" in result.stdout
+    assert not out.exists() and not out.with_suffix(".bin").exists()
+    assert ovpass("rewrite", ir, "--dry-run").returncode == 0
+    assert snapshot(ir.parent) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_rewrite_in_place_replaces_both_files(ir):
+    xml_before, bin_before = ir.read_bytes(), ir.with_suffix(".bin").read_bytes()
+    result = ovpass("rewrite", ir, "--in-place", "--runtime", AFFECTED)
+    assert result.returncode == 0, result.stderr
+    assert "KVCacheShapeOfDecomposition: 1 changed" in result.stdout
+    assert ir.read_bytes() != xml_before
+    assert ir.with_suffix(".bin").read_bytes() == bin_before  # the weights are unchanged
+    assert sorted(p.name for p in ir.parent.iterdir()) == ["openvino_model.bin", "openvino_model.xml"]
+    again = ovpass("rewrite", ir, "--in-place", "--runtime", AFFECTED, "--format", "json")
+    assert again.returncode == 0 and not json.loads(again.stdout)["changed"]  # idempotent
+
+
+def test_rewrite_passes_restricts_the_pipeline(ir):
+    only_shapeof = ovpass("rewrite", ir, "--dry-run", "--runtime", AFFECTED, "--format", "json",
+                          "--passes", "KVCacheShapeOfDecomposition")
+    assert only_shapeof.returncode == 0, only_shapeof.stderr
+    summary = json.loads(only_shapeof.stdout)
+    assert summary["actions"][LAYER0] == SHAPEOF
+    assert [p["name"] for p in summary["passes"] if p["changed"]] == ["KVCacheShapeOfDecomposition"]
+
+    without = ovpass("rewrite", ir, "--dry-run", "--runtime", AFFECTED, "--format", "json",
+                     "--passes", "SharedKVCacheDetection, DisableStatefulSDPAFusion")
+    assert without.returncode == 0, without.stderr
+    summary = json.loads(without.stdout)
+    assert not summary["changed"]
+    assert summary["actions"][LAYER0].startswith("not applied (pass KVCacheShapeOfDecomposition not selected)")
+
+    unknown = ovpass("rewrite", ir, "--dry-run", "--passes", "KVCacheShapeOfDecomposition,Gemma4Fix")
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1
+    assert "Gemma4Fix" in unknown.stderr and all(name in unknown.stderr for name in PASSES)
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+def _truncate(path: Path, keep: float) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+
+
+def _missing_file(ir: Path) -> Path:
+    return ir.with_name("absent.xml")
+
+
+def _missing_bin(ir: Path) -> Path:
+    ir.with_suffix(".bin").unlink()
+    return ir
+
+
+def _truncated_bin(ir: Path) -> Path:
+    _truncate(ir.with_suffix(".bin"), 0.5)
+    return ir
+
+
+def _truncated_xml(ir: Path) -> Path:
+    _truncate(ir, 0.4)
+    return ir
+
+
+def _malformed_xml(ir: Path) -> Path:
+    ir.write_bytes(ir.read_bytes().replace(b"</layers>", b"</layrs>", 1))
+    return ir
+
+
+def _not_an_ir(ir: Path) -> Path:
+    ir.write_text('<?xml version="1.0"?>\n<project><name>not a network</name></project>\n')
+    return ir
+
+
+def _binary_junk(ir: Path) -> Path:
+    ir.write_bytes(bytes(range(256)) * 8)
+    return ir
+
+
+def _empty(ir: Path) -> Path:
+    ir.write_bytes(b"")
+    return ir
+
+
+def _a_folder(ir: Path) -> Path:
+    folder = ir.with_name("folder.xml")
+    folder.mkdir()
+    return folder
+
+
+BAD_INPUTS = {
+    "missing file": (_missing_file, "no such file"),
+    "missing bin": (_missing_bin, "openvino_model.bin is missing"),
+    "truncated bin": (_truncated_bin, "shorter than the XML expects"),
+    "truncated xml": (_truncated_xml, "malformed IR XML"),
+    "malformed xml": (_malformed_xml, "malformed IR XML"),
+    "xml that is not an IR": (_not_an_ir, "not an OpenVINO IR"),
+    "binary junk": (_binary_junk, "not an XML file"),
+    "empty file": (_empty, "empty"),
+    "a folder": (_a_folder, "not a file"),
+}
+
+
+def _assert_clean_error(result: subprocess.CompletedProcess, message: str) -> None:
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith("ovpass: error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.stderr and message in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["rewrite", "inspect", "check"])
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_input_is_one_line_and_changes_nothing(ir, tmp_path, case, command):
+    damage, message = BAD_INPUTS[case]
+    target = damage(ir)
+    before = snapshot(ir.parent)
+    out = tmp_path / "out.xml"
+    extra = ["-o", out] if command == "rewrite" else ["--steps", "1"] if command == "check" else []
+    _assert_clean_error(ovpass(command, target, *extra), message)
+    assert snapshot(ir.parent) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+@pytest.mark.parametrize("output, message", [
+    (lambda ir: ir, "is the input"),
+    (lambda ir: ir.parent / ".." / ir.parent.name / ir.name, "is the input"),
+    (lambda ir: ir.with_suffix(".txt"), "must be an .xml path"),
+    (lambda ir: ir.parent / "no" / "such" / "out.xml", "does not exist"),
+    (lambda ir: None, "say where to write"),
+])
+def test_refused_outputs_write_nothing(ir, output, message):
+    before = snapshot(ir.parent)
+    target = output(ir)
+    _assert_clean_error(ovpass("rewrite", ir, *(["-o", target] if target else [])), message)
+    assert snapshot(ir.parent) == before
+
+
+def test_in_place_with_another_output_is_refused(ir, tmp_path):
+    before = snapshot(ir.parent)
+    _assert_clean_error(ovpass("rewrite", ir, "--in-place", "-o", tmp_path / "other.xml"), "--in-place")
+    assert snapshot(ir.parent) == before and not (tmp_path / "other.xml").exists()
+
+
+@pytest.mark.parametrize("runtime, message", [("banana", "cannot read an OpenVINO version"),
+                                              ("2024.1", "older than the oldest supported")])
+def test_bad_runtime_is_refused(ir, runtime, message):
+    _assert_clean_error(ovpass("inspect", ir, "--runtime", runtime), message)
+
+
+def test_debug_shows_the_traceback(ir):
+    _missing_bin(ir)
+    result = ovpass("--debug", "inspect", ir)
+    assert result.returncode != 0 and "Traceback" in result.stderr
+    assert "Traceback" in ovpass("inspect", ir, "--debug").stderr
+
+
+# ------------------------------------------------------------------------------------------ inspect
+
+def test_inspect_json_matches_the_analysis(ir):
+    result = ovpass("inspect", ir, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["schema"] == "ovpass.inspect/1"
+    assert report["runtime"] == ov.get_version().split("-")[0] and report["profile"] == "fixed"
+    analysis = analyze_kv_sharing(ov.Core().read_model(ir))
+    assert {v["variable_id"]: (v["sdpa"], v["shared"], v["owner"], v["borrowers"]) for v in report["variables"]} == {
+        vid: (list(c.sdpa), c.shared, c.owner, list(c.borrowers)) for vid, c in analysis.caches.items()}
+    assert [(s["name"], s["kv_variables"], s["status"]) for s in report["sdpa"]] == [
+        (s.name, list(s.kv_variables), s.status) for s in sorted(analysis.sdpa.values(), key=lambda s: s.order)]
+    assert all(s["action"] for s in report["sdpa"])
+    assert report["detected"] == {"exclusive": 2, "shared": 6, "stateless": 0}
+
+    affected = json.loads(ovpass("inspect", ir, "--format", "json", "--runtime", AFFECTED).stdout)
+    actions = {s["name"]: s["action"] for s in affected["sdpa"]}
+    assert affected["profile"] == "affected" and actions[LAYER0] == SHAPEOF
+    assert actions[LAYER0.replace("layers.0", "layers.1")] == NATIVE
+
+
+def test_inspect_text_and_dot(ir):
+    text = ovpass("inspect", ir)
+    assert text.returncode == 0, text.stderr
+    assert "fixed profile" in text.stdout and "shared caches:" in text.stdout and LAYER0 in text.stdout
+
+    dot = ovpass("inspect", ir, "--format", "dot")
+    assert dot.returncode == 0, dot.stderr
+    lines = dot.stdout.strip().splitlines()
+    assert lines[0] == "digraph kv_sharing {" and lines[-1] == "}"
+    report = json.loads(ovpass("inspect", ir, "--format", "json").stdout)
+    edges = [line for line in lines if " -> " in line]
+    assert len(edges) == sum(len(v["sdpa"]) for v in report["variables"])
+    assert sum("borrower" in e and "style=dashed" in e for e in edges) == sum(
+        len(v["borrowers"]) for v in report["variables"])
+    assert sum("owner" in e and "style=solid" in e for e in edges) == sum(
+        v["owner"] is not None for v in report["variables"])
+
+
+# ------------------------------------------------------------------------------------------ check
+
+def _check(*args, exe: Path = OVPASS) -> tuple[int, dict]:
+    result = ovpass("check", *args, "--steps", "2", "--format", "json", exe=exe)
+    assert result.stdout, result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_check_on_the_installed_runtime_gives_equal_outputs(ir):
+    code, report = _check(ir)
+    assert code == 0 and report["ok"]
+    assert report["original"]["ran"] and report["rewritten"]["ran"]
+    assert report["max_abs_diff"] == 0.0 and report["outputs_equal"]
+    assert report["original"]["fused_sdpa"] == report["rewritten"]["fused_sdpa"] > 0
+    assert report["config"] == {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+    assert report["original"]["steps_total"] == 3
+
+
+def test_rewrite_then_check(ir, tmp_path):
+    out = tmp_path / "rewritten.xml"
+    assert ovpass("rewrite", ir, "-o", out, "--runtime", AFFECTED).returncode == 0
+    code, report = _check(out, "--runtime", AFFECTED)
+    assert code == 0 and report["verdict"].startswith("OK")
+    assert not report["changed"]  # the rewrite is idempotent
+    text = ovpass("check", out, "--steps", "1")
+    assert text.returncode == 0 and "verdict: OK" in text.stdout and "fused SDPA" in text.stdout
+
+
+def test_check_a_model_without_llm_inputs(tmp_path):
+    spec = StackSpec()
+    path = tmp_path / "stack.xml"
+    ov.save_model(build_stack(spec), path, compress_to_fp16=False)
+    code, report = _check(path, "--runtime", AFFECTED, "--prefill", "5")
+    assert code == 0 and report["original"]["ran"] and report["rewritten"]["ran"]
+    assert report["outputs_equal"]
+    inspected = json.loads(ovpass("inspect", path, "--format", "json").stdout)
+    assert {s["name"]: s["status"] for s in inspected["sdpa"]} == spec.expected_status()
+
+
+@pytest.mark.skipif(not AFFECTED_OVPASS.exists(),
+                    reason=f"affected runtime venv missing: {AFFECTED_OVPASS} (create it with tools/venv.sh 2026.0.0)")
+def test_check_on_the_affected_runtime_fixes_the_fixture(ir):
+    code, report = _check(ir, exe=AFFECTED_OVPASS)
+    assert report["runtime"].startswith("2026.0") and report["profile"] == "affected" and report["changed"]
+    assert report["original"]["compiled"] and not report["original"]["ran"]
+    assert "null input states" in report["original"]["error"]
+    assert report["rewritten"]["ran"]
+    assert code == 0 and report["verdict"].startswith("OK (fixed)")

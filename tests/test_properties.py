@@ -1,0 +1,288 @@
+"""Property tests of the pipeline over generated decoder stacks (hypothesis).
+
+Profiles (registered in :mod:`ovpasses.testing.strategies`): ``ci`` by default, ``thorough`` with
+``HYPOTHESIS_PROFILE=thorough`` (10,000 examples per property).
+
+Tolerances, absolute, scaled by ``max(1, max|expected|)`` (the hidden state grows with depth):
+
+* f32 everywhere: 1e-5. f32 eps is 1.2e-7; a layer sums at most ``hidden`` = 32 products per
+  MatMul, and a few layers deep the reference and the plugin differ by summation order only
+  (measured: 5e-7 at magnitude 4.5).
+* f16 anywhere on the path (model element type or cache): 4 f16 ulps, 4 * 2^-10. One rounding to
+  f16 of a value is half an ulp; a change of kernel can flip one rounding of a cache element or of
+  the output (one ulp), and attention averages V (no amplification), so four ulps bound it.
+  A decode that loses its state is off by O(1), far above either.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+from hypothesis import event, example, given, note
+from hypothesis import strategies as st
+from openvino.passes import Manager
+
+import ovpasses
+from ovpasses import OvpassesError, ScaledDotProductAttentionDecomposition, analyze_kv_sharing
+from ovpasses._ov import runtime_version
+from ovpasses.pipeline import FIRST_FIXED
+from ovpasses.testing.graphs import STACK_OUTPUT, StackSpec, build_stack, run_stack, stack_reference, stack_steps
+from ovpasses.testing.strategies import register_profiles, stack_specs, step_counts
+
+import test_regressions  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-relative import)
+
+PROFILE = register_profiles()
+
+CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+AFFECTED = runtime_version() < FIRST_FIXED
+ROOT = Path(__file__).resolve().parents[1]
+AFFECTED_VENV_PYTHON = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
+
+# Measured on openvino 2026.0.0 and 2026.4.1: the CPU plugin cannot run some builder graphs at all,
+# with or without ovpasses (compile_model or the first infer raises: "contains less parent edges",
+# "Can not clone with new dims", "Argument shapes are inconsistent", "Invalid graph status",
+# "attention_mask do not match q and k"). They come from element types, not from KV sharing: a model
+# in f16, or a cache whose element type differs from the model's (ReadValue without an initialiser ->
+# Convert). Nothing ovpasses changes makes or mends them, so where the unmodified graph raises such an
+# error a property asks only that the rewritten one raises too or matches the reference, and counts
+# the case with event().
+PLUGIN_ERROR = re.compile(r"parent edges|Can not clone|inconsistent|Invalid graph status|do not match")
+
+# The stateful-fusion crash of 2025.2 - 2026.1 that ovpasses fixes (KVCacheShapeOfDecomposition).
+NULL_STATES = re.compile(r"null input states")
+
+# Graphs found crashing unmodified on 2026.0 ("null input states"), kept as explicit examples of
+# property 7 and as the parametrized regression test_regressions.py::test_affected_runtime_crash_is_fixed.
+AFFECTED_CRASHES = list(test_regressions.AFFECTED_CRASHES.values())
+
+# A bug of ovpasses that a property meets (each has a strict xfail in tests/test_regressions.py);
+# remove an entry when its regression test starts passing.
+KNOWN_BUGS: dict = {}
+
+
+def rewrite_or_known_bug(model: ov.Model, spec: StackSpec, runtime: str | None = None):
+    """``ovpasses.rewrite``; None when it raises a bug listed in KNOWN_BUGS (counted with event())."""
+    try:
+        return ovpasses.rewrite(model, runtime)
+    except RuntimeError as error:
+        known = [name for name, matches in KNOWN_BUGS.items() if matches(spec, str(error))]
+        if not known:
+            raise
+        event(f"known bug: {known[0]}")
+        return None
+
+
+def tolerance(spec: StackSpec, expected: list[np.ndarray]) -> float:
+    magnitude = max(1.0, max(float(np.abs(e).max()) for e in expected))
+    f16 = "f16" in (spec.dtype, spec.cache_type)
+    return (4 * 2.0**-10 if f16 else 1e-5) * magnitude
+
+
+def run(model: ov.Model, spec: StackSpec, steps) -> list[np.ndarray] | str:
+    """Outputs of a prefill and decode steps, or the first line of the error the plugin raised."""
+    try:
+        compiled = ov.Core().compile_model(model, "CPU", CONFIG)
+        return run_stack(compiled, spec, steps)
+    except RuntimeError as error:
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        return next((line for line in lines if NULL_STATES.search(line) or PLUGIN_ERROR.search(line)),
+                    lines[-1] if lines else repr(error))
+
+
+def max_error(got: list[np.ndarray], expected: list[np.ndarray]) -> float:
+    return max(float(np.abs(np.asarray(g, np.float64) - e).max()) for g, e in zip(got, expected))
+
+
+def serialized(model: ov.Model) -> bytes:
+    with tempfile.TemporaryDirectory() as folder:
+        xml, weights = Path(folder, "m.xml"), Path(folder, "m.bin")
+        ov.serialize(model, str(xml), str(weights))
+        return xml.read_bytes() + weights.read_bytes()
+
+
+def sdpa_nodes(model: ov.Model) -> dict[str, ov.Node]:
+    return {n.get_friendly_name(): n for n in model.get_ordered_ops()
+            if n.get_type_name() == "ScaledDotProductAttention"}
+
+
+def io_names(model: ov.Model):
+    return ([sorted(p.get_names()) for p in model.inputs], [sorted(o.get_names()) for o in model.outputs],
+            [r.input_value(0).get_node().get_friendly_name() for r in model.get_results()])
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. detection equals the generator's ground truth
+# --------------------------------------------------------------------------------------------------
+
+@given(stack_specs(max_layers=6))
+def test_detection_equals_ground_truth(spec):
+    analysis = analyze_kv_sharing(build_stack(spec))
+    assert {name: info.status for name, info in analysis.sdpa.items()} == spec.expected_status()
+    assert {vid: list(cache.sdpa) for vid, cache in analysis.caches.items()} == spec.readers()
+    assert analysis.unhandled == []
+
+
+# --------------------------------------------------------------------------------------------------
+# 2, 5, 6. rewrite keeps the numbers and the names, and does not raise on a valid model
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("runtime", [None, "2026.0"], ids=["installed", "affected_profile"])
+@given(spec=stack_specs(), counts=step_counts())
+def test_rewrite_is_numerically_equivalent_and_keeps_names(runtime, spec, counts):
+    steps = stack_steps(spec, *counts)
+    original = build_stack(spec)
+    before_names = io_names(original)
+    rewritten = original.clone()
+    summary = rewrite_or_known_bug(rewritten, spec, runtime)   # property 6: never raises on a valid model
+    if summary is None:
+        return
+    note(str(summary))
+
+    # 5: tensor names of inputs and outputs, and friendly names of replaced outputs
+    assert io_names(rewritten) == before_names
+    kept = {n.get_friendly_name() for n in rewritten.get_ordered_ops()}
+    replaced = [n.get_friendly_name() for n in original.get_ordered_ops()
+                if n.get_type_name() in ("ScaledDotProductAttention", "ShapeOf")
+                or n.get_friendly_name().endswith("past_length")]
+    assert set(replaced) <= kept
+    assert rewritten.output(0).get_names() == {STACK_OUTPUT}
+
+    # 2: same outputs as the unmodified graph on the installed runtime
+    expected = run(original, spec, steps)
+    got = run(rewritten, spec, steps)
+    if isinstance(expected, str):
+        event(f"unmodified graph raises: {expected[:60]}")
+        if isinstance(got, str) and not (AFFECTED and NULL_STATES.search(expected)):
+            return   # the plugin cannot run this graph (see PLUGIN_ERROR)
+        expected = stack_reference(spec, steps)
+    assert not isinstance(got, str), f"rewritten graph raises {got}; unmodified runs"
+    assert max_error(got, [e.astype(np.float64) for e in expected]) <= tolerance(spec, expected)
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. idempotent
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("runtime", [None, "2026.0"], ids=["installed", "affected_profile"])
+@given(spec=stack_specs())
+def test_rewrite_is_idempotent(runtime, spec):
+    model = build_stack(spec)
+    if rewrite_or_known_bug(model, spec, runtime) is None:
+        return
+    once = serialized(model)
+    second = ovpasses.rewrite(model, runtime)
+    assert second.changed is False, str(second)
+    assert serialized(model) == once
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. the decomposition scales MatMul(Q, K^T)
+# --------------------------------------------------------------------------------------------------
+
+@given(spec=stack_specs(), counts=step_counts())
+def test_decomposition_scales_qk_output(spec, counts):
+    model = build_stack(spec)
+    inputs = {name: [node.input_value(i) for i in range(3)] for name, node in sdpa_nodes(model).items()}
+    manager = Manager()
+    decomposition = ScaledDotProductAttentionDecomposition()
+    manager.register_pass(decomposition)
+    manager.run_passes(model)
+    assert sorted(decomposition.decomposed) == sorted(inputs)
+    assert not sdpa_nodes(model)
+
+    by_name = {n.get_friendly_name(): n for n in model.get_ordered_ops()}
+    for name, (q, k, v) in inputs.items():
+        out = by_name[name]
+        assert out.get_type_name() == "MatMul" and out.input_value(1) == v
+        softmax = out.input_value(0).get_node()
+        assert softmax.get_type_name() == "Softmax"
+        node = softmax.input_value(0).get_node()
+        if node.get_type_name() == "Add":
+            node = node.input_value(0).get_node()
+        assert node.get_type_name() == "Multiply", f"{name}: the scale must stand right before bias/Softmax"
+        qk = node.input_value(0).get_node()
+        assert qk.get_type_name() == "MatMul", f"{name}: the scale must multiply MatMul(Q, K^T)"
+        assert qk.input_value(0) == q and qk.input_value(1) == k, f"{name}: Q and K reach the MatMul unscaled"
+        assert qk.get_attributes()["transpose_b"] is True
+
+    if spec.dtype == "f32" and spec.cache_type == "f32":
+        steps = stack_steps(spec, *counts)
+        expected = stack_reference(spec, steps)
+        got = run(model, spec, steps)
+        assert not isinstance(got, str), got
+        assert max_error(got, expected) <= tolerance(spec, expected)
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. what ovpasses raises on purpose
+# --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("runtime", ["2024.6", "2025.1.0", "not-a-version", ""])
+def test_unsupported_runtime_raises_documented_error(runtime):
+    with pytest.raises(OvpassesError, match=r"openvino|version"):
+        ovpasses.rewrite(build_stack(StackSpec()), runtime)
+
+
+# --------------------------------------------------------------------------------------------------
+# 7. on an affected runtime, the rewritten graph decodes where the unmodified one does not
+# --------------------------------------------------------------------------------------------------
+
+def _affected_runtime_property(spec: StackSpec, counts: tuple[int, int]) -> None:
+    steps = stack_steps(spec, *counts)
+    expected = stack_reference(spec, steps)
+    unmodified = run(build_stack(spec), spec, steps)
+    model = build_stack(spec)
+    if rewrite_or_known_bug(model, spec) is None:
+        return
+    got = run(model, spec, steps)
+    tol = tolerance(spec, expected)
+    if isinstance(unmodified, str):
+        event(f"unmodified raises: {unmodified[:60]}")
+        if not NULL_STATES.search(unmodified) and isinstance(got, str):
+            return   # the plugin cannot run this graph at all (see the comment on the error list)
+    elif max_error(unmodified, expected) > tol:
+        event("unmodified mis-decodes")
+    assert not isinstance(got, str), f"rewritten graph raises: {got}"
+    assert max_error(got, expected) <= tol
+
+
+@pytest.mark.skipif(not AFFECTED, reason="runs under an affected runtime (2025.2 - 2026.1); "
+                                         "test_affected_runtime_property_under_2026_0 starts it there")
+# mask="causal" is left out: measured on 2026.0.0 and 2026.4.1 alike, the plugin's fused stateful SDPA
+# applies causal=True bottom-right aligned on decode steps, where SDPA-13 (and stack_reference) is
+# top-left aligned; the unfused graph follows the specification. Not a crash ovpasses addresses.
+@given(spec=stack_specs(mask=st.sampled_from(["none", "bool", "float"])), counts=step_counts())
+@example(spec=AFFECTED_CRASHES[0], counts=(3, 2))
+@example(spec=AFFECTED_CRASHES[1], counts=(5, 3))
+def test_affected_runtime_rewrite_decodes(spec, counts):
+    _affected_runtime_property(spec, counts)
+
+
+@pytest.mark.skipif(AFFECTED, reason="this is the runtime the property runs under")
+@pytest.mark.skipif(not AFFECTED_VENV_PYTHON.exists(), reason=f"no {AFFECTED_VENV_PYTHON}")
+def test_affected_runtime_property_under_2026_0():
+    """Runs property 7 and the regressions under openvino 2026.0 in its own virtual environment."""
+    env = dict(os.environ, HYPOTHESIS_PROFILE=PROFILE)
+    proc = subprocess.run(
+        [str(AFFECTED_VENV_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
+         "tests/test_properties.py::test_affected_runtime_rewrite_decodes", "tests/test_regressions.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=None if PROFILE == "thorough" else 900)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output[-6000:]
+    assert re.search(r"\b\d+ passed", output), output[-3000:]
+    assert not re.search(r"SKIPPED.*test_properties", output), "property 7 was skipped under 2026.0:\n" + output[-3000:]
+
+
+def test_profiles_are_registered():
+    from hypothesis import settings
+    assert settings.get_profile("thorough").max_examples >= 10_000
+    assert settings.get_profile("ci").deadline is None
+    assert sys.modules["ovpasses.testing.strategies"].PROFILE_ENV == "HYPOTHESIS_PROFILE"

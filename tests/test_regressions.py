@@ -1,0 +1,62 @@
+"""Regressions: each from the smallest graph that showed a bug, found by tests/test_properties.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+import pytest
+
+import ovpasses
+from ovpasses import OvpassesError
+from ovpasses._ov import runtime_version
+from ovpasses.pipeline import FIRST_FIXED
+from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
+
+CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+AFFECTED = runtime_version() < FIRST_FIXED
+
+
+def test_cache_shapeof_decomposition_without_beam_gather():
+    """A ShapeOf on a cache Concat (here the 'shapeof' GQA broadcast) whose past is the ReadValue itself,
+    with no Gather(beam_idx): the affected profile's rewrite must not raise."""
+    spec = StackSpec(k_source=(0,), beam_gather=False)
+    model = build_stack(spec)
+    summary = ovpasses.rewrite(model, "2026.0")
+    assert summary.changed
+    concat = next(n for n in model.get_ordered_ops() if n.get_friendly_name() == "layers.0.self_attn.key_cache")
+    assert not [t for t in concat.output(0).get_target_inputs() if t.get_node().get_type_name() == "ShapeOf"]
+
+
+def test_duplicate_sdpa_friendly_names_raise_a_documented_error():
+    model = build_stack(StackSpec(k_source=(0, 1)))
+    for node in model.get_ordered_ops():
+        if node.get_type_name() == "ScaledDotProductAttention":
+            node.set_friendly_name("sdpa")
+    with pytest.raises(OvpassesError, match="'sdpa'"):
+        ovpasses.rewrite(model)
+
+
+# Graphs that crash unmodified on openvino 2026.0 ("... has null input states" at the first decode):
+# an exclusive cache fused with Gather(beam_idx), whose Concat also feeds a ShapeOf.
+AFFECTED_CRASHES = {
+    "one_layer_no_gqa_past_length": StackSpec(k_source=(0,), kv_heads=4, past_length_from=(0,)),
+    "bidirectional_gqa_past_length": StackSpec(k_source=(0, 1, 2), gqa_form="bidirectional",
+                                               past_length_from=(0,)),
+}
+
+
+@pytest.mark.skipif(not AFFECTED, reason="needs an affected runtime (2025.2 - 2026.1); "
+                                         "tests/test_properties.py runs this file under 2026.0")
+@pytest.mark.parametrize("spec", AFFECTED_CRASHES.values(), ids=AFFECTED_CRASHES.keys())
+def test_affected_runtime_crash_is_fixed(spec):
+    steps = stack_steps(spec)
+    core = ov.Core()
+    with pytest.raises(RuntimeError, match="null input states"):
+        run_stack(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
+    model = build_stack(spec)
+    ovpasses.rewrite(model)
+    got = run_stack(core.compile_model(model, "CPU", CONFIG), spec, steps)
+    expected = stack_reference(spec, steps)
+    magnitude = max(1.0, max(float(np.abs(e).max()) for e in expected))
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-5 * magnitude)   # f32: see test_properties.py
