@@ -28,18 +28,9 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-EXACT_CPU_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+from ovpasses.runner import EXACT_CPU_CONFIG, count_fused_sdpa
+
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
-
-
-def count_fused_sdpa(compiled: ov.CompiledModel) -> int:
-    """Runtime-model nodes whose layerType is ScaledDotProductAttention: the plugin's stateful kernels."""
-    count = 0
-    for node in compiled.get_runtime_model().get_ops():
-        rt = node.get_rt_info()
-        if "layerType" in rt and rt["layerType"].astype(str) == "ScaledDotProductAttention":
-            count += 1
-    return count
 
 
 def greedy_core(compiled: ov.CompiledModel, prompt: list[int], steps: int) -> list[int]:
