@@ -157,7 +157,7 @@ def cmd_rewrite(args) -> int:
             raise OvpassesError(f"{target} is the input; choose another -o, or pass --in-place to overwrite it")
         io.check_output_path(target)
     model = io.read_ir(source)
-    summary = runner.run_pipeline(model, runtime, passes)
+    summary = ovpasses.rewrite(model, runtime, passes)
     if not args.dry_run:
         io.write_ir(model, target)
     if args.format == "json":

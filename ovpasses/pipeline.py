@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import openvino as ov
@@ -18,7 +19,7 @@ from openvino.passes import Manager
 from ovpasses._ov import SDPA_TYPE, runtime_version
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.errors import DeviceNotAvailableError, OvpassesError
-from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
+from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
@@ -140,40 +141,75 @@ class RewriteSummary:
         return "\n".join(lines)
 
 
-def rewrite(model: ov.Model, runtime: str | None = None) -> RewriteSummary:
-    """Run the whole pipeline on ``model`` in place for ``runtime`` (default: the installed one)."""
+# the passes of the pipeline, in the order it runs them
+PIPELINE_PASSES = (SharedKVCacheDetection.NAME, DisableStatefulSDPAFusion.NAME,
+                   ScaledDotProductAttentionDecomposition.NAME, KVCacheShapeOfDecomposition.NAME)
+SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
+
+
+def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] | None = None) -> RewriteSummary:
+    """Run the pipeline on ``model`` in place for ``runtime`` (default: the installed one).
+
+    ``passes`` (names from :data:`PIPELINE_PASSES`) restricts it: the plan is made as usual for the
+    runtime profile and each named pass does exactly what it does in the full pipeline; an SDPA whose
+    planned change belongs to a pass that is not named is left as it is and its action says so. The
+    analysis always runs (the plan needs it); naming SharedKVCacheDetection also writes its verdict
+    into the SDPAs' runtime info. Without the barrier pass, the SDPAs planned for it are decomposed
+    when ScaledDotProductAttentionDecomposition is named.
+    """
     profile = profile_for(runtime)
+    selected = frozenset(PIPELINE_PASSES if passes is None else passes)
+    unknown = sorted(selected - set(PIPELINE_PASSES))
+    if unknown:
+        raise OvpassesError(f"unknown pass{'es' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                            f"valid names: {', '.join(PIPELINE_PASSES)}")
     reports: list[PassReport] = []
 
     start = time.perf_counter()
-    detection = SharedKVCacheDetection()
-    _run(model, detection)
-    analysis = detection.analysis
+    if SharedKVCacheDetection.NAME in selected:
+        detection = SharedKVCacheDetection()
+        _run(model, detection)
+        analysis = detection.analysis
+    else:
+        analysis = analyze_kv_sharing(model)
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
     actions = plan(analysis, profile)
-    _annotate(model, actions)
     barrier_names = {n for n, a in actions.items() if a == BARRIER}
-    if barrier_names:
+    # an earlier run's barrier already keeps these out: neither a second barrier nor the fallback
+    taken: set[str] = _behind_barrier(model, barrier_names)
+    if barrier_names - taken and DisableStatefulSDPAFusion.NAME in selected:
         start = time.perf_counter()
         barrier = DisableStatefulSDPAFusion(lambda node: node.get_friendly_name() in barrier_names)
         _run(model, barrier)
+        taken.update(barrier.disabled)
         reports.append(PassReport(DisableStatefulSDPAFusion.NAME, barrier.disabled, time.perf_counter() - start))
-        # a K/V without a static rank-4 shape cannot take the barrier: decomposition is what is left
-        rest = barrier_names - set(barrier.disabled)
-        if rest:
-            start = time.perf_counter()
-            decomposition = ScaledDotProductAttentionDecomposition(lambda node: node.get_friendly_name() in rest)
-            _run(model, decomposition)
-            for name in decomposition.decomposed:
-                actions[name] = DECOMPOSE
-            reports.append(PassReport(ScaledDotProductAttentionDecomposition.NAME, decomposition.decomposed,
-                                      time.perf_counter() - start))
-    if profile.decompose_cache_shapeof:
+    # a K/V without a static rank-4 shape cannot take the barrier: decomposition is what is left
+    rest = barrier_names - taken
+    if rest and ScaledDotProductAttentionDecomposition.NAME in selected:
         start = time.perf_counter()
-        shapeof = KVCacheShapeOfDecomposition()
-        _run(model, shapeof)
-        reports.append(PassReport(KVCacheShapeOfDecomposition.NAME, shapeof.rewritten, time.perf_counter() - start))
+        decomposition = ScaledDotProductAttentionDecomposition(lambda node: node.get_friendly_name() in rest)
+        _run(model, decomposition)
+        for name in decomposition.decomposed:
+            actions[name] = DECOMPOSE
+            taken.add(name)
+        reports.append(PassReport(ScaledDotProductAttentionDecomposition.NAME, decomposition.decomposed,
+                                  time.perf_counter() - start))
+    for name in barrier_names - taken:
+        actions[name] = SKIPPED.format(pass_=DisableStatefulSDPAFusion.NAME, action=BARRIER)
+    if profile.decompose_cache_shapeof:
+        if KVCacheShapeOfDecomposition.NAME in selected:
+            start = time.perf_counter()
+            shapeof = KVCacheShapeOfDecomposition()
+            _run(model, shapeof)
+            reports.append(PassReport(KVCacheShapeOfDecomposition.NAME, shapeof.rewritten,
+                                      time.perf_counter() - start))
+        else:
+            for name, action in actions.items():
+                if action == SHAPEOF:
+                    actions[name] = SKIPPED.format(pass_=KVCacheShapeOfDecomposition.NAME, action=SHAPEOF)
+    if SharedKVCacheDetection.NAME in selected:
+        _annotate(model, actions)
     summary = RewriteSummary(profile, analysis, actions, reports)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
@@ -200,6 +236,15 @@ def _run(model: ov.Model, pass_) -> None:
     manager = Manager()
     manager.register_pass(pass_)
     manager.run_passes(model)
+
+
+def _behind_barrier(model: ov.Model, names: set[str]) -> set[str]:
+    """The SDPAs among ``names`` whose K and V both come from a DisableStatefulSDPAFusion barrier."""
+    if not names:
+        return set()
+    return {node.get_friendly_name() for node in model.get_ordered_ops()
+            if node.get_type_name() == SDPA_TYPE and node.get_friendly_name() in names
+            and all(RT_BARRIER in node.input_value(port).get_node().get_rt_info() for port in (1, 2))}
 
 
 def _annotate(model: ov.Model, actions: dict[str, str]) -> None:

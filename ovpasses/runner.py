@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import openvino as ov
 
-from ovpasses.analysis import analyze_kv_sharing
 from ovpasses.errors import DeviceNotAvailableError, OvpassesError
 from ovpasses.passes import (
     DisableStatefulSDPAFusion,
@@ -24,18 +23,7 @@ from ovpasses.passes import (
     ScaledDotProductAttentionDecomposition,
     SharedKVCacheDetection,
 )
-from ovpasses.pipeline import (
-    BARRIER,
-    DECOMPOSE,
-    SHAPEOF,
-    PassReport,
-    RewriteSummary,
-    _annotate,
-    _run,
-    plan,
-    profile_for,
-    rewrite,
-)
+from ovpasses.pipeline import PIPELINE_PASSES, rewrite
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +47,10 @@ PASSES: dict[str, tuple[type, str]] = {
         KVCacheShapeOfDecomposition,
         "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"),
 }
+assert tuple(PASSES) == PIPELINE_PASSES, "PASSES must list the pipeline's passes in the order it runs them"
 
 # LLM inputs recognised by name; every other parameter gets seeded random data of its shape and type
 LLM_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx")
-
-SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
 
 
 # ---------------------------------------------------------------------------------------------- rewrite
@@ -81,67 +68,6 @@ def parse_passes(spec: str | Iterable[str] | None) -> frozenset[str] | None:
         raise OvpassesError(f"unknown pass{'es' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
                             f"valid names: {', '.join(PASSES)} (see 'ovpass passes')")
     return frozenset(names)
-
-
-def run_pipeline(model: ov.Model, runtime: str | None = None,
-                 passes: frozenset[str] | None = None) -> RewriteSummary:
-    """:func:`ovpasses.rewrite` on ``model`` in place, optionally restricted to the passes named in ``passes``.
-
-    ``passes=None`` is exactly :func:`ovpasses.rewrite`. Otherwise the pipeline plans as usual for the
-    runtime profile and runs only the named passes, each doing exactly what it does in the full
-    pipeline; an SDPA whose planned change belongs to a pass that is not named is left as it is and its
-    action says so. The analysis always runs (the plan needs it); naming SharedKVCacheDetection also
-    writes its verdict into the SDPAs' runtime info.
-    """
-    if passes is None:
-        return rewrite(model, runtime)
-    profile = profile_for(runtime)
-    reports: list[PassReport] = []
-
-    start = time.perf_counter()
-    detection = SharedKVCacheDetection()
-    if SharedKVCacheDetection.NAME in passes:
-        _run(model, detection)
-        analysis = detection.analysis
-    else:
-        analysis = analyze_kv_sharing(model)
-    reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
-
-    actions = plan(analysis, profile)
-    barrier_names = {n for n, a in actions.items() if a == BARRIER}
-    taken: set[str] = set()
-    if barrier_names and DisableStatefulSDPAFusion.NAME in passes:
-        start = time.perf_counter()
-        barrier = DisableStatefulSDPAFusion(lambda node: node.get_friendly_name() in barrier_names)
-        _run(model, barrier)
-        taken.update(barrier.disabled)
-        reports.append(PassReport(DisableStatefulSDPAFusion.NAME, barrier.disabled, time.perf_counter() - start))
-    rest = barrier_names - taken
-    if rest and ScaledDotProductAttentionDecomposition.NAME in passes:
-        start = time.perf_counter()
-        decomposition = ScaledDotProductAttentionDecomposition(lambda node: node.get_friendly_name() in rest)
-        _run(model, decomposition)
-        for name in decomposition.decomposed:
-            actions[name] = DECOMPOSE
-            taken.add(name)
-        reports.append(PassReport(ScaledDotProductAttentionDecomposition.NAME, decomposition.decomposed,
-                                  time.perf_counter() - start))
-    for name in barrier_names - taken:
-        actions[name] = SKIPPED.format(pass_=DisableStatefulSDPAFusion.NAME, action=BARRIER)
-    if profile.decompose_cache_shapeof:
-        if KVCacheShapeOfDecomposition.NAME in passes:
-            start = time.perf_counter()
-            shapeof = KVCacheShapeOfDecomposition()
-            _run(model, shapeof)
-            reports.append(PassReport(KVCacheShapeOfDecomposition.NAME, shapeof.rewritten,
-                                      time.perf_counter() - start))
-        else:
-            for name, action in actions.items():
-                if action == SHAPEOF:
-                    actions[name] = SKIPPED.format(pass_=KVCacheShapeOfDecomposition.NAME, action=SHAPEOF)
-    if SharedKVCacheDetection.NAME in passes:
-        _annotate(model, actions)
-    return RewriteSummary(profile, analysis, actions, reports)
 
 
 # ---------------------------------------------------------------------------------------------- inspect
@@ -399,7 +325,7 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
         config = dict(EXACT_CPU_CONFIG) if family == "CPU" else {}
     feeds = make_feeds(model, steps, prefill, seed)
     rewritten_model = model.clone()
-    summary = run_pipeline(rewritten_model, runtime, passes)
+    summary = rewrite(rewritten_model, runtime, passes)
     original = run_steps(core, model, device, config, feeds, "original")
     rewritten = run_steps(core, rewritten_model, device, config, feeds, "rewritten")
     report = CheckReport(summary.profile.version_string, summary.profile.name, device, config, steps, prefill,

@@ -1,4 +1,9 @@
-"""SharedKVCacheDetection / analyze_kv_sharing against the builder's layouts (issue 3)."""
+"""SharedKVCacheDetection / analyze_kv_sharing against the builder's layouts and the exported
+fixtures' ground truth (issue 3)."""
+
+import json
+import re
+from pathlib import Path
 
 import openvino as ov
 import pytest
@@ -29,7 +34,10 @@ VARIANTS = {
     "past_length_gather": dict(past_length_from=(0,), past_length_at="gather"),
     "past_length_readvalue": dict(past_length_from=(0,), past_length_at="readvalue"),
     "mask_and_prescaled": dict(mask="bool", scale="prescaled"),
+    "borrow_own_concat": dict(borrow_path="own_concat"),
+    "borrow_own_concat_bshd_f16_cache": dict(borrow_path="own_concat", layout="BSHD", cache_type="f16"),
 }
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "gemma4"
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -43,6 +51,44 @@ def test_detection_equals_layout(layout, variant):
         layer = int(vid.split(".")[1])
         assert cache.owner == spec.sdpa_name(layer), "the owner is the layer whose Concat feeds the Assign"
         assert set(cache.borrowers) == set(cache.sdpa) - {cache.owner}
+        # a borrower that builds its own Gather/Concat on the owner's ReadValue is off the Assign's path
+        expected_off_path = set(cache.borrowers) if spec.borrow_path == "own_concat" else set()
+        assert set(cache.off_path_readers) == expected_off_path
+    assert analysis.unhandled == []
+
+
+@pytest.mark.parametrize("fixture", ["tiny8", "e2b35"])
+def test_detection_on_fixture_equals_export_config(fixture):
+    """The exported Gemma 4 IRs against the ground truth written from the model config at export time
+    (reference.json: which layer owns a cache, which layer each borrower reads)."""
+    truth = json.loads((FIXTURES / fixture / "reference.json").read_text())["kv_sharing"]
+    source = {entry["layer"]: entry["kv_source_layer"] for entry in truth["layers"]}
+    readers: dict[int, list[int]] = {}
+    for layer, src in sorted(source.items()):
+        readers.setdefault(src, []).append(layer)
+    assert sorted(readers) == truth["cache_owners"]
+    assert {str(layer): src for layer, src in source.items() if src != layer} == truth["borrowers"]
+
+    analysis = analyze_kv_sharing(ov.Core().read_model(FIXTURES / fixture / "openvino_model.xml"))
+
+    def layer_of(sdpa_name: str) -> int:
+        return int(re.search(r"\blayers\.(\d+)\.", sdpa_name)[1])
+
+    by_layer = {layer_of(name): info for name, info in analysis.sdpa.items()}
+    assert sorted(by_layer) == sorted(source), "one SDPA per decoder layer"
+    assert {layer: info.status for layer, info in by_layer.items()} == {
+        layer: "shared" if len(readers[src]) > 1 else "exclusive" for layer, src in source.items()}
+    for entry in truth["layers"]:
+        variables = by_layer[entry["layer"]].kv_variables
+        # variable ids are "<input name><output name>", e.g. past_key_values.2.keypresent.2.key
+        assert sorted(re.match(r"past_key_values\.\d+\.(?:key|value)", v)[0] for v in variables) == \
+            sorted(entry["ir_cache_inputs"])
+    assert len(analysis.caches) == 2 * len(readers)
+    for vid, cache in analysis.caches.items():
+        owner = int(re.match(r"past_key_values\.(\d+)\.", vid)[1])
+        assert layer_of(cache.owner) == owner
+        assert sorted(map(layer_of, cache.borrowers)) == readers[owner][1:]
+        assert cache.off_path_readers == ()
     assert analysis.unhandled == []
 
 

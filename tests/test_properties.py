@@ -127,6 +127,8 @@ def test_detection_equals_ground_truth(spec):
     analysis = analyze_kv_sharing(build_stack(spec))
     assert {name: info.status for name, info in analysis.sdpa.items()} == spec.expected_status()
     assert {vid: list(cache.sdpa) for vid, cache in analysis.caches.items()} == spec.readers()
+    for cache in analysis.caches.values():
+        assert set(cache.off_path_readers) == (set(cache.borrowers) if spec.borrow_path == "own_concat" else set())
     assert analysis.unhandled == []
 
 
@@ -160,7 +162,8 @@ def test_rewrite_is_numerically_equivalent_and_keeps_names(runtime, spec, counts
     got = run(rewritten, spec, steps)
     if isinstance(expected, str):
         event(f"unmodified graph raises: {expected[:60]}")
-        if isinstance(got, str) and not (AFFECTED and NULL_STATES.search(expected)):
+        # a lost state is what ovpasses fixes, on every runtime (off-path borrowers crash 2026.4.1 too)
+        if isinstance(got, str) and not NULL_STATES.search(expected):
             return   # the plugin cannot run this graph (see PLUGIN_ERROR)
         expected = stack_reference(spec, steps)
     assert not isinstance(got, str), f"rewritten graph raises {got}; unmodified runs"

@@ -9,7 +9,8 @@ import pytest
 import ovpasses
 from ovpasses import OvpassesError
 from ovpasses._ov import runtime_version
-from ovpasses.pipeline import FIRST_FIXED
+from ovpasses.pipeline import BARRIER, DECOMPOSE, FIRST_FIXED, NATIVE, PIPELINE_PASSES, SHAPEOF
+from ovpasses.runner import count_fused_sdpa
 from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -36,6 +37,19 @@ def test_duplicate_sdpa_friendly_names_raise_a_documented_error():
         ovpasses.rewrite(model)
 
 
+def test_second_rewrite_leaves_a_barrier_alone():
+    """Found by the idempotence property: a second rewrite saw the barrier pass change nothing and sent
+    the SDPAs already behind the first run's barrier to the decomposition fallback."""
+    spec = StackSpec(k_source=(0, 0), kv_heads=4, beam_gather=False, dynamic_batch=False, borrow_path="own_concat")
+    model = build_stack(spec)
+    first = ovpasses.rewrite(model)
+    assert set(first.actions.values()) == {BARRIER}
+    second = ovpasses.rewrite(model)
+    assert second.changed is False and second.actions == first.actions
+    assert [n.get_friendly_name() for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"] \
+        == [spec.sdpa_name(0), spec.sdpa_name(1)]
+
+
 # Graphs that crash unmodified on openvino 2026.0 ("... has null input states" at the first decode):
 # an exclusive cache fused with Gather(beam_idx), whose Concat also feeds a ShapeOf.
 AFFECTED_CRASHES = {
@@ -56,6 +70,40 @@ def test_affected_runtime_crash_is_fixed(spec):
     model = build_stack(spec)
     ovpasses.rewrite(model)
     got = run_stack(core.compile_model(model, "CPU", CONFIG), spec, steps)
+    expected = stack_reference(spec, steps)
+    magnitude = max(1.0, max(float(np.abs(e).max()) for e in expected))
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-5 * magnitude)   # f32: see test_properties.py
+
+
+# Graphs that crash unmodified on openvino 2026.0.0 *and* 2026.4.1 ("null input states"): a borrower
+# reads its owner's cache through its own Gather/Concat on the owner's ReadValue (off the Assign's
+# path), so the plugin fuses the owner into a stateful kernel and the borrower's ReadValue is left
+# without state. Chosen in forms the plugin fuses (Gather(beam_idx), no GQA or the bidirectional
+# broadcast), so the fused count is checked too: every SDPA planned native stays fused.
+OFF_PATH_CRASHES = {
+    "no_gqa_off_path_borrower": StackSpec(k_source=(0, 1, 1), kv_heads=4, borrow_path="own_concat"),
+    "bshd_off_path_borrower": StackSpec(k_source=(0, 1, 1), kv_heads=4, layout="BSHD", borrow_path="own_concat"),
+    "gemma_bidirectional_past_length_off_path": StackSpec(k_source=(0, 1, 0, 1), gqa_form="bidirectional",
+                                                          past_length_from=(0,), borrow_path="own_concat"),
+}
+WITHOUT_BARRIER = [p for p in PIPELINE_PASSES if p != "DisableStatefulSDPAFusion"]
+
+
+@pytest.mark.parametrize("passes", [None, WITHOUT_BARRIER], ids=["barrier", "decomposition_fallback"])
+@pytest.mark.parametrize("spec", OFF_PATH_CRASHES.values(), ids=OFF_PATH_CRASHES.keys())
+def test_off_path_borrower_crash_is_fixed(spec, passes):
+    steps = stack_steps(spec)
+    core = ov.Core()
+    with pytest.raises(RuntimeError, match="null input states"):
+        run_stack(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
+    model = build_stack(spec)
+    summary = ovpasses.rewrite(model, passes=passes)
+    kept_out = {name for cache in summary.analysis.caches.values() if cache.off_path_readers for name in cache.sdpa}
+    assert kept_out and {summary.actions[name] for name in kept_out} == {BARRIER if passes is None else DECOMPOSE}
+    compiled = core.compile_model(model, "CPU", CONFIG)
+    assert count_fused_sdpa(compiled) == sum(a in (NATIVE, SHAPEOF) for a in summary.actions.values())
+    got = run_stack(compiled, spec, steps)
     expected = stack_reference(spec, steps)
     magnitude = max(1.0, max(float(np.abs(e).max()) for e in expected))
     for g, e in zip(got, expected):

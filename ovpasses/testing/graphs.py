@@ -229,6 +229,7 @@ StackMask = Literal["none", "causal", "bool", "float"]
 Layout = Literal["BHSD", "BSHD"]
 GqaForm = Literal["shapeof", "bidirectional"]
 PastLengthAt = Literal["concat", "gather", "readvalue"]
+BorrowPath = Literal["concat", "own_concat"]
 
 STACK_OUTPUT = "hidden_out"
 PAST_LENGTH_WEIGHT = 1e-3
@@ -249,6 +250,13 @@ class StackSpec:
     ``kv_heads < heads``, Unsqueeze -> Broadcast -> Reshape. ``past_length_from`` lists layers whose
     cache also feeds a ShapeOf that computes the past length (Gemma 4 exports have one on layer 0);
     ``past_length_at`` says which node of the cache path it reads.
+
+    ``borrow_path`` says how a borrower reaches its owner's cache: ``"concat"`` (the owner's Concat, as
+    optimum-intel exports Gemma 4) or ``"own_concat"``: the borrower builds its own
+    ``[Convert] -> [Gather(beam_idx)] -> Concat(past, owner's new)`` on the owner's ReadValue, off the
+    Assign's path. The values are the same; the second gives the plugin a cache with a reader its
+    stateful fusion does not see. Its Gather axis is an i32 constant and its Concat axis negative, so
+    that common-subexpression elimination does not merge it back into the owner's path.
     """
 
     k_source: tuple[int | None, ...] = (0, 1, 0, 1)
@@ -262,6 +270,7 @@ class StackSpec:
     beam_gather: bool = True
     past_length_from: tuple[int, ...] = ()
     past_length_at: PastLengthAt = "concat"
+    borrow_path: BorrowPath = "concat"
     mask: StackMask = "none"
     scale: ScaleKind = "none"
     scale_value: float = 0.25
@@ -457,8 +466,9 @@ def build_stack(spec: StackSpec) -> ov.Model:
         return t if bhsd else ops.transpose(t, _i64([0, 2, 1, 3])).output(0)
 
     x = x_p.output(0)
-    sinks, results = [], []
+    sinks = []
     cache_out: dict[tuple[int, str], ov.Output] = {}
+    owner_parts: dict[tuple[int, str], tuple[ov.Output, ov.Output]] = {}   # (ReadValue, new) of each cache
     for i in range(spec.num_layers):
         prefix = f"layers.{i}.self_attn"
         q = to_bhsd(heads_split(ops.matmul(x, _const(w.wq[i], et), False, False).output(0), H, f"{prefix}.q"))
@@ -499,9 +509,19 @@ def build_stack(spec: StackSpec) -> ov.Model:
                 stored = ops.convert(cat, cache_et) if cache_et != et else cat
                 sinks.append(ops.assign(stored, var))
                 cache_out[(i, kind)] = cat.output(0)
+                owner_parts[(i, kind)] = (rv.output(0), new)
                 if kind == "key" and i in spec.past_length_from:
                     at = {"concat": cat.output(0), "gather": past, "readvalue": rv.output(0)}[spec.past_length_at]
                     cache_out[(i, "past_length")] = at
+            if src != i and spec.borrow_path == "own_concat":
+                rv_out, owner_new = owner_parts[(src, kind)]
+                past = rv_out if cache_et == et else ops.convert(rv_out, et).output(0)
+                if beam is not None:
+                    past = ops.gather(past, beam, ops.constant(np.int32(0))).output(0)
+                cat = ops.concat([past, owner_new], seq_axis - 4)
+                cat.set_friendly_name(f"{prefix}.{kind}_borrowed_cache")
+                kv_in[kind] = cat.output(0)
+                continue
             kv_in[kind] = cache_out[(src, kind)]
         k = _gqa(to_bhsd(kv_in["key"]), spec, f"{prefix}.key_gqa")
         v = _gqa(to_bhsd(kv_in["value"]), spec, f"{prefix}.value_gqa")

@@ -8,6 +8,8 @@ benchmark and a hand-written test see the same construction. Every axis the buil
   stateless layers, no sharing at all, and Gemma-style layouts from
   :func:`~ovpasses.testing.graphs.sharing_layout`;
 * K and V shared jointly (``v_source=None``) or each with its own layout;
+* how a borrower reaches its owner's cache: through the owner's Concat, or through its own
+  Gather/Concat on the owner's ReadValue (``borrow_path="own_concat"``, off the Assign's path);
 * BHSD caches, or BSHD caches that reach the SDPA through a Transpose;
 * GQA ratio and broadcast form (``shapeof`` / ``bidirectional``), or no GQA;
 * a Convert on the cache path (cache element type unlike the model's);
@@ -127,6 +129,7 @@ def stack_specs(draw, max_layers: int = 5, **fixed) -> StackSpec:
         beam_gather=st.booleans(),
         past_length_from=past_length_from,
         past_length_at=st.sampled_from(["concat", "gather", "readvalue"]),
+        borrow_path=st.sampled_from(["concat", "own_concat"]),
         mask=st.sampled_from(["none", "causal", "bool", "float"]),
         scale=st.sampled_from(["none", "explicit", "prescaled"]),
         scale_value=st.sampled_from([0.25, 0.3]),
