@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ["2025.2.0", "2025.4.1", "2026.0.0", "2026.1.0", "2026.2.1", "2026.3.1", "newest"]
 FIXTURES = ["tiny8", "e2b35"]
-MODES = ["unmodified", "rewritten"]
+MODES = ["unmodified", "rewritten", "decomposed"]
 PATHS = ["core", "stateful", "paged"]
 
 
@@ -63,20 +63,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runtimes", nargs="+", default=RUNTIMES)
     parser.add_argument("--fixtures", nargs="+", default=FIXTURES)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=MODES[:2],
+                        help="decomposed: every SDPA decomposed (default: unmodified rewritten)")
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=PATHS)
     parser.add_argument("--create", action="store_true", help="create missing runtime venvs with tools/venv.sh")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per cell")
     parser.add_argument("--json", type=Path, help="write every cell as JSON here")
     args = parser.parse_args(argv)
 
     cells = []
-    header = ["runtime", "fixture", "mode"] + PATHS
+    header = ["runtime", "fixture", "mode"] + args.paths
     rows = []
     for runtime in args.runtimes:
         python = venv_python(runtime, args.create)
         for fixture in args.fixtures:
-            for mode in MODES:
+            for mode in args.modes:
                 row = []
-                for path in PATHS:
+                for path in args.paths:
                     cell = run_cell(python, fixture, mode, path, args.timeout)
                     cell.setdefault("runtime", runtime)
                     cells.append(cell)

@@ -1,9 +1,10 @@
 """Run one exported LLM fixture one way, under whichever OpenVINO this interpreter has.
 
-    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten --path core|stateful|paged
+    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|decomposed --path core|stateful|paged
 
 prints one JSON object: the runtime, whether the tokens equal transformers' (reference.json), the
-error if it failed, and the fused SDPA count (core path). ``tools/runtime_matrix.py`` runs this in
+error if it failed, and the fused SDPA count (core path). ``decomposed`` is the blunt alternative to
+ovpasses' plan: every SDPA decomposed by ScaledDotProductAttentionDecomposition. ``tools/runtime_matrix.py`` runs this in
 one subprocess per cell and per runtime virtual environment, so that a crash of one runtime (some
 segfault) costs one cell only.
 
@@ -65,6 +66,13 @@ def load(fixture: Path, mode: str) -> ov.Model:
     if mode == "rewritten":
         import ovpasses
         ovpasses.rewrite(model)
+    elif mode == "decomposed":
+        from openvino.passes import Manager
+
+        from ovpasses import ScaledDotProductAttentionDecomposition
+        manager = Manager()
+        manager.register_pass(ScaledDotProductAttentionDecomposition())
+        manager.run_passes(model)
     elif mode != "unmodified":
         raise ValueError(f"unknown mode {mode!r}")
     return model
@@ -123,7 +131,7 @@ def _genai(model: ov.Model, fixture: Path, path: str, prompt: list[int], steps: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fixture", type=Path)
-    parser.add_argument("--mode", choices=["unmodified", "rewritten"], required=True)
+    parser.add_argument("--mode", choices=["unmodified", "rewritten", "decomposed"], required=True)
     parser.add_argument("--path", choices=["core", "stateful", "paged"], required=True)
     args = parser.parse_args(argv)
     print(json.dumps(run_cell(args.fixture, args.mode, args.path)), flush=True)

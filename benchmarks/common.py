@@ -1,0 +1,86 @@
+"""What every benchmark script shares: the machine description, tables, timing and the JSON record.
+
+Each script in this folder prints a markdown table and writes ``benchmarks/results/<name>.json``
+holding the rows, the machine, the OpenVINO version and the command line that produced them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def machine() -> dict:
+    """CPU model, logical cores, memory and OS of this machine."""
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                memory_gib = round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return {"cpu": cpu, "logical_cores": os.cpu_count(), "memory_gib": memory_gib,
+            "os": platform.platform(), "python": platform.python_version()}
+
+
+def openvino_version() -> str:
+    import openvino as ov
+    return ov.get_version().split("-")[0]
+
+
+def median_seconds(fn: Callable[[], object], repeats: int, setup: Callable[[], object] | None = None) -> float:
+    """Median wall time of ``fn`` over ``repeats`` runs; ``setup`` (untimed) runs before each and its
+    result, if not None, is passed to ``fn``."""
+    times = []
+    for _ in range(repeats):
+        arg = setup() if setup else None
+        start = time.perf_counter()
+        fn(arg) if setup else fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    cells = [[str(c) for c in row] for row in [header] + rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(cells[0], widths)) + " |",
+             "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths)) + " |" for row in cells[1:]]
+    return "\n".join(lines)
+
+
+def write_record(name: str, rows: list[dict], **extra) -> Path:
+    """``benchmarks/results/<name>.json``: rows plus machine, runtime and command; written atomically."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    record = {"benchmark": name, "command": shlex.join([Path(sys.executable).name] + sys.argv),
+              "openvino": openvino_version(), "machine": machine(),
+              "date": time.strftime("%Y-%m-%d"), **extra, "rows": rows}
+    target = RESULTS / f"{name}.json"
+    tmp = target.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(target)
+    return target
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
