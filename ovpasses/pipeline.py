@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import openvino as ov
 from openvino.passes import Manager
 
-from ovpasses._ov import SDPA_TYPE, runtime_version
+from ovpasses._ov import runtime_version
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.errors import DeviceNotAvailableError, OvpassesError
 from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, DisableStatefulSDPAFusion
@@ -169,15 +169,17 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
     if SharedKVCacheDetection.NAME in selected:
         detection = SharedKVCacheDetection()
         _run(model, detection)
-        analysis = detection.analysis
+        analysis, sdpa_nodes = detection.analysis, detection.sdpa_nodes
     else:
-        analysis = analyze_kv_sharing(model)
+        ordered = model.get_ordered_ops()
+        analysis = analyze_kv_sharing(model, ordered)
+        sdpa_nodes = {name: ordered[info.order] for name, info in analysis.sdpa.items()}
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
     actions = plan(analysis, profile)
     barrier_names = {n for n, a in actions.items() if a == BARRIER}
     # an earlier run's barrier already keeps these out: neither a second barrier nor the fallback
-    taken: set[str] = _behind_barrier(model, barrier_names)
+    taken: set[str] = _behind_barrier(sdpa_nodes, barrier_names)
     if barrier_names - taken and DisableStatefulSDPAFusion.NAME in selected:
         start = time.perf_counter()
         barrier = DisableStatefulSDPAFusion(lambda node: node.get_friendly_name() in barrier_names)
@@ -209,7 +211,7 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
                 if action == SHAPEOF:
                     actions[name] = SKIPPED.format(pass_=KVCacheShapeOfDecomposition.NAME, action=SHAPEOF)
     if SharedKVCacheDetection.NAME in selected:
-        _annotate(model, actions)
+        _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
     summary = RewriteSummary(profile, analysis, actions, reports)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
@@ -238,16 +240,13 @@ def _run(model: ov.Model, pass_) -> None:
     manager.run_passes(model)
 
 
-def _behind_barrier(model: ov.Model, names: set[str]) -> set[str]:
+def _behind_barrier(sdpa_nodes: dict[str, ov.Node], names: set[str]) -> set[str]:
     """The SDPAs among ``names`` whose K and V both come from a DisableStatefulSDPAFusion barrier."""
-    if not names:
-        return set()
-    return {node.get_friendly_name() for node in model.get_ordered_ops()
-            if node.get_type_name() == SDPA_TYPE and node.get_friendly_name() in names
-            and all(RT_BARRIER in node.input_value(port).get_node().get_rt_info() for port in (1, 2))}
+    return {name for name in names
+            if all(RT_BARRIER in sdpa_nodes[name].input_value(port).get_node().get_rt_info() for port in (1, 2))}
 
 
-def _annotate(model: ov.Model, actions: dict[str, str]) -> None:
-    for node in model.get_ordered_ops():
-        if node.get_type_name() == SDPA_TYPE and node.get_friendly_name() in actions:
-            node.get_rt_info()[RT_ACTION] = actions[node.get_friendly_name()]
+def _annotate(sdpa_nodes: dict[str, ov.Node], actions: dict[str, str]) -> None:
+    for name, node in sdpa_nodes.items():
+        if name in actions:
+            node.get_rt_info()[RT_ACTION] = actions[name]

@@ -134,9 +134,13 @@ class KVSharingAnalysis:
         }
 
 
-def analyze_kv_sharing(model: ov.Model) -> KVSharingAnalysis:
-    """Walk forward from every ReadValue of ``model`` and report which SDPA reads which cache."""
-    ordered = model.get_ordered_ops()
+def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None) -> KVSharingAnalysis:
+    """Walk forward from every ReadValue of ``model`` and report which SDPA reads which cache.
+
+    ``ordered_ops`` is ``model.get_ordered_ops()`` when the caller has it already (one call costs
+    about as much as the whole walk on a large model); ``SDPAInfo.order`` indexes into it.
+    """
+    ordered = model.get_ordered_ops() if ordered_ops is None else ordered_ops
     order: dict[ov.Node, int] = {}
     read_values: list[ov.Node] = []
     anchors: dict[ov.Node, set[str]] = {}   # node feeding an Assign (through Converts) -> variable ids

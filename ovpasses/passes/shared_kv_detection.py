@@ -17,7 +17,6 @@ import logging
 import openvino as ov
 from openvino.passes import ModelPass
 
-from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.kv_sharing import (
     RT_OWNER_OF,
     RT_STATUS,
@@ -37,13 +36,14 @@ class SharedKVCacheDetection(ModelPass):
     def __init__(self) -> None:
         ModelPass.__init__(self)
         self.analysis: KVSharingAnalysis | None = None
+        self.sdpa_nodes: dict[str, ov.Node] = {}   # friendly name -> SDPA node of the model last run on
 
     def run_on_model(self, model: ov.Model) -> bool:
-        analysis = analyze_kv_sharing(model)
-        for node in model.get_ordered_ops():
-            if node.get_type_name() != SDPA_TYPE:
-                continue
-            info = analysis.sdpa[node.get_friendly_name()]
+        ordered = model.get_ordered_ops()
+        analysis = analyze_kv_sharing(model, ordered)
+        self.sdpa_nodes = {name: ordered[info.order] for name, info in analysis.sdpa.items()}
+        for name, node in self.sdpa_nodes.items():
+            info = analysis.sdpa[name]
             rt = node.get_rt_info()
             rt[RT_STATUS] = info.status
             rt[RT_VARIABLES] = ",".join(info.kv_variables)
