@@ -67,7 +67,8 @@ def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, str]
     """Per SDPA (friendly name), what the pipeline does on ``profile``. Pure: reads the analysis only.
 
     * A cache that some reader reaches off the Assign's path (its own Gather/Concat on the ReadValue)
-      crashes every measured runtime when its owner is fused: all its readers are kept out of fusion.
+      crashes when its owner is fused (measured on 2026.0.0 and 2026.4.1 with the builder's
+      ``borrow_path="own_concat"``): all its readers are kept out of fusion.
     * A cache read by several SDPAs through the one Concat is never fused by the plugin (its Concat
       has too many consumers) and decodes correctly on every runtime: nothing to do. Keeping it out
       of fusion by other means would break openvino_genai's PagedAttention conversion.

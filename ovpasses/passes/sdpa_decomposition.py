@@ -25,6 +25,12 @@ scale is ``s``) is left as it is, so the result is ``(Q * s) @ K^T * s``, as the
                                                 |            none     -> (no Add)
                                           MatMul(., V)   <- takes the SDPA's friendly name and output
 
+What this pass writes is the graph; a plugin may still reorder it. Measured on 2026.0.0 and 2026.4.1:
+the CPU plugin's common MatMulMultiplyFusion turns ``MatMul(Q, K^T) * scale`` with a Constant scale
+into ``MatMul(Q, K^T * scale)``, and the plugin decomposes every SDPA it does not fuse with its own
+ScaledDotProductAttentionDecomposition (2026.4.1 scales the scores; 2026.0.0 scales Q or the scores
+depending on the shapes). ``benchmarks/accuracy.py`` measures what that does to a deep stack.
+
 ``causal=True`` is the top-left aligned upper triangle over (L, S) (``numpy.triu(..., k=1)``), as in
 the specification and in PyTorch; the mask input is then ignored, as the specification says.
 """
