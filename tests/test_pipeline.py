@@ -1,0 +1,66 @@
+"""ovpasses.compile_model and the pipeline's plan on CPU, and the GPU path where an Intel GPU is present."""
+
+import numpy as np
+import openvino as ov
+import pytest
+
+import ovpasses
+from ovpasses import DeviceNotAvailableError, OvpassesError
+from ovpasses.pipeline import BARRIER, NATIVE, NATIVE_UNFUSED, PIPELINE_PASSES, STATELESS
+from ovpasses.runner import PASSES
+from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
+
+CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+HAS_GPU = any(d.startswith("GPU") for d in ov.Core().available_devices)
+# f32 through the whole graph: see the tolerance note in test_properties.py
+SPEC = StackSpec(k_source=(0, 1, 1, None), kv_heads=4, borrow_path="own_concat", mask="float")
+
+
+def assert_matches_reference(compiled: ov.CompiledModel, spec: StackSpec, atol: float) -> None:
+    steps = stack_steps(spec)
+    expected = stack_reference(spec, steps)
+    magnitude = max(1.0, max(float(np.abs(e).max()) for e in expected))
+    for got, want in zip(run_stack(compiled, spec, steps), expected):
+        np.testing.assert_allclose(got, want, rtol=0, atol=atol * magnitude)
+
+
+def test_compile_model_cpu_rewrites_a_clone():
+    model = build_stack(SPEC)
+    before = [n.get_type_name() for n in model.get_ordered_ops()]
+    compiled = ovpasses.compile_model(model, "CPU", CONFIG)
+    assert [n.get_type_name() for n in model.get_ordered_ops()] == before, "the caller's model must not change"
+    assert_matches_reference(compiled, SPEC, 1e-5)
+
+
+def test_plan_per_sdpa():
+    summary = ovpasses.rewrite(build_stack(SPEC))
+    assert summary.actions == {SPEC.sdpa_name(0): NATIVE, SPEC.sdpa_name(1): BARRIER,
+                               SPEC.sdpa_name(2): BARRIER, SPEC.sdpa_name(3): STATELESS}
+    shared_concat = ovpasses.rewrite(build_stack(SPEC.with_(borrow_path="concat")))
+    assert shared_concat.actions[SPEC.sdpa_name(1)] == NATIVE_UNFUSED and not shared_concat.changed
+
+
+def test_passes_table_follows_the_pipeline():
+    assert tuple(PASSES) == PIPELINE_PASSES
+    with pytest.raises(OvpassesError, match="unknown pass NoSuchPass"):
+        ovpasses.rewrite(build_stack(SPEC), passes=["NoSuchPass"])
+
+
+@pytest.mark.parametrize("device", ["NPU", "TEMPLATE"])
+def test_compile_model_refuses_other_plugins(device):
+    with pytest.raises(OvpassesError, match="CPU and GPU"):
+        ovpasses.compile_model(build_stack(SPEC), device)
+
+
+@pytest.mark.skipif(HAS_GPU, reason="an Intel GPU is present: test_compile_model_gpu runs instead")
+def test_compile_model_gpu_without_a_gpu_is_a_clear_error():
+    with pytest.raises(DeviceNotAvailableError, match=r"device 'GPU' is not available here; OpenVINO sees: .*CPU"):
+        ovpasses.compile_model(build_stack(SPEC), "GPU")
+
+
+@pytest.mark.skipif(not HAS_GPU, reason="no Intel GPU here (OpenVINO lists: "
+                    f"{', '.join(ov.Core().available_devices)}); the GPU plugin needs an Intel GPU and its driver")
+def test_compile_model_gpu():
+    # f32 on GPU: its kernels reorder sums and use fast exp in Softmax; not measured here (no Intel GPU)
+    compiled = ovpasses.compile_model(build_stack(SPEC), "GPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    assert_matches_reference(compiled, SPEC, 1e-4)
