@@ -29,36 +29,9 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from ovpasses.runner import EXACT_CPU_CONFIG, count_fused_sdpa
+from ovpasses.runner import EXACT_CPU_CONFIG, count_fused_sdpa, greedy_generate
 
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
-
-
-def greedy_core(compiled: ov.CompiledModel, prompt: list[int], steps: int) -> list[int]:
-    """Greedy decoding of an optimum-intel stateful decoder (inputs input_ids, attention_mask,
-    position_ids, beam_idx; output logits), batch 1."""
-    names = {n for port in compiled.inputs for n in port.get_names()}
-    request = compiled.create_infer_request()
-    request.reset_state()
-    tokens = list(prompt)
-    out: list[int] = []
-    feed_ids = np.array([tokens], np.int64)
-    for _ in range(steps):
-        total = len(tokens)
-        feed = {"input_ids": feed_ids}
-        if "attention_mask" in names:
-            feed["attention_mask"] = np.ones((1, total), np.int64)
-        if "position_ids" in names:
-            feed["position_ids"] = np.arange(total - feed_ids.shape[1], total, dtype=np.int64)[None, :]
-        if "beam_idx" in names:
-            feed["beam_idx"] = np.zeros((1,), np.int32)
-        request.infer(feed)
-        logits = request.get_tensor("logits").data
-        token = int(np.argmax(logits[0, -1]))
-        out.append(token)
-        tokens.append(token)
-        feed_ids = np.array([[token]], np.int64)
-    return out
 
 
 def load(fixture: Path, mode: str) -> ov.Model:
@@ -88,7 +61,7 @@ def run_cell(fixture: Path, mode: str, path: str) -> dict:
         if path == "core":
             compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
             result["fused_sdpa"] = count_fused_sdpa(compiled)
-            tokens = greedy_core(compiled, prompt, len(expected))
+            tokens = greedy_generate(compiled, prompt, len(expected))
         else:
             tokens = _genai(model, fixture, path, prompt, len(expected))
         result["tokens_match"] = tokens == expected
