@@ -49,19 +49,10 @@ def worker(xml: Path, mode: str, prefill: int, decode: int, repeats: int) -> dic
     import openvino as ov
 
     from ovpasses.runner import count_fused_sdpa, make_feeds
+    from ovpasses.testing.matrix import apply_mode
 
     core = ov.Core()
-    model = core.read_model(xml)
-    if mode == "rewritten":
-        import ovpasses
-        ovpasses.rewrite(model)
-    elif mode == "decomposed":
-        from openvino.passes import Manager
-
-        from ovpasses import ScaledDotProductAttentionDecomposition
-        manager = Manager()
-        manager.register_pass(ScaledDotProductAttentionDecomposition())
-        manager.run_passes(model)
+    model = apply_mode(core.read_model(xml), mode)
     result = {"runtime": ov.get_version().split("-")[0], "mode": mode}
     try:
         compiled = core.compile_model(model, "CPU")

@@ -34,8 +34,9 @@ from ovpasses.runner import EXACT_CPU_CONFIG, count_fused_sdpa, greedy_generate
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
 
 
-def load(fixture: Path, mode: str) -> ov.Model:
-    model = ov.Core().read_model(fixture / "openvino_model.xml")
+def apply_mode(model: ov.Model, mode: str) -> ov.Model:
+    """``model`` as the mode runs it, changed in place: ``unmodified``, ``rewritten``
+    (:func:`ovpasses.rewrite`) or ``decomposed`` (every SDPA decomposed)."""
     if mode == "rewritten":
         import ovpasses
         ovpasses.rewrite(model)
@@ -49,6 +50,10 @@ def load(fixture: Path, mode: str) -> ov.Model:
     elif mode != "unmodified":
         raise ValueError(f"unknown mode {mode!r}")
     return model
+
+
+def load(fixture: Path, mode: str) -> ov.Model:
+    return apply_mode(ov.Core().read_model(fixture / "openvino_model.xml"), mode)
 
 
 def run_cell(fixture: Path, mode: str, path: str) -> dict:
