@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                           "max err", "max abs reference"], table))
     target = write_record(f"accuracy-{runtime}", rows, layers=args.layers, hidden=args.heads * args.head_dim,
                           scale=args.scale, prefill=args.prefill, decode=args.decode)
-    print(f"\nwrote {target.relative_to(ROOT)}")
+    print(f"\nwrote {target}")
     return 0
 
 

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+# $OVPASSES_BENCH_RESULTS redirects the records (the smoke tests write to a temporary folder)
+RESULTS = Path(os.environ.get("OVPASSES_BENCH_RESULTS") or ROOT / "benchmarks" / "results")
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

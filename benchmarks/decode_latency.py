@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table(["runtime", "mode", "fused SDPA", "prefill ms", "decode ms/token", "rewritten / other"], table))
     target = write_record("decode_latency", rows, model=str(args.ir.relative_to(ROOT)) if args.ir.is_relative_to(ROOT)
                           else str(args.ir), prefill=args.prefill, decode=args.decode, export_args=EXPORT_ARGS)
-    print(f"\nwrote {target.relative_to(ROOT)}")
+    print(f"\nwrote {target}")
     return 0
 
 

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     print("fused stateful SDPA kernels after compile_model (CPU); in brackets: greedy decode vs transformers\n")
     print(markdown_table(["runtime", "fixture", "unmodified", "ovpasses.rewrite", "decompose every SDPA"], rows))
     target = write_record("fused_kernels", cells)
-    print(f"\nwrote {target.relative_to(ROOT)}")
+    print(f"\nwrote {target}")
     return 0
 
 

@@ -137,11 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     name = f"pipeline_speed-{runtime}" + (f"-plan{profile.version_string}" if args.runtime else "")
     target = write_record(name, rows, profile=profile.name, plan_runtime=profile.version_string, scaling=scaling,
                           repeats=args.repeats, compile_repeats=args.compile_repeats)
-    print(f"\nwrote {target.relative_to(ROOT)}")
+    print(f"\nwrote {target}")
     if not args.no_plot:
         png = RESULTS / f"{name}.png"
         plot(rows, png, f"ovpasses.rewrite time vs graph size (openvino {runtime}, {profile.name} profile)")
-        print(f"wrote {png.relative_to(ROOT)}")
+        print(f"wrote {png}")
     return 0
 
 

@@ -1,0 +1,42 @@
+"""Smoke runs of the benchmark scripts at toy sizes, so that README's commands keep working.
+
+The records go to a temporary folder ($OVPASSES_BENCH_RESULTS), never over benchmarks/results.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY8 = ROOT / "tests" / "fixtures" / "gemma4" / "tiny8" / "openvino_model.xml"
+
+CASES = {
+    "pipeline_speed": (["--layers", "4", "8", "--repeats", "1", "--compile-repeats", "1"], "pipeline_speed-"),
+    "accuracy": (["--layers", "2", "--prefill", "4", "--decode", "1", "--seeds", "0"], "accuracy-"),
+    "fused_kernels": (["--runtimes", "newest", "--fixtures", "tiny8"], "fused_kernels"),
+    "decode_latency": (["--ir", str(TINY8), "--runtimes", "newest", "--rounds", "1", "--repeats", "1",
+                        "--prefill", "8", "--decode", "2"], "decode_latency"),
+}
+
+
+@pytest.mark.parametrize("script", CASES)
+def test_benchmark_script_runs(script, tmp_path):
+    args, record = CASES[script]
+    env = dict(os.environ, OVPASSES_BENCH_RESULTS=str(tmp_path))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "| " in proc.stdout, "prints a markdown table"
+    written = sorted(tmp_path.glob(f"{record}*.json"))
+    assert written, f"no {record}*.json in {list(tmp_path.iterdir())}"
+    data = json.loads(written[0].read_text())
+    assert data["rows"] and data["machine"]["logical_cores"] and data["command"] and data["openvino"]
+    if script == "pipeline_speed":
+        assert list(tmp_path.glob("*.png"))
+    if script == "fused_kernels":
+        fused = {row["mode"]: row.get("fused_sdpa") for row in data["rows"]}
+        assert fused == {"unmodified": 2, "rewritten": 2, "decomposed": 0}
