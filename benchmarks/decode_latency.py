@@ -2,7 +2,7 @@
 """Decode latency: ms per generated token for unmodified, ``ovpasses.rewrite`` and "decompose every
 SDPA", through ov.Core on CPU, per runtime.
 
-    python benchmarks/decode_latency.py --export                 # make the model once (export venv)
+    python benchmarks/decode_latency.py --export --rounds 0      # make the model once (export venv)
     python benchmarks/decode_latency.py                          # newest and 2026.0.0
 
 The model is a random-weight Gemma 4 text model with E2B's layer layout (35 layers, 20 borrowing
@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                        check=True, cwd=ROOT)
     if not args.ir.exists():
         raise SystemExit(f"decode_latency: {args.ir} is missing; run with --export first")
+    if args.rounds < 1:
+        return 0   # --export --rounds 0: make the model only
 
     rows, table = [], []
     for runtime in args.runtimes:
