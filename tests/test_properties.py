@@ -154,8 +154,15 @@ def test_detection_equals_ground_truth(spec):
 # 2, 5, 6. rewrite keeps the numbers and the names, and does not raise on a valid model
 # --------------------------------------------------------------------------------------------------
 
+# found by the thorough profile on 2026.4.1: an off-path borrower in f16 (the plugin runs no unfused
+# f16 cache), and one with a causal mask whose owner stays fused
+OFF_PATH_F16 = StackSpec(k_source=(0, 0), kv_heads=4, cache_type="f16", dtype="f16", borrow_path="own_concat")
+
+
 @pytest.mark.parametrize("runtime", [None, "2026.0"], ids=["installed", "affected_profile"])
 @given(spec=stack_specs(), counts=step_counts())
+@example(spec=OFF_PATH_F16, counts=(2, 1))
+@example(spec=OFF_PATH_F16.with_(k_source=(0, 1, 1), mask="causal", dynamic_batch=False), counts=(2, 1))
 def test_rewrite_is_numerically_equivalent_and_keeps_names(runtime, spec, counts):
     steps = stack_steps(spec, *counts)
     original = build_stack(spec)
@@ -178,6 +185,7 @@ def test_rewrite_is_numerically_equivalent_and_keeps_names(runtime, spec, counts
     # 2: same outputs as the unmodified graph on the installed runtime
     expected = run(original, spec, steps)
     got = run(rewritten, spec, steps)
+    unmodified_outcome = expected if isinstance(expected, str) else "runs"
     if isinstance(expected, str):
         event(f"unmodified graph raises: {expected[:60]}")
         # a lost state is what ovpasses fixes, on every runtime (off-path borrowers crash 2026.4.1 too)
@@ -187,7 +195,12 @@ def test_rewrite_is_numerically_equivalent_and_keeps_names(runtime, spec, counts
             event("lost state unmodified; the plugin cannot run this graph unfused either")
             return
         expected = stack_reference(spec, steps)
-    assert not isinstance(got, str), f"rewritten graph raises {got}; unmodified runs"
+        if spec.mask == "causal" and not isinstance(got, str):
+            # SDPAs the rewrite leaves fused apply causal=True bottom-right aligned on decode steps (see
+            # property 7); on the prefill from an empty cache (square scores) both alignments agree
+            event("unmodified raises, causal mask: compared on the prefill step")
+            got, expected = got[:1], expected[:1]
+    assert not isinstance(got, str), f"rewritten graph raises {got}; unmodified: {unmodified_outcome}"
     assert max_error(got, [e.astype(np.float64) for e in expected]) <= tolerance(spec, expected)
 
 
