@@ -19,7 +19,8 @@ Modes:
 * ``ovpasses decomposition``: every SDPA decomposed by ScaledDotProductAttentionDecomposition.
 
 Each with the plugin's default snippets (MHA subgraph kernels) and with ``SNIPPETS_MODE=DISABLE``, at
-f32 inference precision with an f32 KV cache. Writes ``benchmarks/results/accuracy-<runtime>.json``.
+f32 inference precision with an f32 KV cache (``--precision default``: the plugin's defaults). Writes
+``benchmarks/results/accuracy-<runtime>[-default].json``.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prefill", type=int, default=64)
     parser.add_argument("--decode", type=int, default=16)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--precision", choices=["f32", "default"], default="f32",
+                        help="f32: f32 inference and KV cache; default: the plugin's defaults (bf16 on CPUs "
+                             "with avx512_bf16 or AMX, f16 KV cache)")
     args = parser.parse_args(argv)
 
     runtime = openvino_version()
@@ -72,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
                 manager.register_pass(make_pass())
                 manager.run_passes(model)
             for snippets, extra in SNIPPETS.items():
-                compiled = core.compile_model(model, "CPU", {**EXACT_CPU_CONFIG, **extra})
+                base = EXACT_CPU_CONFIG if args.precision == "f32" else {}
+                compiled = core.compile_model(model, "CPU", {**base, **extra})
                 got = run_stack(compiled, spec, steps)
                 errors = [float(np.abs(np.asarray(g, np.float64) - e).max()) for g, e in zip(got, expected)]
                 row = {"seed": seed, "mode": mode, "snippets": snippets, "fused_sdpa": count_fused_sdpa(compiled),
@@ -83,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 progress(f"  seed {seed} {mode} snippets={snippets}: {row['max_abs_error']:.3e}")
 
-    print(f"openvino {runtime}; {args.layers} blocks, hidden {args.heads * args.head_dim}, pre-scaled Q (s={args.scale}), "
+    print(f"openvino {runtime}, {args.precision} precision; {args.layers} blocks, hidden {args.heads * args.head_dim}, pre-scaled Q (s={args.scale}), "
           f"prefill {args.prefill} + {args.decode} decode steps; max |out - float64 reference| over all steps, "
           f"worst of seeds {args.seeds}\n")
     table = []
@@ -96,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{worst['max_abs_error']:.2e}", f"{worst['reference_max_abs']:.1f}"])
     print(markdown_table(["mode", "snippets", "fused SDPA", "Subgraph nodes", "prefill err", "decode err",
                           "max err", "max abs reference"], table))
-    target = write_record(f"accuracy-{runtime}", rows, layers=args.layers, hidden=args.heads * args.head_dim,
+    name = f"accuracy-{runtime}" + ("" if args.precision == "f32" else f"-{args.precision}")
+    target = write_record(name, rows, precision=args.precision, layers=args.layers, hidden=args.heads * args.head_dim,
                           scale=args.scale, prefill=args.prefill, decode=args.decode)
     print(f"\nwrote {target}")
     return 0
