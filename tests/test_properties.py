@@ -89,14 +89,22 @@ def tolerance(spec: StackSpec, expected: list[np.ndarray]) -> float:
 
 
 def run(model: ov.Model, spec: StackSpec, steps) -> list[np.ndarray] | str:
-    """Outputs of a prefill and decode steps, or the first line of the error the plugin raised."""
+    """Outputs of a prefill and decode steps, or the line of the error the plugin raised.
+
+    Only the errors this module knows (NULL_STATES, PLUGIN_ERROR) are results; any other error
+    fails the test. Measured on 2026.0.0 and 2026.4.1: every inference that raises leaks a thread
+    of the CPU plugin, and a long run in one process ends in "Resource temporarily unavailable"
+    (pthread_create); that must stop a run, not pass its examples as "the plugin cannot run this".
+    """
     try:
         compiled = ov.Core().compile_model(model, "CPU", CONFIG)
         return run_stack(compiled, spec, steps)
     except RuntimeError as error:
         lines = [line for line in str(error).splitlines() if line.strip()]
-        return next((line for line in lines if NULL_STATES.search(line) or PLUGIN_ERROR.search(line)),
-                    lines[-1] if lines else repr(error))
+        known = next((line for line in lines if NULL_STATES.search(line) or PLUGIN_ERROR.search(line)), None)
+        if known is None:
+            pytest.fail(f"unexpected error from the CPU plugin: {lines[-1] if lines else repr(error)}")
+        return known
 
 
 def plugin_cannot_run_unfused(spec: StackSpec, steps) -> str | None:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import re
+from pathlib import Path
+
 import numpy as np
 import openvino as ov
 import pytest
@@ -134,3 +138,24 @@ def test_plugin_cannot_run_unfused_f16_cache():
     manager.run_passes(decomposed)
     with pytest.raises(RuntimeError, match="Can not clone with new dims"):
         run_stack(core.compile_model(decomposed, "CPU", CONFIG), unshared, stack_steps(unshared, 2, 1))
+
+
+def _threads() -> int:
+    return int(re.search(r"Threads:\s+(\d+)", Path("/proc/self/status").read_text())[1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="counts threads through /proc")
+def test_plugin_leaks_a_thread_per_failing_inference():
+    """A CPU plugin defect (2026.0.0 and 2026.4.1) that cut the first thorough property run short: each
+    inference that raises leaves a thread behind, and after some thousands pthread_create fails
+    ("Resource temporarily unavailable"). tests/test_properties.py::run fails on that error instead of
+    counting it as a graph the plugin cannot run. If this test fails, the plugin was fixed."""
+    spec = StackSpec(k_source=(0,), kv_heads=4, scale="explicit")   # the fused kernel rejects the scalar mask
+    steps = stack_steps(spec, 2, 1)
+    core = ov.Core()
+    before = _threads()
+    for _ in range(10):
+        with pytest.raises(RuntimeError, match="do not match"):
+            run_stack(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
+    gc.collect()
+    assert _threads() - before >= 10
