@@ -57,7 +57,7 @@ def worker(xml: Path, mode: str, prefill: int, decode: int, repeats: int) -> dic
     try:
         compiled = core.compile_model(model, "CPU")
         result["fused_sdpa"] = count_fused_sdpa(compiled)
-        result["inference_precision"] = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        result["inference_precision"] = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
         feeds = make_feeds(model, decode, prefill=prefill)
         request = compiled.create_infer_request()
         prefill_s, steps = [], []
