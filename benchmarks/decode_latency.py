@@ -70,7 +70,11 @@ def worker(xml: Path, mode: str, prefill: int, decode: int, repeats: int) -> dic
                 start = time.perf_counter()
                 request.infer(feed)
                 steps.append(time.perf_counter() - start)
-            assert np.isfinite(request.get_output_tensor(0).data).all()
+            logits = request.get_output_tensor(0).data
+            # measured on 2026.0 pinned to one core: a state lost by the fused kernel gives 0-token
+            # outputs instead of an error; a run that does not return its tokens is not a result
+            if logits.shape[:2] != (1, 1) or not np.isfinite(logits).all():
+                raise RuntimeError(f"wrong output: logits of shape {logits.shape} for one token")
         result.update(status="ok", prefill_ms=round(statistics.median(prefill_s) * 1e3, 1),
                       decode_ms_per_token=round(statistics.median(steps) * 1e3, 2),
                       decode_ms_p90=round(float(np.percentile(steps, 90)) * 1e3, 2), decode_steps=len(steps))

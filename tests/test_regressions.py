@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import re
 from pathlib import Path
 
@@ -20,6 +21,19 @@ from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_ref
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 AFFECTED = runtime_version() < FIRST_FIXED
+
+
+def assert_loses_state(compiled: ov.CompiledModel, spec: StackSpec, steps) -> None:
+    """The fused kernel lost its state: with two or more cores the first inference raises "null input
+    states"; pinned to one core (taskset -c 1, measured on 2026.0.0 and 2026.4.1) the same graphs
+    return outputs with no tokens instead."""
+    try:
+        outputs = run_stack(compiled, spec, steps)
+    except RuntimeError as error:
+        assert "null input states" in str(error), str(error)[-500:]
+        return
+    shapes = [o.shape for o in outputs]
+    assert shapes != [s.inputs_embeds.shape for s in steps], "the unmodified graph decodes: re-measure"
 
 
 def test_cache_shapeof_decomposition_without_beam_gather():
@@ -70,8 +84,7 @@ AFFECTED_CRASHES = {
 def test_affected_runtime_crash_is_fixed(spec):
     steps = stack_steps(spec)
     core = ov.Core()
-    with pytest.raises(RuntimeError, match="null input states"):
-        run_stack(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
+    assert_loses_state(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
     model = build_stack(spec)
     ovpasses.rewrite(model)
     got = run_stack(core.compile_model(model, "CPU", CONFIG), spec, steps)
@@ -100,8 +113,7 @@ WITHOUT_BARRIER = [p for p in PIPELINE_PASSES if p != "DisableStatefulSDPAFusion
 def test_off_path_borrower_crash_is_fixed(spec, passes):
     steps = stack_steps(spec)
     core = ov.Core()
-    with pytest.raises(RuntimeError, match="null input states"):
-        run_stack(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
+    assert_loses_state(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
     model = build_stack(spec)
     summary = ovpasses.rewrite(model, passes=passes)
     kept_out = {name for cache in summary.analysis.caches.values() if cache.off_path_readers for name in cache.sdpa}
@@ -116,6 +128,8 @@ def test_off_path_borrower_crash_is_fixed(spec, passes):
 
 
 @pytest.mark.skipif(runtime_version() < (2026, 4, 0), reason="measured on 2026.4.1 (2026.0.0 runs this graph)")
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinned to one core the 2026.4.1 plugin segfaults "
+                                                             "on this graph (measured with taskset -c 1)")
 def test_plugin_cannot_run_unfused_f16_cache():
     """A CPU plugin defect the property tests met on 2026.4.1, kept so that a fix shows up: an f16 model
     whose cache the plugin does not fuse fails ("Can not clone with new dims"), whatever keeps it
@@ -125,19 +139,26 @@ def test_plugin_cannot_run_unfused_f16_cache():
     spec = StackSpec(k_source=(0, 0), kv_heads=4, cache_type="f16", dtype="f16", borrow_path="own_concat")
     steps = stack_steps(spec, 2, 1)
     core = ov.Core()
-    with pytest.raises(RuntimeError, match="null input states"):
-        run_stack(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
+    assert_loses_state(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
     model = build_stack(spec)
     ovpasses.rewrite(model)
-    with pytest.raises(RuntimeError, match="Can not clone with new dims"):
-        run_stack(core.compile_model(model, "CPU", CONFIG), spec, steps)
+    assert_cannot_run(core.compile_model(model, "CPU", CONFIG), spec, steps)
     unshared = spec.with_(k_source=(0,), borrow_path="concat")
     decomposed = build_stack(unshared)
     manager = Manager()
     manager.register_pass(ScaledDotProductAttentionDecomposition())
     manager.run_passes(decomposed)
-    with pytest.raises(RuntimeError, match="Can not clone with new dims"):
-        run_stack(core.compile_model(decomposed, "CPU", CONFIG), unshared, stack_steps(unshared, 2, 1))
+    assert_cannot_run(core.compile_model(decomposed, "CPU", CONFIG), unshared, stack_steps(unshared, 2, 1))
+
+
+def assert_cannot_run(compiled: ov.CompiledModel, spec: StackSpec, steps) -> None:
+    """Raises "Can not clone with new dims" (two or more cores) or returns 0-token outputs (one core)."""
+    try:
+        outputs = run_stack(compiled, spec, steps)
+    except RuntimeError as error:
+        assert "Can not clone with new dims" in str(error), str(error)[-500:]
+        return
+    assert [o.shape for o in outputs] != [s.inputs_embeds.shape for s in steps], "it runs: re-measure"
 
 
 def _threads() -> int:
@@ -153,6 +174,11 @@ def test_plugin_leaks_a_thread_per_failing_inference():
     spec = StackSpec(k_source=(0,), kv_heads=4, scale="explicit")   # the fused kernel rejects the scalar mask
     steps = stack_steps(spec, 2, 1)
     core = ov.Core()
+    try:
+        run_stack(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
+        pytest.skip("this graph does not raise here (measured: pinned to one core the plugin returns no tokens)")
+    except RuntimeError:
+        pass
     before = _threads()
     for _ in range(10):
         with pytest.raises(RuntimeError, match="do not match"):

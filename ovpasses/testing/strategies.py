@@ -34,6 +34,7 @@ from ovpasses.testing.graphs import StackSpec, sharing_layout
 Sources = tuple[int | None, ...]
 
 PROFILE_ENV = "HYPOTHESIS_PROFILE"
+MAX_EXAMPLES_ENV = "HYPOTHESIS_MAX_EXAMPLES"
 
 
 def register_profiles() -> str:
@@ -48,6 +49,13 @@ def register_profiles() -> str:
     settings.register_profile("thorough", max_examples=10_000, **common)
     name = os.environ.get(PROFILE_ENV, "ci")
     settings.load_profile(name)
+    # a long run can be split over processes (the CPU plugin leaks a thread per failing inference, so
+    # one process cannot run 10,000 examples of every property): HYPOTHESIS_MAX_EXAMPLES=5000 with
+    # two --hypothesis-seed values runs the 10,000 examples of the thorough profile in two processes
+    if os.environ.get(MAX_EXAMPLES_ENV):
+        settings.register_profile(f"{name}-split", settings.get_profile(name),
+                                  max_examples=int(os.environ[MAX_EXAMPLES_ENV]))
+        settings.load_profile(f"{name}-split")
     return name
 
 
