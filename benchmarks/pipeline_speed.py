@@ -139,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
                           repeats=args.repeats, compile_repeats=args.compile_repeats)
     print(f"\nwrote {target}")
     if not args.no_plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("no plot: matplotlib is not installed here (pip install '.[bench]'; .venvs/dev has it)")
+            return 0
         png = RESULTS / f"{name}.png"
         plot(rows, png, f"ovpasses.rewrite time vs graph size (openvino {runtime}, {profile.name} profile)")
         print(f"wrote {png}")
