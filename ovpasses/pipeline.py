@@ -148,6 +148,16 @@ PIPELINE_PASSES = (SharedKVCacheDetection.NAME, DisableStatefulSDPAFusion.NAME,
 SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
 
 
+def selected_passes(passes: Iterable[str] | None) -> frozenset[str]:
+    """The pass names ``passes`` selects (all when None); raises with the valid names on an unknown one."""
+    selected = frozenset(PIPELINE_PASSES if passes is None else passes)
+    unknown = sorted(selected - set(PIPELINE_PASSES))
+    if unknown:
+        raise OvpassesError(f"unknown pass{'es' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
+                            f"valid names: {', '.join(PIPELINE_PASSES)}")
+    return selected
+
+
 def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] | None = None) -> RewriteSummary:
     """Run the pipeline on ``model`` in place for ``runtime`` (default: the installed one).
 
@@ -159,11 +169,7 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
     when ScaledDotProductAttentionDecomposition is named.
     """
     profile = profile_for(runtime)
-    selected = frozenset(PIPELINE_PASSES if passes is None else passes)
-    unknown = sorted(selected - set(PIPELINE_PASSES))
-    if unknown:
-        raise OvpassesError(f"unknown pass{'es' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-                            f"valid names: {', '.join(PIPELINE_PASSES)}")
+    selected = selected_passes(passes)
     reports: list[PassReport] = []
 
     start = time.perf_counter()
@@ -174,7 +180,7 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
     else:
         ordered = model.get_ordered_ops()
         analysis = analyze_kv_sharing(model, ordered)
-        sdpa_nodes = {name: ordered[info.order] for name, info in analysis.sdpa.items()}
+        sdpa_nodes = analysis.sdpa_nodes(ordered)
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
     actions = plan(analysis, profile)

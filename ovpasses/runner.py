@@ -23,7 +23,7 @@ from ovpasses.passes import (
     ScaledDotProductAttentionDecomposition,
     SharedKVCacheDetection,
 )
-from ovpasses.pipeline import PIPELINE_PASSES, rewrite
+from ovpasses.pipeline import rewrite, selected_passes
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,6 @@ PASSES: dict[str, tuple[type, str]] = {
         KVCacheShapeOfDecomposition,
         "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"),
 }
-assert tuple(PASSES) == PIPELINE_PASSES, "PASSES must list the pipeline's passes in the order it runs them"
 
 # LLM inputs recognised by name; every other parameter gets seeded random data of its shape and type
 LLM_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx")
@@ -63,11 +62,10 @@ def parse_passes(spec: str | Iterable[str] | None) -> frozenset[str] | None:
     names = [n for n in names if n]
     if not names:
         raise OvpassesError(f"--passes names no pass; valid names: {', '.join(PASSES)}")
-    unknown = [n for n in names if n not in PASSES]
-    if unknown:
-        raise OvpassesError(f"unknown pass{'es' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-                            f"valid names: {', '.join(PASSES)} (see 'ovpass passes')")
-    return frozenset(names)
+    try:
+        return selected_passes(names)
+    except OvpassesError as error:
+        raise OvpassesError(f"{error} (see 'ovpass passes')") from None
 
 
 # ---------------------------------------------------------------------------------------------- inspect

@@ -105,6 +105,10 @@ class KVSharingAnalysis:
     def exclusive_sdpa(self) -> list[str]:
         return [n for n, s in self.sdpa.items() if s.status == "exclusive"]
 
+    def sdpa_nodes(self, ordered_ops: list[ov.Node]) -> dict[str, ov.Node]:
+        """Friendly name -> SDPA node, from the ``get_ordered_ops()`` list the analysis was made on."""
+        return {name: ordered_ops[info.order] for name, info in self.sdpa.items()}
+
     def status_counts(self) -> dict[str, int]:
         counts = {"exclusive": 0, "shared": 0, "stateless": 0}
         for info in self.sdpa.values():

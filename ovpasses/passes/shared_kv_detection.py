@@ -41,7 +41,7 @@ class SharedKVCacheDetection(ModelPass):
     def run_on_model(self, model: ov.Model) -> bool:
         ordered = model.get_ordered_ops()
         analysis = analyze_kv_sharing(model, ordered)
-        self.sdpa_nodes = {name: ordered[info.order] for name, info in analysis.sdpa.items()}
+        self.sdpa_nodes = analysis.sdpa_nodes(ordered)
         for name, node in self.sdpa_nodes.items():
             info = analysis.sdpa[name]
             rt = node.get_rt_info()

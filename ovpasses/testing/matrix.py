@@ -4,9 +4,9 @@
 
 prints one JSON object: the runtime, whether the tokens equal transformers' (reference.json), the
 error if it failed, and the fused SDPA count (core path). ``decomposed`` is the blunt alternative to
-ovpasses' plan: every SDPA decomposed by ScaledDotProductAttentionDecomposition. ``tools/runtime_matrix.py`` runs this in
-one subprocess per cell and per runtime virtual environment, so that a crash of one runtime (some
-segfault) costs one cell only.
+ovpasses' plan: every SDPA decomposed by ScaledDotProductAttentionDecomposition.
+``tools/runtime_matrix.py`` runs this in one subprocess per cell and per runtime virtual environment,
+so that a crash of one runtime (some segfault) costs one cell only.
 
 Paths: ``core`` is a greedy loop over ``ov.Core`` (compiled with f32 precision and an f32 KV cache,
 the settings under which CPU reproduces fp32 transformers); ``stateful`` and ``paged`` are
