@@ -29,7 +29,7 @@ import argparse
 import sys
 
 import numpy as np
-from common import ROOT, markdown_table, openvino_version, progress, write_record
+from common import markdown_table, openvino_version, progress, write_record
 
 import openvino as ov  # noqa: E402
 from openvino.passes import Manager  # noqa: E402

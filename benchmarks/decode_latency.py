@@ -27,20 +27,15 @@ from pathlib import Path
 
 from common import ROOT, markdown_table, progress, write_record
 
+sys.path.insert(0, str(ROOT / "tools"))
+from runtime_matrix import run_worker, venv_python  # noqa: E402
+
 MODEL = ROOT / "out" / "bench" / "e2b35-wide"
 EXPORT_ARGS = ["--preset", "e2b35", "--hidden-size", "1024", "--intermediate-size", "2048", "--head-dim", "128",
                "--global-head-dim", "256", "--per-layer-input-size", "64", "--vocab-size", "8192",
                "--new-tokens", "4"]
 # what is compared on each runtime: newest (fixed) and an affected one, where unmodified crashes
 PLAN = {"newest": ["unmodified", "rewritten"], "2026.0.0": ["unmodified", "rewritten", "decomposed"]}
-
-
-def venv_python(runtime: str) -> Path:
-    python = ROOT / ".venvs" / ("dev" if runtime == "newest" else f"ov-{runtime}") / "bin" / "python"
-    if not python.exists():
-        raise SystemExit(f"decode_latency: {python} is missing; run bash tools/venv.sh "
-                         f"{'dev' if runtime == 'newest' else 'ov ' + runtime}")
-    return python
 
 
 def worker(xml: Path, mode: str, prefill: int, decode: int, repeats: int) -> dict:
@@ -84,15 +79,9 @@ def worker(xml: Path, mode: str, prefill: int, decode: int, repeats: int) -> dic
 
 
 def measure(runtime: str, xml: Path, mode: str, args) -> dict:
-    cmd = [str(venv_python(runtime)), str(Path(__file__).resolve()), "--worker", mode, "--ir", str(xml),
+    cmd = [str(venv_python(runtime, create=False)), str(Path(__file__).resolve()), "--worker", mode, "--ir", str(xml),
            "--prefill", str(args.prefill), "--decode", str(args.decode), "--repeats", str(args.repeats)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=args.timeout)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
-        return {"runtime": runtime, "mode": mode, "status": "crashed" if proc.returncode < 0 else "failed",
-                "error": f"process exit {proc.returncode}: {tail[:200]}"}
-    return json.loads(lines[-1])
+    return run_worker(cmd, args.timeout, {"runtime": runtime, "mode": mode})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -139,9 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                           repeats=args.repeats, compile_repeats=args.compile_repeats)
     print(f"\nwrote {target}")
     if not args.no_plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("matplotlib") is None:
             print("no plot: matplotlib is not installed here (pip install '.[bench]'; .venvs/dev has it)")
             return 0
         png = RESULTS / f"{name}.png"

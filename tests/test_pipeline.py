@@ -1,6 +1,5 @@
 """ovpasses.compile_model and the pipeline's plan on CPU, and the GPU path where an Intel GPU is present."""
 
-import numpy as np
 import openvino as ov
 import pytest
 
@@ -8,20 +7,15 @@ import ovpasses
 from ovpasses import DeviceNotAvailableError, OvpassesError
 from ovpasses.pipeline import BARRIER, NATIVE, NATIVE_UNFUSED, PIPELINE_PASSES, STATELESS
 from ovpasses.runner import PASSES
-from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
+from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_steps
+
+from test_regressions import assert_matches_reference  # noqa: E402  (tests/ is on sys.path)
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 HAS_GPU = any(d.startswith("GPU") for d in ov.Core().available_devices)
 # f32 through the whole graph: see the tolerance note in test_properties.py
 SPEC = StackSpec(k_source=(0, 1, 1, None), kv_heads=4, borrow_path="own_concat", mask="float")
-
-
-def assert_matches_reference(compiled: ov.CompiledModel, spec: StackSpec, atol: float) -> None:
-    steps = stack_steps(spec)
-    expected = stack_reference(spec, steps)
-    magnitude = max(1.0, max(float(np.abs(e).max()) for e in expected))
-    for got, want in zip(run_stack(compiled, spec, steps), expected):
-        np.testing.assert_allclose(got, want, rtol=0, atol=atol * magnitude)
+STEPS = stack_steps(SPEC)
 
 
 def test_compile_model_cpu_rewrites_a_clone():
@@ -29,7 +23,7 @@ def test_compile_model_cpu_rewrites_a_clone():
     before = [n.get_type_name() for n in model.get_ordered_ops()]
     compiled = ovpasses.compile_model(model, "CPU", CONFIG)
     assert [n.get_type_name() for n in model.get_ordered_ops()] == before, "the caller's model must not change"
-    assert_matches_reference(compiled, SPEC, 1e-5)
+    assert_matches_reference(run_stack(compiled, SPEC, STEPS), SPEC, STEPS)
 
 
 def test_plan_per_sdpa():
@@ -63,4 +57,4 @@ def test_compile_model_gpu_without_a_gpu_is_a_clear_error():
 def test_compile_model_gpu():
     # f32 on GPU: its kernels reorder sums and use fast exp in Softmax; not measured here (no Intel GPU)
     compiled = ovpasses.compile_model(build_stack(SPEC), "GPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    assert_matches_reference(compiled, SPEC, 1e-4)
+    assert_matches_reference(run_stack(compiled, SPEC, STEPS), SPEC, STEPS, atol=1e-4)

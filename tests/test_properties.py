@@ -35,6 +35,7 @@ from ovpasses import OvpassesError, ScaledDotProductAttentionDecomposition, anal
 from ovpasses._ov import runtime_version
 from ovpasses.pipeline import FIRST_FIXED
 from ovpasses.testing.graphs import STACK_OUTPUT, StackSpec, build_stack, run_stack, stack_reference, stack_steps
+from ovpasses.testing.matrix import apply_mode
 from ovpasses.testing.strategies import register_profiles, stack_specs, step_counts
 
 import test_regressions  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-relative import)
@@ -123,11 +124,7 @@ def plugin_cannot_run_unfused(spec: StackSpec, steps) -> str | None:
     rewritten one raises that error, this tells whether any rewrite that keeps the cache unfused
     could have run it.
     """
-    model = build_stack(spec)
-    manager = Manager()
-    manager.register_pass(ScaledDotProductAttentionDecomposition())
-    manager.run_passes(model)
-    outcome = run(model, spec, steps)
+    outcome = run(apply_mode(build_stack(spec), "decomposed"), spec, steps)
     return outcome if isinstance(outcome, str) and PLUGIN_ERROR.search(outcome) else None
 
 

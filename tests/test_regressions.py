@@ -10,30 +10,42 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 import pytest
-from openvino.passes import Manager
 
 import ovpasses
-from ovpasses import OvpassesError, ScaledDotProductAttentionDecomposition
+from ovpasses import OvpassesError
 from ovpasses._ov import runtime_version
 from ovpasses.pipeline import BARRIER, DECOMPOSE, FIRST_FIXED, NATIVE, PIPELINE_PASSES, SHAPEOF
 from ovpasses.runner import count_fused_sdpa
 from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
+from ovpasses.testing.matrix import apply_mode
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 AFFECTED = runtime_version() < FIRST_FIXED
 
 
-def assert_loses_state(compiled: ov.CompiledModel, spec: StackSpec, steps) -> None:
-    """The fused kernel lost its state: with two or more cores the first inference raises "null input
-    states"; pinned to one core (taskset -c 1, measured on 2026.0.0 and 2026.4.1) the same graphs
-    return outputs with no tokens instead."""
+def assert_fails(compiled: ov.CompiledModel, spec: StackSpec, steps, error: str) -> None:
+    """The plugin cannot run ``steps``: with two or more cores the inference raises ``error``; pinned
+    to one core (taskset -c 1, measured on 2026.0.0 and 2026.4.1) the same graphs return outputs with
+    no tokens instead."""
     try:
         outputs = run_stack(compiled, spec, steps)
-    except RuntimeError as error:
-        assert "null input states" in str(error), str(error)[-500:]
+    except RuntimeError as raised:
+        assert error in str(raised), str(raised)[-500:]
         return
-    shapes = [o.shape for o in outputs]
-    assert shapes != [s.inputs_embeds.shape for s in steps], "the unmodified graph decodes: re-measure"
+    assert [o.shape for o in outputs] != [s.inputs_embeds.shape for s in steps], "it runs: re-measure"
+
+
+def assert_loses_state(compiled: ov.CompiledModel, spec: StackSpec, steps) -> None:
+    assert_fails(compiled, spec, steps, "null input states")
+
+
+def assert_matches_reference(got: list[np.ndarray], spec: StackSpec, steps, atol: float = 1e-5) -> None:
+    """``got`` against the float64 reference, ``atol`` scaled by max(1, max|reference|) (f32: see
+    the tolerance note of tests/test_properties.py)."""
+    expected = stack_reference(spec, steps)
+    magnitude = max(1.0, max(float(np.abs(e).max()) for e in expected))
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=0, atol=atol * magnitude)
 
 
 def test_cache_shapeof_decomposition_without_beam_gather():
@@ -88,10 +100,7 @@ def test_affected_runtime_crash_is_fixed(spec):
     model = build_stack(spec)
     ovpasses.rewrite(model)
     got = run_stack(core.compile_model(model, "CPU", CONFIG), spec, steps)
-    expected = stack_reference(spec, steps)
-    magnitude = max(1.0, max(float(np.abs(e).max()) for e in expected))
-    for g, e in zip(got, expected):
-        np.testing.assert_allclose(g, e, rtol=0, atol=1e-5 * magnitude)   # f32: see test_properties.py
+    assert_matches_reference(got, spec, steps)
 
 
 # Graphs that crash unmodified on openvino 2026.0.0 *and* 2026.4.1 ("null input states"): a borrower
@@ -121,10 +130,7 @@ def test_off_path_borrower_crash_is_fixed(spec, passes):
     compiled = core.compile_model(model, "CPU", CONFIG)
     assert count_fused_sdpa(compiled) == sum(a in (NATIVE, SHAPEOF) for a in summary.actions.values())
     got = run_stack(compiled, spec, steps)
-    expected = stack_reference(spec, steps)
-    magnitude = max(1.0, max(float(np.abs(e).max()) for e in expected))
-    for g, e in zip(got, expected):
-        np.testing.assert_allclose(g, e, rtol=0, atol=1e-5 * magnitude)   # f32: see test_properties.py
+    assert_matches_reference(got, spec, steps)
 
 
 @pytest.mark.skipif(runtime_version() < (2026, 4, 0), reason="measured on 2026.4.1 (2026.0.0 runs this graph)")
@@ -142,23 +148,11 @@ def test_plugin_cannot_run_unfused_f16_cache():
     assert_loses_state(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
     model = build_stack(spec)
     ovpasses.rewrite(model)
-    assert_cannot_run(core.compile_model(model, "CPU", CONFIG), spec, steps)
+    assert_fails(core.compile_model(model, "CPU", CONFIG), spec, steps, "Can not clone with new dims")
     unshared = spec.with_(k_source=(0,), borrow_path="concat")
-    decomposed = build_stack(unshared)
-    manager = Manager()
-    manager.register_pass(ScaledDotProductAttentionDecomposition())
-    manager.run_passes(decomposed)
-    assert_cannot_run(core.compile_model(decomposed, "CPU", CONFIG), unshared, stack_steps(unshared, 2, 1))
-
-
-def assert_cannot_run(compiled: ov.CompiledModel, spec: StackSpec, steps) -> None:
-    """Raises "Can not clone with new dims" (two or more cores) or returns 0-token outputs (one core)."""
-    try:
-        outputs = run_stack(compiled, spec, steps)
-    except RuntimeError as error:
-        assert "Can not clone with new dims" in str(error), str(error)[-500:]
-        return
-    assert [o.shape for o in outputs] != [s.inputs_embeds.shape for s in steps], "it runs: re-measure"
+    decomposed = apply_mode(build_stack(unshared), "decomposed")
+    assert_fails(core.compile_model(decomposed, "CPU", CONFIG), unshared, stack_steps(unshared, 2, 1),
+                 "Can not clone with new dims")
 
 
 def _threads() -> int:

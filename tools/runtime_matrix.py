@@ -35,20 +35,25 @@ def venv_python(runtime: str, create: bool) -> Path:
     return python
 
 
-def run_cell(python: Path, fixture: str, mode: str, path: str, timeout: int) -> dict:
-    cmd = [str(python), "-m", "ovpasses.testing.matrix", str(ROOT / "tests" / "fixtures" / "gemma4" / fixture),
-           "--mode", mode, "--path", path]
+def run_worker(cmd: list[str], timeout: int, labels: dict) -> dict:
+    """Run a worker process that prints one JSON object as its last ``{`` line; return that object, or
+    ``labels`` with a status (timeout / crashed / failed) and the last line of stderr."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
     except subprocess.TimeoutExpired:
-        return {"fixture": fixture, "mode": mode, "path": path, "status": "timeout"}
+        return {**labels, "status": "timeout"}
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         status = "crashed" if proc.returncode < 0 else "failed"
-        return {"fixture": fixture, "mode": mode, "path": path, "status": status,
-                "error": f"process exit {proc.returncode}: {tail[:200]}"}
+        return {**labels, "status": status, "error": f"process exit {proc.returncode}: {tail[:200]}"}
     return json.loads(lines[-1])
+
+
+def run_cell(python: Path, fixture: str, mode: str, path: str, timeout: int) -> dict:
+    cmd = [str(python), "-m", "ovpasses.testing.matrix", str(ROOT / "tests" / "fixtures" / "gemma4" / fixture),
+           "--mode", mode, "--path", path]
+    return run_worker(cmd, timeout, {"fixture": fixture, "mode": mode, "path": path})
 
 
 def cell_text(cell: dict) -> str:
