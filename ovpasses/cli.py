@@ -153,9 +153,9 @@ def cmd_rewrite(args) -> int:
         raise OvpassesError("say where to write: -o OUT.xml, --in-place, or --dry-run to write nothing")
     io.check_ir_file(source)
     if target is not None:
-        if not args.in_place and io.same_ir(target, source):
-            raise OvpassesError(f"{target} is the input; choose another -o, or pass --in-place to overwrite it")
         io.check_output_path(target)
+        if not args.in_place:
+            io.check_distinct_output(source, target)
     model = io.read_ir(source)
     summary = ovpasses.rewrite(model, runtime, passes)
     if not args.dry_run:

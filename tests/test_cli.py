@@ -7,9 +7,11 @@ Every bad input must give one ``ovpass: error: ...`` line, exit 2, no traceback,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import openvino as ov
@@ -244,18 +246,76 @@ def test_bad_input_is_one_line_and_changes_nothing(ir, tmp_path, case, command):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
 
 
+def _hard_link_to_the_weights(ir: Path) -> Path:
+    (ir.parent / "alias.bin").hardlink_to(ir.with_suffix(".bin"))
+    return ir.parent / "alias.xml"
+
+
+def _symlink_to_the_xml(ir: Path) -> Path:
+    (ir.parent / "link.xml").symlink_to(ir.name)
+    return ir.parent / "link.xml"
+
+
 @pytest.mark.parametrize("output, message", [
     (lambda ir: ir, "is the input"),
     (lambda ir: ir.parent / ".." / ir.parent.name / ir.name, "is the input"),
+    # OpenVINO reads m.bin beside m.XML: that would overwrite the input's weights
+    (lambda ir: ir.with_suffix(".XML"), "which is the input's openvino_model.bin"),
+    (_hard_link_to_the_weights, "which is the input's openvino_model.bin"),
+    (_symlink_to_the_xml, "which is the input's openvino_model.xml"),
     (lambda ir: ir.with_suffix(".txt"), "must be an .xml path"),
     (lambda ir: ir.parent / "no" / "such" / "out.xml", "does not exist"),
+    (lambda ir: ir.with_suffix(".bin") / "out.xml", "is a file, not a folder"),
+    (lambda ir: ir.parent / ("a" * 300 + ".xml"), "longer than the 255 bytes"),
+    (lambda ir: ir.parent.joinpath(*["d" * 200] * 25, "out.xml"), "longer than the filesystem allows"),
+    (lambda ir: Path("/proc/out.xml"), "cannot create files in /proc"),
     (lambda ir: None, "say where to write"),
-])
+], ids=["same path", "same file by another path", "upper-case .XML", "hard link", "symbolic link", "suffix",
+        "missing folder", "parent is a file", "name too long", "path too long", "/proc", "no output"])
 def test_refused_outputs_write_nothing(ir, output, message):
-    before = snapshot(ir.parent)
     target = output(ir)
+    before = snapshot(ir.parent)
     _assert_clean_error(ovpass("rewrite", ir, *(["-o", target] if target else [])), message)
     assert snapshot(ir.parent) == before
+
+
+def test_a_full_device_is_reported_with_the_space_needed(ir, tmp_path):
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a 1 MiB tmpfs to fill (needs root): {mounted.stderr.decode().strip()}")
+    try:
+        result = ovpass("rewrite", ir, "-o", small / "out.xml")
+        _assert_clean_error(result, "no space left on the device of")
+        assert "the IR needs about 2.0 MiB" in result.stderr and "MiB are free" in result.stderr
+        assert list(small.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root and setpriv to run ovpass as an unprivileged user")
+def test_an_output_folder_this_user_cannot_reach():
+    with tempfile.TemporaryDirectory(prefix="ovpass-nobody-") as top:   # pytest's tmp_path is root's alone
+        _unreachable_output(Path(top) / "shared")
+
+
+def _unreachable_output(shared: Path) -> None:
+    shared.mkdir()
+    shared.chmod(0o777)
+    shared.parent.chmod(0o755)
+    for suffix in (".xml", ".bin"):
+        shutil.copy(FIXTURE / f"openvino_model{suffix}", shared / f"m{suffix}")
+    closed = shared / "closed"
+    closed.mkdir()
+    (closed / "inner").mkdir()
+    closed.chmod(0o700)  # owned by root: nobody cannot search it
+    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(OVPASS),
+                             "rewrite", str(shared / "m.xml"), "-o", str(closed / "inner" / "out.xml")],
+                            capture_output=True, text=True, timeout=120, env=dict(os.environ, HOME="/nonexistent"))
+    _assert_clean_error(result, "permission denied reaching")
+    assert sorted(p.name for p in shared.iterdir()) == ["closed", "m.bin", "m.xml"]
 
 
 def test_in_place_with_another_output_is_refused(ir, tmp_path):

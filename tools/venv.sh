@@ -41,7 +41,7 @@ case $kind in
     ov)
         v=${2:?usage: tools/venv.sh ov VERSION (e.g. 2026.0.0)}
         make_venv ".venvs/ov-$v" "ov-$v-$(sha1sum pyproject.toml | cut -c1-12)" \
-            "openvino==$v" "openvino-genai==$v.0" "openvino-tokenizers==$v.0" numpy networkx pytest hypothesis \
+            "openvino==$v" "openvino-genai==$v.0" "openvino-tokenizers==$v.0" numpy networkx filelock pytest hypothesis \
             ";" --no-deps -e .
         ;;
     export)
