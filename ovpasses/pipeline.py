@@ -19,7 +19,7 @@ from openvino.passes import Manager
 from ovpasses._ov import runtime_version
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.errors import DeviceNotAvailableError, OvpassesError
-from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, DisableStatefulSDPAFusion
+from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
@@ -248,9 +248,10 @@ def _run(model: ov.Model, pass_) -> None:
 
 
 def _behind_barrier(sdpa_nodes: dict[str, ov.Node], names: set[str]) -> set[str]:
-    """The SDPAs among ``names`` whose K and V both come from a DisableStatefulSDPAFusion barrier."""
+    """The SDPAs among ``names`` whose K and V both come from a DisableStatefulSDPAFusion barrier (one made
+    in memory, or read back from an IR file: see :func:`is_fusion_barrier`)."""
     return {name for name in names
-            if all(RT_BARRIER in sdpa_nodes[name].input_value(port).get_node().get_rt_info() for port in (1, 2))}
+            if all(is_fusion_barrier(sdpa_nodes[name].input_value(port).get_node()) for port in (1, 2))}
 
 
 def _annotate(sdpa_nodes: dict[str, ov.Node], actions: dict[str, str]) -> None:
