@@ -16,9 +16,21 @@ import ovpasses
 from ovpasses import OvpassesError, cli
 from ovpasses._ov import runtime_version
 from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, is_fusion_barrier
-from ovpasses.pipeline import BARRIER, DECOMPOSE, FIRST_FIXED, NATIVE, PIPELINE_PASSES, SHAPEOF
+from ovpasses.pipeline import BARRIER, DECOMPOSE, FIRST_FIXED, NATIVE, PIPELINE_PASSES, SHAPEOF, UNANALYSED
 from ovpasses.runner import count_fused_sdpa
-from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
+from ovpasses.testing.graphs import (
+    LOOP_SDPA,
+    CacheLoopSpec,
+    StackSpec,
+    build_cache_loop,
+    build_stack,
+    cache_loop_reference,
+    cache_loop_steps,
+    run_cache_loop,
+    run_stack,
+    stack_reference,
+    stack_steps,
+)
 from ovpasses.testing.matrix import apply_mode
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -158,6 +170,30 @@ def test_a_reshape_of_the_barrier_form_under_another_name_is_no_barrier():
     assert not any(map(is_fusion_barrier, model.get_ordered_ops()))
     assert ovpasses.rewrite(model).changed
     assert_one_barrier_per_input(model, [ROUND_TRIP.sdpa_name(0), ROUND_TRIP.sdpa_name(1)])
+
+@RUNTIMES
+@pytest.mark.parametrize("loop_reads", ["concat", "past", "readvalue"])
+def test_cache_read_by_a_loop_is_left_alone(runtime, loop_reads, tmp_path):
+    """Issue 14, item 14: the SDPA whose cache a Loop body also reads is not exclusive, so the rewrite
+    leaves the graph as it is, and the graph compiles and runs on CPU as the unmodified one does, both
+    equal to the float64 reference (measured: the plugin does not fuse this SDPA)."""
+    spec = CacheLoopSpec(loop_reads=loop_reads)
+    steps = cache_loop_steps(spec)
+    model = build_cache_loop(spec)
+    unmodified = save(model, tmp_path / "original.xml")
+    summary = ovpasses.rewrite(model, runtime)
+    assert summary.actions == {LOOP_SDPA: UNANALYSED} and summary.changed is False
+    assert save(model, tmp_path / "rewritten.xml") == unmodified
+
+    core = ov.Core()
+    before = run_cache_loop(core.compile_model(core.read_model(tmp_path / "original.xml"), "CPU", CONFIG), steps)
+    after = run_cache_loop(core.compile_model(model, "CPU", CONFIG), steps)
+    reference = cache_loop_reference(spec, steps)
+    magnitude = max(1.0, max(float(np.abs(r[name]).max()) for r in reference for name in r))
+    for b, a, r in zip(before, after, reference):
+        for name in r:
+            np.testing.assert_array_equal(a[name], b[name])
+            np.testing.assert_allclose(a[name], r[name], rtol=0, atol=1e-5 * magnitude)
 
 # Graphs that crash unmodified on openvino 2026.0 ("... has null input states" at the first decode):
 # an exclusive cache fused with Gather(beam_idx), whose Concat also feeds a ShapeOf.
