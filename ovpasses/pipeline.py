@@ -19,7 +19,7 @@ from openvino.passes import Manager
 from ovpasses._ov import runtime_version
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.errors import DeviceNotAvailableError, OvpassesError
-from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, DisableStatefulSDPAFusion
+from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
@@ -33,6 +33,7 @@ FIRST_FIXED = (2026, 2, 0)
 # actions, as reported per SDPA
 NATIVE = "none: fused natively"
 NATIVE_UNFUSED = "none: the plugin leaves this shared cache unfused"
+UNANALYSED = "none: a sub-graph operation (not analysed) also reads this cache; left as it is"
 STATELESS = "none: reads no cache"
 SHAPEOF = "cache ShapeOf computed from the Concat inputs, so the plugin can fuse it"
 BARRIER = "kept out of stateful fusion (no-op Reshape on K/V)"
@@ -69,6 +70,12 @@ def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, str]
     * A cache that some reader reaches off the Assign's path (its own Gather/Concat on the ReadValue)
       crashes when its owner is fused (measured on 2026.0.0 and 2026.4.1 with the builder's
       ``borrow_path="own_concat"``): all its readers are kept out of fusion.
+    * A cache that a sub-graph operation (Loop, TensorIterator, If) also reads is left as it is: the
+      analysis does not see into the body, so it assumes nothing about that reader. Measured on
+      2026.0.0 and 2026.4.1 with ``build_cache_loop`` (the Loop on the cache Concat, on the Gather
+      or on the ReadValue): the plugin does not fuse such an SDPA and the graph runs correctly. When
+      the cache also has an off-path SDPA reader, the barrier comes first: it mends the known crash
+      and only keeps SDPAs out of fusion, the conservative direction.
     * A cache read by several SDPAs through the one Concat is never fused by the plugin (its Concat
       has too many consumers) and decodes correctly on every runtime: nothing to do. Keeping it out
       of fusion by other means would break openvino_genai's PagedAttention conversion.
@@ -77,12 +84,15 @@ def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, str]
     """
     actions: dict[str, str] = {}
     off_path = {name for cache in analysis.caches.values() if cache.off_path_readers for name in cache.sdpa}
+    unanalysed = {name for cache in analysis.caches.values() if cache.unanalysed_readers for name in cache.sdpa}
     for name, info in analysis.sdpa.items():
         caches = [analysis.caches[v] for v in info.kv_variables]
         if info.status == "stateless":
             actions[name] = STATELESS
         elif name in off_path:
             actions[name] = BARRIER
+        elif name in unanalysed:
+            actions[name] = UNANALYSED
         elif info.status == "shared":
             actions[name] = NATIVE_UNFUSED
         elif profile.decompose_cache_shapeof and any(c.concat_shape_consumers for c in caches):
@@ -248,9 +258,10 @@ def _run(model: ov.Model, pass_) -> None:
 
 
 def _behind_barrier(sdpa_nodes: dict[str, ov.Node], names: set[str]) -> set[str]:
-    """The SDPAs among ``names`` whose K and V both come from a DisableStatefulSDPAFusion barrier."""
+    """The SDPAs among ``names`` whose K and V both come from a DisableStatefulSDPAFusion barrier (one made
+    in memory, or read back from an IR file: see :func:`is_fusion_barrier`)."""
     return {name for name in names
-            if all(RT_BARRIER in sdpa_nodes[name].input_value(port).get_node().get_rt_info() for port in (1, 2))}
+            if all(is_fusion_barrier(sdpa_nodes[name].input_value(port).get_node()) for port in (1, 2))}
 
 
 def _annotate(sdpa_nodes: dict[str, ov.Node], actions: dict[str, str]) -> None:

@@ -94,7 +94,8 @@ def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
 
 def inspect_dot(report: dict) -> str:
     """Graphviz text of an :func:`inspect_model` report: caches (boxes) -> SDPAs (ellipses), the owner's
-    edge solid, borrowers' edges dashed, each labelled with the ports read (K, V)."""
+    edge solid, borrowers' edges dashed, each labelled with the ports read (K, V); sub-graph operations
+    that read a cache unanalysed are components on dotted edges."""
     def q(text: str) -> str:  # a DOT string; a literal backslash-n in ``text`` stays a line break
         return '"' + str(text).replace('"', '\\"') + '"'
 
@@ -116,6 +117,10 @@ def inspect_dot(report: dict) -> str:
             style = "solid" if role == "owner" else "dashed"
             lines.append(f"  {q('var:' + var['variable_id'])} -> {q('sdpa:' + name)} "
                          f"[style={style}, label={q(role + ' ' + ports)}];")
+        for op in var["unanalysed_readers"]:
+            label = f"{op}\\nnot analysed"
+            lines.append(f"  {q('op:' + op)} [shape=component, label={q(label)}];")
+            lines.append(f"  {q('var:' + var['variable_id'])} -> {q('op:' + op)} [style=dotted];")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -134,7 +139,10 @@ def inspect_text(report: dict) -> str:
     if shared:
         lines += ["", "shared caches:"]
         for v in shared:
-            lines.append(f"  {v['variable_id']}: owner {v['owner'] or '-'}; borrowers {', '.join(v['borrowers'])}")
+            line = f"  {v['variable_id']}: owner {v['owner'] or '-'}; borrowers {', '.join(v['borrowers']) or '-'}"
+            if v["unanalysed_readers"]:
+                line += f"; also read by {', '.join(v['unanalysed_readers'])} (not analysed)"
+            lines.append(line)
     for message in report["unhandled"]:
         lines.append(f"not handled: {message}")
     return "\n".join(lines) + "\n"

@@ -12,7 +12,15 @@ from openvino.passes import Manager
 
 from ovpasses.analysis import RT_OWNER_OF, RT_STATUS, RT_VARIABLES, analyze_kv_sharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
-from ovpasses.testing.graphs import StackSpec, build_stack, sharing_layout
+from ovpasses.testing.graphs import (
+    LOOP_NAME,
+    LOOP_SDPA,
+    CacheLoopSpec,
+    StackSpec,
+    build_cache_loop,
+    build_stack,
+    sharing_layout,
+)
 
 LAYOUTS = {
     "all_exclusive": dict(k_source=(0, 1, 2, 3)),
@@ -128,26 +136,21 @@ def test_networkx_graph():
     assert g.nodes[("sdpa", spec.sdpa_name(3))]["status"] == "shared"
 
 
-def test_cache_reaching_loop_is_reported_not_skipped():
-    from openvino.op.util import Variable, VariableInfo
-    info = VariableInfo()
-    info.data_shape = ov.PartialShape([1, 4])
-    info.data_type = ov.Type.f32
-    info.variable_id = "cache"
-    var = Variable(info)
-    x = ops.parameter([1, 4], ov.Type.f32, name="x")
-    rv = ops.read_value(var)
-    cat = ops.add(rv, x)
-    # a Loop that consumes the cache data
-    body_in = ops.parameter([1, 4], ov.Type.f32)
-    body_out = ops.relu(body_in)
-    cond = ops.constant(True)
-    body = ov.Model([ops.result(cond), ops.result(body_out)], [body_in])
-    loop = ops.loop(ops.constant(2, ov.Type.i64), ops.constant(True))
-    loop.set_function(body)
-    loop.set_special_body_ports([-1, 0])
-    loop.set_invariant_input(body_in, cat.output(0))
-    out = loop.get_iter_value(body_out.output(0), -1)
-    model = ov.Model([ops.result(out)], [ops.assign(cat, var)], [x])
-    analysis = analyze_kv_sharing(model)
-    assert any("Loop" in message for message in analysis.unhandled)
+@pytest.mark.parametrize("loop_reads", ["concat", "past", "readvalue", "variable"])
+def test_cache_read_by_a_loop_is_not_exclusive(loop_reads):
+    """Issue 14, item 14: an SDPA whose cache a Loop body also reads was reported exclusive. The body is
+    not analysed, so the Loop counts as one more reader: the cache is shared, the SDPA is not exclusive,
+    and the unhandled message names the Loop, the cache and the SDPA."""
+    spec = CacheLoopSpec(loop_reads=loop_reads)
+    analysis = analyze_kv_sharing(build_cache_loop(spec))
+    key, value = analysis.caches[spec.variable_id("key")], analysis.caches[spec.variable_id("value")]
+    assert key.sdpa == (LOOP_SDPA,) and key.owner == LOOP_SDPA
+    assert key.unanalysed_readers == (LOOP_NAME,) and key.shared
+    assert value.unanalysed_readers == () and not value.shared
+    assert analysis.sdpa[LOOP_SDPA].status == "shared"
+    [message] = analysis.unhandled
+    assert f"Loop '{LOOP_NAME}'" in message and spec.variable_id("key") in message and LOOP_SDPA in message
+    assert spec.variable_id("value") not in message
+    variable = next(v for v in analysis.to_dict()["variables"] if v["variable_id"] == spec.variable_id("key"))
+    assert variable["unanalysed_readers"] == (LOOP_NAME,) and variable["shared"] is True
+    assert analysis.graph().nodes[("variable", spec.variable_id("key"))]["shared"]

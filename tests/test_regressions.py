@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
 from pathlib import Path
@@ -12,11 +13,24 @@ import openvino as ov
 import pytest
 
 import ovpasses
-from ovpasses import OvpassesError
+from ovpasses import OvpassesError, cli
 from ovpasses._ov import runtime_version
-from ovpasses.pipeline import BARRIER, DECOMPOSE, FIRST_FIXED, NATIVE, PIPELINE_PASSES, SHAPEOF
+from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, is_fusion_barrier
+from ovpasses.pipeline import BARRIER, DECOMPOSE, FIRST_FIXED, NATIVE, PIPELINE_PASSES, SHAPEOF, UNANALYSED
 from ovpasses.runner import count_fused_sdpa
-from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
+from ovpasses.testing.graphs import (
+    LOOP_SDPA,
+    CacheLoopSpec,
+    StackSpec,
+    build_cache_loop,
+    build_stack,
+    cache_loop_reference,
+    cache_loop_steps,
+    run_cache_loop,
+    run_stack,
+    stack_reference,
+    stack_steps,
+)
 from ovpasses.testing.matrix import apply_mode
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
@@ -80,6 +94,106 @@ def test_second_rewrite_leaves_a_barrier_alone():
     assert [n.get_friendly_name() for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"] \
         == [spec.sdpa_name(0), spec.sdpa_name(1)]
 
+
+# issue 14, item 5: `ovpass rewrite --in-place` added a second barrier on every run. The barrier was
+# recognised by its runtime-info key only, which OpenVINO's IR writer does not serialise.
+ROUND_TRIP = StackSpec(k_source=(0, 0), kv_heads=4, beam_gather=False, dynamic_batch=False,
+                       borrow_path="own_concat")
+RUNTIMES = pytest.mark.parametrize("runtime", [None, "2026.0"], ids=["installed", "affected_profile"])
+
+
+def ir_bytes(xml: Path) -> bytes:
+    return xml.read_bytes() + b"\0" + xml.with_suffix(".bin").read_bytes()
+
+
+def save(model: ov.Model, xml: Path) -> bytes:
+    """Save ``model`` as the CLI does and return the bytes of the two files."""
+    ov.save_model(model, str(xml), compress_to_fp16=False)
+    return ir_bytes(xml)
+
+
+def assert_one_barrier_per_input(model: ov.Model, sdpa_names: list[str]) -> None:
+    """Each named SDPA reads K and V straight from a barrier Reshape whose own input is no barrier."""
+    sdpa = {n.get_friendly_name(): n for n in model.get_ordered_ops()
+            if n.get_type_name() == "ScaledDotProductAttention"}
+    for name in sdpa_names:
+        for port, suffix in ((1, "key"), (2, "value")):
+            barrier = sdpa[name].input_value(port).get_node()
+            assert barrier.get_friendly_name() == f"{name}/{suffix}_fusion_barrier"
+            assert is_fusion_barrier(barrier)
+            assert not is_fusion_barrier(barrier.input_value(0).get_node()), f"{name}: a barrier behind a barrier"
+
+
+@RUNTIMES
+def test_barrier_read_back_from_a_file_is_recognised(runtime, tmp_path):
+    model = build_stack(ROUND_TRIP)
+    first = ovpasses.rewrite(model, runtime)
+    assert set(first.actions.values()) == {BARRIER}
+    saved = save(model, tmp_path / "once.xml")
+
+    read_back = ov.Core().read_model(tmp_path / "once.xml")
+    second = ovpasses.rewrite(read_back, runtime)
+    assert second.changed is False, str(second)
+    assert second.actions == first.actions
+    assert_one_barrier_per_input(read_back, list(first.actions))
+    assert save(read_back, tmp_path / "twice.xml") == saved
+
+
+@RUNTIMES
+def test_rewrite_in_place_five_times_is_a_fixed_point(runtime, tmp_path, capsys):
+    """The command of the report: the second and later runs change nothing and rewrite the files to
+    the same bytes."""
+    xml = tmp_path / "model.xml"
+    save(build_stack(ROUND_TRIP), xml)
+    args = ["rewrite", str(xml), "--in-place", "--format", "json"] + (["--runtime", runtime] if runtime else [])
+    states = []
+    for _ in range(5):
+        capsys.readouterr()
+        assert cli.main(args) == 0
+        summary = json.loads(capsys.readouterr().out)
+        model = ov.Core().read_model(xml)
+        states.append((summary["changed"], len(model.get_ordered_ops()), ir_bytes(xml)))
+    assert [changed for changed, _, _ in states] == [True, False, False, False, False]
+    assert len({(count, data) for _, count, data in states}) == 1
+    assert_one_barrier_per_input(model, [ROUND_TRIP.sdpa_name(0), ROUND_TRIP.sdpa_name(1)])
+
+
+def test_a_reshape_of_the_barrier_form_under_another_name_is_no_barrier():
+    """An exporter's own no-op Reshape before K is not taken for a barrier: nothing says that it keeps
+    the SDPA out of fusion, so the rewrite still puts its own barrier there."""
+    model = build_stack(ROUND_TRIP)
+    ovpasses.rewrite(model)
+    for node in model.get_ordered_ops():
+        if node.get_friendly_name().endswith("_fusion_barrier"):
+            del node.get_rt_info()[RT_BARRIER]
+            node.set_friendly_name(node.get_friendly_name().replace("_fusion_barrier", "_reshape"))
+    assert not any(map(is_fusion_barrier, model.get_ordered_ops()))
+    assert ovpasses.rewrite(model).changed
+    assert_one_barrier_per_input(model, [ROUND_TRIP.sdpa_name(0), ROUND_TRIP.sdpa_name(1)])
+
+@RUNTIMES
+@pytest.mark.parametrize("loop_reads", ["concat", "past", "readvalue"])
+def test_cache_read_by_a_loop_is_left_alone(runtime, loop_reads, tmp_path):
+    """Issue 14, item 14: the SDPA whose cache a Loop body also reads is not exclusive, so the rewrite
+    leaves the graph as it is, and the graph compiles and runs on CPU as the unmodified one does, both
+    equal to the float64 reference (measured: the plugin does not fuse this SDPA)."""
+    spec = CacheLoopSpec(loop_reads=loop_reads)
+    steps = cache_loop_steps(spec)
+    model = build_cache_loop(spec)
+    unmodified = save(model, tmp_path / "original.xml")
+    summary = ovpasses.rewrite(model, runtime)
+    assert summary.actions == {LOOP_SDPA: UNANALYSED} and summary.changed is False
+    assert save(model, tmp_path / "rewritten.xml") == unmodified
+
+    core = ov.Core()
+    before = run_cache_loop(core.compile_model(core.read_model(tmp_path / "original.xml"), "CPU", CONFIG), steps)
+    after = run_cache_loop(core.compile_model(model, "CPU", CONFIG), steps)
+    reference = cache_loop_reference(spec, steps)
+    magnitude = max(1.0, max(float(np.abs(r[name]).max()) for r in reference for name in r))
+    for b, a, r in zip(before, after, reference):
+        for name in r:
+            np.testing.assert_array_equal(a[name], b[name])
+            np.testing.assert_allclose(a[name], r[name], rtol=0, atol=1e-5 * magnitude)
 
 # Graphs that crash unmodified on openvino 2026.0 ("... has null input states" at the first decode):
 # an exclusive cache fused with Gather(beam_idx), whose Concat also feeds a ShapeOf.

@@ -13,13 +13,27 @@ The graph it is about, per cache variable ``v`` of a stateful LLM IR::
 An SDPA *reads* cache ``v`` when a path of data edges leads from ``ReadValue(v)`` into its port 1
 (K) or port 2 (V). The walk follows data edges only: it does not cross ShapeOf (a shape-only
 consumer reads no cache data), it stops at every SDPA (ports 0, 3 and 4 are Q, mask and scale,
-not cache reads) and at Assign and Result. Sub-graph operations (Loop, TensorIterator, If) that cache
-data reaches, or whose bodies hold ReadValue or SDPA nodes, are reported in ``unhandled``.
+not cache reads) and at Assign and Result.
+
+Sub-graph operations (Loop, TensorIterator, If) are not looked into, and what cannot be seen into
+makes the verdict conservative, never ``exclusive``. A sub-graph operation that cache data enters,
+or whose body reads or writes the same variable (a ReadValue or Assign of its id), is an
+*unanalysed reader* of that cache (``CacheInfo.unanalysed_readers``): the cache counts as shared,
+so every SDPA that reads it is ``shared``. The walk still follows the operation's outputs, so an
+SDPA that reads cache data through a Loop is a reader of that cache. Each such operation, and each
+one whose body holds ReadValue, Assign or SDPA nodes, is reported in ``unhandled`` with the caches
+and SDPAs it affects.
+
+    ReadValue(v) -> Concat(past, new) -> Assign(v)
+                          |
+                          +--> SDPA            exclusive without the Loop; shared with it
+                          +--> Loop { body: reads the cache, not analysed }
 
 Per SDPA the verdict is ``stateless`` (reads no cache), ``exclusive`` (every cache it reads has no
-other reader) or ``shared`` (some cache it reads is read by another SDPA too). Per cache, the
-*owner* is the SDPA of the layer whose Concat feeds the Assign: the first SDPA, in topological
-order, that reads the cache through the node that feeds the Assign; the other readers are borrowers.
+other reader) or ``shared`` (some cache it reads is read by another SDPA too, or by an unanalysed
+reader). Per cache, the *owner* is the SDPA of the layer whose Concat feeds the Assign: the first
+SDPA, in topological order, that reads the cache through the node that feeds the Assign; the other
+SDPA readers are borrowers.
 
 The walk is one multi-source pass: it propagates sets of variable ids in topological order over the
 part of the graph that cache data reaches, visiting each node of that part once.
@@ -72,10 +86,15 @@ class CacheInfo:
     # readers that reach the cache through a path that avoids the node feeding the Assign (their own
     # Gather / Concat on the ReadValue): the plugin does not see them when it fuses the owner
     off_path_readers: tuple[str, ...] = ()
+    # sub-graph operations (Loop, TensorIterator, If; friendly names) that the cache's data enters or
+    # whose bodies read or write its variable: their bodies are not analysed, so each may read the
+    # cache in any way and counts as one more reader
+    unanalysed_readers: tuple[str, ...] = ()
 
     @property
     def shared(self) -> bool:
-        return len(self.sdpa) > 1
+        """Read by more than one SDPA, or by anything the analysis cannot see into."""
+        return len(self.sdpa) > 1 or bool(self.unanalysed_readers)
 
 
 @dataclass(frozen=True)
@@ -122,7 +141,8 @@ class KVSharingAnalysis:
         for name, info in self.sdpa.items():
             g.add_node(("sdpa", name), status=info.status, order=info.order)
         for vid, cache in self.caches.items():
-            g.add_node(("variable", vid), shared=cache.shared, shape_consumers=len(cache.shape_consumers))
+            g.add_node(("variable", vid), shared=cache.shared, shape_consumers=len(cache.shape_consumers),
+                       unanalysed_readers=cache.unanalysed_readers)
             for name in cache.sdpa:
                 ports = tuple(p for p, readers in ((KEY_PORT, cache.key_readers), (VALUE_PORT, cache.value_readers))
                               if name in readers)
@@ -149,7 +169,10 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
     read_values: list[ov.Node] = []
     anchors: dict[ov.Node, set[str]] = {}   # node feeding an Assign (through Converts) -> variable ids
     assigns: dict[str, str] = {}
-    unhandled: list[str] = []
+    # sub-graph operation -> variable ids it reads without the walk seeing how (cache data enters it,
+    # or its body holds a ReadValue / Assign of the variable); insertion order is topological
+    opaque: dict[ov.Node, set[str]] = {}
+    holds_state_or_attention: list[ov.Node] = []
     for index, node in enumerate(ordered):
         type_name = node.get_type_name()
         if type_name == SDPA_TYPE:
@@ -163,9 +186,12 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
             while source.get_type_name() == "Convert":
                 source = source.input_value(0).get_node()
             anchors.setdefault(source, set()).add(vid)
-        elif type_name in SUBGRAPH_OPS and _body_has_state_or_attention(node):
-            unhandled.append(f"{type_name} '{node.get_friendly_name()}' holds ReadValue or SDPA nodes in its "
-                             "body; caches and attention inside sub-graphs are not analysed")
+        elif type_name in SUBGRAPH_OPS:
+            variables, attention = _body_contents(node)
+            if variables or attention:
+                holds_state_or_attention.append(node)
+            if variables:
+                opaque[node] = set(variables)
 
     labels: dict[ov.Node, frozenset[str]] = {}
     anchored: dict[ov.Node, frozenset[str]] = {}
@@ -218,24 +244,29 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
             if type_name in STOP:
                 continue
             if type_name in SUBGRAPH_OPS:
-                unhandled.append(f"cache data of {sorted(label)} enters {type_name} "
-                                 f"'{consumer.get_friendly_name()}'; reads inside its body are not analysed")
+                opaque.setdefault(consumer, set()).update(label)
             labels[consumer] = labels.get(consumer, frozenset()) | label
             anchored[consumer] = anchored.get(consumer, frozenset()) | anchor_label
             indegree[consumer] -= 1
             if indegree[consumer] == 0:
                 ready.append(consumer)
 
-    return _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns, rv_names, unhandled)
+    return _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns, rv_names, opaque,
+                      holds_state_or_attention)
 
 
-def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns, rv_names,
-               unhandled) -> KVSharingAnalysis:
+def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns, rv_names, opaque,
+               holds_state_or_attention) -> KVSharingAnalysis:
     by_var: dict[str, list[ov.Node]] = {vid: [] for vid in rv_names}
     for node in sorted(readers, key=order.__getitem__):
         for key in readers[node]:
             if isinstance(key, str):
                 by_var[key].append(node)
+    unanalysed: dict[str, list[str]] = {}
+    for op, variables in opaque.items():
+        for vid in variables:
+            if vid in rv_names:   # a variable only the body reads is not a cache of this graph
+                unanalysed.setdefault(vid, []).append(op.get_friendly_name())
     caches: dict[str, CacheInfo] = {}
     owner_of: dict[ov.Node, list[str]] = {}
     for vid, nodes in by_var.items():
@@ -258,6 +289,7 @@ def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns,
             concat_shape_consumers=tuple(concat_shape_consumers.get(vid, ())),
             off_path_readers=tuple(n.get_friendly_name() for n in nodes
                                    if vid in assigns and ("anchored", vid) not in readers[n]),
+            unanalysed_readers=tuple(unanalysed.get(vid, ())),
         )
     sdpa: dict[str, SDPAInfo] = {}
     for node in sorted(order, key=order.__getitem__):
@@ -275,9 +307,32 @@ def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns,
                                         "(node.set_friendly_name) before running it")
         sdpa[name] = SDPAInfo(name=name, kv_variables=read, status=status,
                               owner_of=tuple(owner_of.get(node, ())), order=order[node])
+    unhandled = _unhandled_messages(opaque, holds_state_or_attention, caches, sdpa)
     for message in unhandled:
         log.warning("analyze_kv_sharing: %s", message)
     return KVSharingAnalysis(caches=caches, sdpa=sdpa, unhandled=unhandled)
+
+
+def _unhandled_messages(opaque: dict[ov.Node, set[str]], holds_state_or_attention: list[ov.Node],
+                        caches: dict[str, CacheInfo], sdpa: dict[str, SDPAInfo]) -> list[str]:
+    """One message per sub-graph operation that the analysis does not look into: which caches it reads
+    and which SDPAs that keeps from being ``exclusive``."""
+    messages = []
+    holds = set(holds_state_or_attention)
+    for op in dict.fromkeys([*opaque, *holds_state_or_attention]):
+        what = f"{op.get_type_name()} '{op.get_friendly_name()}'"
+        read = sorted(v for v in opaque.get(op, ()) if v in caches)
+        if not read:
+            messages.append(f"{what} holds ReadValue, Assign or SDPA nodes in its body; caches and attention "
+                            "inside sub-graphs are not analysed")
+            continue
+        affected = sorted({name for v in read for name in caches[v].sdpa}, key=lambda n: sdpa[n].order)
+        messages.append(
+            f"{what} reads cache {', '.join(read)} in a body that is not analysed"
+            + (" (it holds ReadValue, Assign or SDPA nodes)" if op in holds else "")
+            + "; the cache counts as shared, so "
+            + (f"SDPA {', '.join(affected)} is not exclusive" if affected else "no SDPA is affected (none reads it)"))
+    return messages
 
 
 def _consumers(node: ov.Node):
@@ -294,19 +349,24 @@ def _variable_id(node: ov.Node) -> str:
     return str(node.get_attributes()["variable_id"])
 
 
-def _body_has_state_or_attention(node: ov.Node) -> bool:
-    """Iteratively look through the bodies (and nested bodies) of a sub-graph operation."""
+def _body_contents(node: ov.Node) -> tuple[set[str], bool]:
+    """The variable ids that ReadValue / Assign nodes in the bodies (and nested bodies) of a sub-graph
+    operation use, and whether those bodies hold an SDPA. Iterative."""
+    variables: set[str] = set()
+    attention = False
     pending = [node]
     while pending:
         op = pending.pop()
         for body in _bodies(op):
             for inner in body.get_ordered_ops():
                 type_name = inner.get_type_name()
-                if type_name in ("ReadValue", SDPA_TYPE):
-                    return True
-                if type_name in SUBGRAPH_OPS:
+                if type_name in ("ReadValue", "Assign"):
+                    variables.add(_variable_id(inner))
+                elif type_name == SDPA_TYPE:
+                    attention = True
+                elif type_name in SUBGRAPH_OPS:
                     pending.append(inner)
-    return False
+    return variables, attention
 
 
 def _bodies(op: ov.Node) -> list[ov.Model]:

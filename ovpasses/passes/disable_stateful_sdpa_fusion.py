@@ -17,6 +17,9 @@ The Reshape is a no-op for rank-4 K/V with a static last dimension (the head siz
 requires. Measured on openvino 2025.2, 2026.0 and 2026.4.1: such a Reshape survives the plugin's
 simplifications (a Convert to the same type, Multiply by 1, Add 0, a full slice or an identity
 Transpose do not: 2026.x removes them before the fusion runs).
+
+A second run leaves an SDPA that is already behind a barrier alone, also when the model was saved
+and read back in between: :func:`is_fusion_barrier` recognises a barrier from what an IR file keeps.
 """
 
 from __future__ import annotations
@@ -34,16 +37,42 @@ from ovpasses._ov import copy_runtime_info
 log = logging.getLogger(__name__)
 
 RT_BARRIER = "ovpasses_fusion_barrier"
+BARRIER_SUFFIXES = ("/key_fusion_barrier", "/value_fusion_barrier")   # after the SDPA's friendly name
 
 NodePredicate = Callable[[ov.Node], bool]
 
 
+def is_fusion_barrier(node: ov.Node) -> bool:
+    """Whether ``node`` is a barrier that this pass inserted, in memory or read back from an IR file.
+
+    In memory a barrier carries :data:`RT_BARRIER` in its runtime info. OpenVINO's IR writer does not
+    serialise arbitrary node runtime info, so a barrier read back from a file is recognised by what the
+    file keeps: ``Reshape(x, Constant [0, 0, -1, E], special_zero=True)`` with ``E`` the static last
+    dimension of ``x`` (a no-op), named ``"<SDPA name>/key_fusion_barrier"`` or
+    ``".../value_fusion_barrier"``. Both the structure and the name are required: an exporter's own
+    Reshape of that form is not known to keep the SDPA out of fusion, and a node that only carries
+    the name may not be a no-op.
+    """
+    if RT_BARRIER in node.get_rt_info():
+        return True
+    if node.get_type_name() != "Reshape" or not node.get_friendly_name().endswith(BARRIER_SUFFIXES):
+        return False
+    source, target = node.input_value(0), node.input_value(1).get_node()
+    if not (node.get_attributes().get("special_zero") and target.get_type_name() == "Constant"
+            and _static_head(source)):
+        return False
+    return target.get_vector().tolist() == [0, 0, -1, source.get_partial_shape()[3].get_length()]
+
+
+def _static_head(output: ov.Output) -> bool:
+    """Rank 4 with a static last dimension: the shapes on which the barrier Reshape is a no-op."""
+    shape = output.get_partial_shape()
+    return shape.rank.is_static and shape.rank.get_length() == 4 and shape[3].is_static
+
+
 def _barrier_candidate(output: ov.Output) -> bool:
     """Rank-4 K/V with a static head size, not already behind a barrier."""
-    shape = output.get_partial_shape()
-    if not (shape.rank.is_static and shape.rank.get_length() == 4 and shape[3].is_static):
-        return False
-    return RT_BARRIER not in output.get_node().get_rt_info()
+    return _static_head(output) and not is_fusion_barrier(output.get_node())
 
 
 class DisableStatefulSDPAFusion(MatcherPass):
@@ -68,11 +97,11 @@ class DisableStatefulSDPAFusion(MatcherPass):
             pvm = matcher.get_pattern_value_map()
             sdpa = matcher.get_match_root()
             name = sdpa.get_friendly_name()
-            for port, label, suffix in ((1, k, "key"), (2, v, "value")):
+            for port, label, suffix in ((1, k, BARRIER_SUFFIXES[0]), (2, v, BARRIER_SUFFIXES[1])):
                 source = pvm[label]
                 head = source.get_partial_shape()[3].get_length()
                 barrier = ops.reshape(source, ops.constant(np.array([0, 0, -1, head], np.int64)), special_zero=True)
-                barrier.set_friendly_name(f"{name}/{suffix}_fusion_barrier")
+                barrier.set_friendly_name(f"{name}{suffix}")
                 copy_runtime_info(sdpa, [barrier, barrier.input_value(1).get_node()])
                 barrier.get_rt_info()[RT_BARRIER] = name
                 sdpa.input(port).replace_source_output(barrier.output(0))

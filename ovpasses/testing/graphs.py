@@ -1,12 +1,14 @@
 """Synthetic attention graphs: the one builder module that tests, property strategies and benchmarks use.
 
-Two families:
+Three families:
 
 * :class:`AttentionSpec` / :func:`build_attention` — one stateless opset13 SDPA with any input
   combination the operation allows (mask kind and shape, explicit or pre-scaled scale, causal,
   element type, static or dynamic dimensions, GQA through Unsqueeze -> Broadcast -> Reshape).
 * :class:`StackSpec` / :func:`build_stack` — a stateful decoder stack the way LLM exporters make it,
   with a KV-sharing layout given as data (see :mod:`ovpasses.testing.stack`).
+* :class:`CacheLoopSpec` / :func:`build_cache_loop` — one stateful attention layer whose cache a
+  Loop also reads: a reader inside a body that the KV-sharing analysis does not look into.
 
 Each builder has a matching input generator and a float64 reference built from
 :mod:`ovpasses.testing.reference`.
@@ -654,4 +656,154 @@ def stack_reference(spec: StackSpec, steps: list[StackStep]) -> list[np.ndarray]
             if past_len is not None:
                 x = x + past_len * PAST_LENGTH_WEIGHT
         outs.append(x)
+    return outs
+
+
+# --------------------------------------------------------------------------------------------------
+# A KV cache that a sub-graph operation also reads
+# --------------------------------------------------------------------------------------------------
+
+LoopReads = Literal["concat", "past", "readvalue", "variable"]
+
+LOOP_SDPA = StackSpec.sdpa_name(0)
+LOOP_NAME = "cache_loop"
+LOOP_ATTENTION_OUTPUT = "attention"
+LOOP_SUMMARY_OUTPUT = "cache_summary"
+
+
+@dataclass(frozen=True)
+class CacheLoopSpec:
+    """One stateful attention layer whose K cache a Loop also reads: the smallest graph in which a cache
+    has a reader that the KV-sharing analysis cannot see into (the Loop's body)::
+
+        ReadValue(k) -> Gather(beam_idx) -> Concat(past, k_new) -> Assign(k)
+             |                 |                 |
+             |                 |                 +--> SDPA(q, K, V) -> attention    (V: the same path
+             |                 |                 |                                  with its own cache)
+             +-("readvalue")---+-("past")--------+-("concat")--> Loop(trip_count) -> cache_summary
+                                                    body: acc_1H1D += ReduceSum(cache_1HSD, axis 2)
+
+    ``loop_reads`` is the node of the K cache path that the Loop takes as its invariant input: the
+    cache Concat that feeds the Assign (``"concat"``, as the SDPA reads it), the Gather(beam_idx)
+    output (``"past"``) or the ReadValue's output (``"readvalue"``), the last two off the Assign's
+    path. ``"variable"`` gives the Loop no input from the cache: its body reads the K variable with a
+    ReadValue of its own. That form is for the analysis only: the CPU plugin does not compile a
+    ReadValue of a dynamic shape without an initialiser (measured on 2026.4.1), so it has no reference.
+
+    Batch 1; the inputs ``q``, ``k_new`` and ``v_new`` are [1, heads, T, head_dim] in f32, and
+    ``beam_idx`` [1] (the Gather makes the form the CPU plugin's stateful fusion matches: without the
+    Loop it fuses the SDPA, measured on 2026.0.0 and 2026.4.1). ``cache_summary`` is
+    ``trip_count * (sum over S of what the Loop reads)``.
+    """
+
+    heads: int = 2
+    head_dim: int = 4
+    trip_count: int = 2
+    loop_reads: LoopReads = "concat"
+
+    @staticmethod
+    def variable_id(kind: str) -> str:
+        return StackSpec.variable_id(0, kind)
+
+
+def build_cache_loop(spec: CacheLoopSpec) -> ov.Model:
+    """The model of ``spec``: outputs ``attention`` [1, H, T, D] and ``cache_summary`` [1, H, 1, D]."""
+    from openvino.op.util import Variable, VariableInfo
+
+    H, D = spec.heads, spec.head_dim
+    f32 = ov.Type.f32
+    inputs = {name: _param(name, [1, H, -1, D], (2,), f32) for name in ("q", "k_new", "v_new")}
+    inputs["beam_idx"] = _param("beam_idx", [1], (), ov.Type.i32)
+    variables: dict[str, Variable] = {}
+    k_path: dict[str, ov.Output] = {}        # the nodes of the K cache path the Loop can read
+    caches: dict[str, ov.Output] = {}
+    sinks = []
+    for kind, new in (("key", inputs["k_new"]), ("value", inputs["v_new"])):
+        info = VariableInfo()
+        info.data_shape = ov.PartialShape([1, H, -1, D])
+        info.data_type = f32
+        info.variable_id = spec.variable_id(kind)
+        variables[kind] = Variable(info)
+        empty_1H0D = ops.broadcast(_const(0.0, f32), _i64([1, H, 0, D]))
+        rv = ops.read_value(empty_1H0D, variables[kind])
+        rv.set_friendly_name(spec.variable_id(kind))
+        past_1HSD = ops.gather(rv, inputs["beam_idx"], _i64(0))
+        cache_1HSD = ops.concat([past_1HSD, new], 2)
+        cache_1HSD.set_friendly_name(f"layers.0.self_attn.{kind}_cache")
+        sinks.append(ops.assign(cache_1HSD, variables[kind]))
+        caches[kind] = cache_1HSD.output(0)
+        if kind == "key":
+            k_path = {"readvalue": rv.output(0), "past": past_1HSD.output(0), "concat": cache_1HSD.output(0)}
+
+    sdpa = ops.scaled_dot_product_attention(inputs["q"], caches["key"], caches["value"], causal=False)
+    sdpa.set_friendly_name(LOOP_SDPA)
+
+    body_acc_1H1D = ops.parameter(ov.PartialShape([1, H, 1, D]), f32, name="body_acc")
+    if spec.loop_reads == "variable":
+        body_params = [body_acc_1H1D]
+        body_cache_1HSD = ops.read_value(variables["key"])
+    else:
+        body_cache_1HSD = ops.parameter(ov.PartialShape([1, H, -1, D]), f32, name="body_cache")
+        body_params = [body_cache_1HSD, body_acc_1H1D]
+    acc_next = ops.add(body_acc_1H1D, ops.reduce_sum(body_cache_1HSD, _i64([2]), keep_dims=True))
+    body = ov.Model([ops.result(ops.constant(True)), ops.result(acc_next)], body_params, "cache_loop_body")
+    loop = ops.loop(ops.constant(np.int64(spec.trip_count)), ops.constant(True))
+    loop.set_function(body)
+    loop.set_special_body_ports([-1, 0])   # no iteration-number input; the condition is body output 0
+    if spec.loop_reads != "variable":
+        loop.set_invariant_input(body_cache_1HSD, k_path[spec.loop_reads])
+    loop.set_merged_input(body_acc_1H1D, ops.constant(np.zeros((1, H, 1, D), np.float32)).output(0),
+                          acc_next.output(0))
+    summary = loop.get_iter_value(acc_next.output(0), -1)
+    loop.set_friendly_name(LOOP_NAME)
+
+    results = []
+    for name, output in ((LOOP_ATTENTION_OUTPUT, sdpa.output(0)), (LOOP_SUMMARY_OUTPUT, summary)):
+        output.set_names({name})
+        result = ops.result(output)
+        result.output(0).set_names({name})
+        results.append(result)
+    return ov.Model(results, sinks, list(inputs.values()), "cache_loop")
+
+
+def cache_loop_steps(spec: CacheLoopSpec, prefill: int = 3, decode: int = 2,
+                     seed: int = 1) -> list[dict[str, np.ndarray]]:
+    """Inputs of a prefill of ``prefill`` tokens then ``decode`` single-token steps (state carried)."""
+    rng = np.random.default_rng(seed)
+    steps = []
+    for t in [prefill] + [1] * decode:
+        feed = {name: rng.standard_normal((1, spec.heads, t, spec.head_dim)).astype(np.float32)
+                for name in ("q", "k_new", "v_new")}
+        feed["beam_idx"] = np.zeros(1, np.int32)
+        steps.append(feed)
+    return steps
+
+
+def run_cache_loop(compiled: ov.CompiledModel, steps: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """Run ``steps`` through one infer request from a reset state; both outputs of each step."""
+    request = compiled.create_infer_request()
+    request.reset_state()
+    outs = []
+    for feed in steps:
+        request.infer(feed)
+        outs.append({name: np.array(request.get_tensor(name).data, copy=True)
+                     for name in (LOOP_ATTENTION_OUTPUT, LOOP_SUMMARY_OUTPUT)})
+    return outs
+
+
+def cache_loop_reference(spec: CacheLoopSpec, steps: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """Float64 outputs of :func:`build_cache_loop` for ``steps``, from the operation specifications."""
+    if spec.loop_reads == "variable":
+        raise ValueError("loop_reads='variable' is a graph for the analysis only; it has no reference")
+    shape = (1, spec.heads, 0, spec.head_dim)
+    past_k, past_v = np.zeros(shape), np.zeros(shape)
+    outs = []
+    for feed in steps:
+        past_k, past_v = past_k[feed["beam_idx"]], past_v[feed["beam_idx"]]
+        k = np.concatenate([past_k, np.asarray(feed["k_new"], np.float64)], axis=2)
+        v = np.concatenate([past_v, np.asarray(feed["v_new"], np.float64)], axis=2)
+        read = k if spec.loop_reads == "concat" else past_k
+        outs.append({LOOP_ATTENTION_OUTPUT: sdpa_reference(feed["q"], k, v),
+                     LOOP_SUMMARY_OUTPUT: spec.trip_count * read.sum(axis=2, keepdims=True)})
+        past_k, past_v = k, v
     return outs
