@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import ovpasses
-from ovpasses import io, runner
+from ovpasses import folder, io, runner
 from ovpasses.errors import OvpassesError
 
 EXIT_OK = 0
@@ -146,6 +146,8 @@ def cmd_rewrite(args) -> int:
     runtime = _runtime(args)
     passes = runner.parse_passes(args.passes)
     source = Path(args.input)
+    if source.is_dir():
+        return _rewrite_folder(args, source, runtime, passes)
     if args.in_place and args.output and not io.same_ir(args.output, source):
         raise OvpassesError("--in-place writes over IN.xml; drop -o, or drop --in-place to write to -o")
     target = source if args.in_place else (Path(args.output) if args.output else None)
@@ -172,6 +174,21 @@ def cmd_rewrite(args) -> int:
             print("dry run: nothing written")
         else:
             print(f"wrote {target} and {io.weights_path(target).name}")
+    return EXIT_OK
+
+
+def _rewrite_folder(args, source: Path, runtime, passes) -> int:
+    if args.in_place and args.output and Path(args.output).resolve() != source.resolve():
+        raise OvpassesError("--in-place writes over the input folder; drop -o, or drop --in-place to write to -o")
+    if not (args.in_place or args.output or args.dry_run):
+        raise OvpassesError("say where to write: -o NEW_FOLDER, --in-place, or --dry-run to write nothing")
+    target = None if args.dry_run else source if args.in_place else Path(args.output)
+    summary = folder.rewrite_folder(source, target, runtime, passes, in_place=args.in_place and not args.dry_run)
+    if args.format == "json":
+        print(json.dumps(summary.to_dict(), indent=2))
+    else:
+        print(summary)
+        print("dry run: nothing written" if target is None else f"wrote {target}")
     return EXIT_OK
 
 

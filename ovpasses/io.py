@@ -157,6 +157,20 @@ def check_distinct_output(source: str | os.PathLike, target: str | os.PathLike) 
                        "X.xml is X.bin, whatever the case of .xml)")
 
 
+def save_ir(model: ov.Model, path: Path, mode_from: Path | None = None) -> None:
+    """Serialise ``model`` to ``path`` and the ``.bin`` beside it, as they are (no fp16 compression).
+
+    Both files get the permission bits of the files at ``mode_from`` (the ones they will replace or
+    stand in for), else those of a new file. A model without constants still gets an (empty) ``.bin``.
+    """
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # can files be made here?
+    ov.save_model(model, str(path), compress_to_fp16=False)
+    if not weights_path(path).exists():
+        weights_path(path).touch()
+    for made, like in ((path, mode_from), (weights_path(path), mode_from and weights_path(mode_from))):
+        os.chmod(made, _file_mode(like))
+
+
 def write_ir(model: ov.Model, path: str | os.PathLike) -> None:
     """Write ``model`` to ``path`` (``.xml``) and the ``.bin`` next to it, as one artefact.
 
@@ -170,17 +184,10 @@ def write_ir(model: ov.Model, path: str | os.PathLike) -> None:
     tmp_xml = folder / commit.temp_name(".xml")
     tmp_bin = weights_path(tmp_xml)
     try:
-        os.close(os.open(tmp_xml, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # can files be made here?
-        ov.save_model(model, str(tmp_xml), compress_to_fp16=False)
-        if not tmp_bin.exists():  # a model without constants gets no .bin from save_model
-            tmp_bin.touch()
-        for tmp, final in ((tmp_xml, path), (tmp_bin, weights_path(path))):
-            os.chmod(tmp, _file_mode(final))
+        save_ir(model, tmp_xml, mode_from=path)
         with commit.folder_lock(folder):
             commit.replace_all(folder, [(tmp_bin, weights_path(path)), (tmp_xml, path)])
-    except OSError as exc:
-        raise IRWriteError(_write_error(path, exc, model)) from exc
-    except RuntimeError as exc:
+    except (OSError, RuntimeError) as exc:
         raise IRWriteError(_write_error(path, exc, model)) from exc
     finally:
         for leftover in (tmp_xml, tmp_bin):
@@ -260,10 +267,11 @@ def _path_error(path: Path, exc: OSError) -> str:
     return f"cannot reach {path}: {exc.strerror or exc}"
 
 
-def _file_mode(path: Path) -> int:
+def _file_mode(path: Path | None) -> int:
     """The permission bits a file written to ``path`` gets: those of the file it replaces, else 0o666 - umask."""
-    with contextlib.suppress(FileNotFoundError):
-        return path.stat().st_mode & 0o7777
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            return path.stat().st_mode & 0o7777
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
