@@ -1,0 +1,174 @@
+"""``ovpass check --genai``: an export folder and its rewritten copy through openvino_genai, side by side.
+
+Users run export folders through openvino_genai: ``LLMPipeline`` for text exports
+(``openvino_model.xml``), ``VLMPipeline`` for image-text-to-text exports
+(``openvino_language_model.xml`` and its embedding IRs), either stateful
+(``ATTENTION_BACKEND="SDPA"``) or with continuous batching (a ``SchedulerConfig``: the runtime
+converts SDPA to PagedAttention, as OpenVINO Model Server runs it). This module runs the original
+and the rewritten folder both ways, greedy, and reports per path whether each ran and whether their
+tokens are equal.
+
+Each pipeline runs in its own process (``python -m ovpasses.genai_check``): some releases crash
+the whole process on some IRs (README's runtime notes), and a crash must be a result, not the end
+of the check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ovpasses.errors import OvpassesError
+
+PATHS = ("stateful", "paged")
+VLM_MODEL = "openvino_language_model.xml"
+VISION_MODEL = "openvino_vision_embeddings_model.xml"
+DEFAULT_PROMPT = "Describe the picture."
+# CPU in f32 with an f32 KV cache: the defaults (bf16, f16/u8 caches) flip near-tied greedy picks
+EXACT_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+
+
+def pipeline_kind(folder: Path) -> str:
+    """``vlm`` for an image-text-to-text export, ``llm`` for a text-generation export."""
+    if (folder / VLM_MODEL).exists():
+        return "vlm"
+    if (folder / "openvino_model.xml").exists():
+        return "llm"
+    raise OvpassesError(f"{folder}: neither openvino_model.xml (text export) nor {VLM_MODEL} (image-text-to-text "
+                        "export); --genai needs an optimum-intel export folder")
+
+
+@dataclass
+class GenaiRun:
+    """One pipeline on one folder."""
+
+    folder: str
+    path: str
+    ran: bool = False
+    error: str | None = None
+    tokens: list[int] = field(default_factory=list)
+    text: str | None = None
+
+
+@dataclass
+class GenaiPathReport:
+    path: str
+    original: GenaiRun
+    rewritten: GenaiRun
+
+    @property
+    def same_output(self) -> bool:
+        """Both ran and gave the same tokens (LLMPipeline) or the same text (VLMPipeline returns text)."""
+        a, b = self.original, self.rewritten
+        return a.ran and b.ran and (a.tokens, a.text) == (b.tokens, b.text)
+
+    @property
+    def verdict(self) -> str:
+        a, b = self.original, self.rewritten
+        if a.ran and b.ran:
+            return "ok" if self.same_output else "worse"
+        if a.ran:
+            return "worse"
+        return "fixed" if b.ran else "inconclusive"
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "verdict": self.verdict,
+                "same_output": self.same_output,
+                "original": asdict(self.original), "rewritten": asdict(self.rewritten)}
+
+    def __str__(self) -> str:
+        def one(run: GenaiRun) -> str:
+            return ("ran" + (f", {len(run.tokens)} tokens" if run.tokens else "")) if run.ran else f"FAILED: {run.error}"
+        equal = ("same output" if self.same_output else "output DIFFERS") \
+            if self.original.ran and self.rewritten.ran else ""
+        return (f"genai {self.path:<8}: original {one(self.original)}; rewritten {one(self.rewritten)}"
+                f"{'; ' + equal if equal else ''} -> {self.verdict.upper()}")
+
+
+def run_pipeline(folder: Path, path: str, prompt: str, max_new_tokens: int, device: str = "CPU",
+                 image: bool = True) -> GenaiRun:
+    """Run one greedy generation in this process (the worker's body)."""
+    import numpy as np
+    import openvino as ov
+    import openvino_genai as genai
+
+    run = GenaiRun(str(folder), path)
+    kind = pipeline_kind(folder)
+    kwargs: dict = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
+    if device.upper().startswith("CPU"):
+        kwargs.update(EXACT_CONFIG)
+    config = genai.GenerationConfig()
+    config.max_new_tokens = max_new_tokens
+    config.min_new_tokens = max_new_tokens
+    config.do_sample = False
+    if kind == "vlm":
+        pipe = genai.VLMPipeline(str(folder), device, **kwargs)
+        extra = {}
+        if image and (folder / VISION_MODEL).exists():
+            pixels = (np.arange(32 * 32 * 3, dtype=np.uint32).reshape(1, 32, 32, 3) * 37 % 256).astype(np.uint8)
+            extra["images"] = [ov.Tensor(pixels)]
+        run.text = pipe.generate(prompt, generation_config=config, **extra).texts[0]
+    else:
+        # through the folder's tokenizer, then token ids in and out: the exact tokens, not a re-encoding
+        pipe = genai.LLMPipeline(str(folder), device, **kwargs)
+        tokenizer = pipe.get_tokenizer()
+        result = pipe.generate(tokenizer.encode(prompt), config)
+        run.tokens = [int(t) for t in result.tokens[0]]
+        run.text = tokenizer.decode(run.tokens)
+    run.ran = True
+    return run
+
+
+def run_isolated(folder: Path, path: str, prompt: str, max_new_tokens: int, device: str,
+                 timeout: float = 600) -> GenaiRun:
+    """:func:`run_pipeline` in a child process; a crash or an exception is recorded as an error."""
+    command = [sys.executable, "-m", "ovpasses.genai_check", str(folder), "--path", path, "--prompt", prompt,
+               "--max-new-tokens", str(max_new_tokens), "--device", device]
+    try:
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return GenaiRun(str(folder), path, error=f"timed out after {timeout:.0f} s")
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode == 0 and lines:
+        return GenaiRun(**json.loads(lines[-1]))
+    tail = [line.strip() for line in proc.stderr.splitlines() if line.strip()]
+    what = f"the process crashed (signal {-proc.returncode})" if proc.returncode < 0 else \
+        (tail[-1][:300] if tail else f"exit {proc.returncode}")
+    return GenaiRun(str(folder), path, error=what)
+
+
+def check_folders(original: Path, rewritten: Path, prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 8,
+                  device: str = "CPU", paths=PATHS) -> list[GenaiPathReport]:
+    """Both folders through openvino_genai on each path in ``paths``."""
+    try:
+        import openvino_genai  # noqa: F401
+    except ImportError:
+        raise OvpassesError("--genai needs openvino_genai: pip install openvino-genai of the same release as "
+                            "openvino") from None
+    return [GenaiPathReport(path, run_isolated(original, path, prompt, max_new_tokens, device),
+                            run_isolated(rewritten, path, prompt, max_new_tokens, device)) for path in paths]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Run one openvino_genai pipeline on an export folder (worker).")
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--path", choices=PATHS, required=True)
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--max-new-tokens", type=int, default=8)
+    parser.add_argument("--device", default="CPU")
+    args = parser.parse_args(argv)
+    try:
+        run = run_pipeline(args.folder, args.path, args.prompt, args.max_new_tokens, args.device)
+    except Exception as exc:  # noqa: BLE001 - the parent reports it
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        run = GenaiRun(str(args.folder), args.path, error=(lines[-1] if lines else type(exc).__name__)[:300])
+    print(json.dumps(asdict(run)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
