@@ -1,7 +1,8 @@
 """``ovpass``: a thin command-line shell over ovpasses (argument parsing, file I/O, exit codes).
 
-The work is done by :mod:`ovpasses.runner` (pipeline, inspection, side-by-side check) and
-:mod:`ovpasses.io` (safe IR reading and writing); this module only wires arguments to them.
+The work is done by :mod:`ovpasses.pipeline` (the passes and the rewrite), :mod:`ovpasses.inspect_report`
+(the KV-sharing report), :mod:`ovpasses.check` (the side-by-side check) and :mod:`ovpasses.io` (safe IR
+reading and writing); this module only wires arguments to them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 import ovpasses
-from ovpasses import io, runner
+from ovpasses import check, inspect_report, io, pipeline
 from ovpasses.errors import OvpassesError
 
 EXIT_OK = 0
@@ -99,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "same inputs through each (input_ids, attention_mask, position_ids and beam_idx are "
                     "recognised; other inputs get seeded random data) and report whether each compiled and "
                     "ran, the largest output difference and the fused SDPA count of each. On CPU it compiles "
-                    f"with {json.dumps(runner.EXACT_CPU_CONFIG)} unless --precision default. Exit 0 when the "
+                    f"with {json.dumps(check.EXACT_CPU_CONFIG)} unless --precision default. Exit 0 when the "
                     "rewritten model is at least as good: it runs whenever the original runs, and when both "
                     "run every output agrees within atol + rtol * max|original output|.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -144,7 +145,7 @@ def _runtime(args) -> str | None:
 
 def cmd_rewrite(args) -> int:
     runtime = _runtime(args)
-    passes = runner.parse_passes(args.passes)
+    passes = pipeline.parse_passes(args.passes)
     source = Path(args.input)
     if args.in_place and args.output and not io.same_ir(args.output, source):
         raise OvpassesError("--in-place writes over IN.xml; drop -o, or drop --in-place to write to -o")
@@ -177,30 +178,30 @@ def cmd_rewrite(args) -> int:
 
 def cmd_inspect(args) -> int:
     runtime = _runtime(args)
-    report = runner.inspect_model(io.read_ir(args.input), runtime)
+    report = inspect_report.inspect_model(io.read_ir(args.input), runtime)
     if args.format == "json":
         print(json.dumps(report, indent=2))
     elif args.format == "dot":
-        sys.stdout.write(runner.inspect_dot(report))
+        sys.stdout.write(inspect_report.inspect_dot(report))
     else:
-        sys.stdout.write(runner.inspect_text(report))
+        sys.stdout.write(inspect_report.inspect_text(report))
     return EXIT_OK
 
 
 def cmd_check(args) -> int:
     runtime = _runtime(args)
-    passes = runner.parse_passes(args.passes)
+    passes = pipeline.parse_passes(args.passes)
     model = io.read_ir(args.input)
     config = None if args.precision == "exact" else {}
-    report = runner.check_model(model, device=args.device, steps=args.steps, runtime=runtime, config=config,
+    report = check.check_model(model, device=args.device, steps=args.steps, runtime=runtime, config=config,
                                 passes=passes, prefill=args.prefill, atol=args.atol, rtol=args.rtol)
     print(report.to_json() if args.format == "json" else report)
     return EXIT_OK if report.ok else EXIT_WORSE
 
 
 def cmd_passes(args) -> int:
-    width = max(map(len, runner.PASSES))
-    for name, (_cls, line) in runner.PASSES.items():
+    width = max(map(len, pipeline.PASSES))
+    for name, (_cls, line) in pipeline.PASSES.items():
         print(f"{name:<{width}}  {line}")
     return EXIT_OK
 

@@ -146,6 +146,21 @@ class RewriteSummary:
 PIPELINE_PASSES = (SharedKVCacheDetection.NAME, DisableStatefulSDPAFusion.NAME,
                    ScaledDotProductAttentionDecomposition.NAME, KVCacheShapeOfDecomposition.NAME)
 SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
+# The passes of the pipeline, in the order it runs them, with what each does in one line.
+PASSES: dict[str, tuple[type, str]] = {
+    SharedKVCacheDetection.NAME: (
+        SharedKVCacheDetection,
+        "analysis only: records per SDPA which KV caches it reads and whether another SDPA reads them too"),
+    DisableStatefulSDPAFusion.NAME: (
+        DisableStatefulSDPAFusion,
+        "keeps SDPAs that read a cache off its Assign path out of the CPU stateful SDPA fusion (no-op Reshape)"),
+    ScaledDotProductAttentionDecomposition.NAME: (
+        ScaledDotProductAttentionDecomposition,
+        "decomposes those SDPAs the barrier cannot take (K/V without a static rank-4 shape) into MatMul/Softmax"),
+    KVCacheShapeOfDecomposition.NAME: (
+        KVCacheShapeOfDecomposition,
+        "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"),
+}
 
 
 def selected_passes(passes: Iterable[str] | None) -> frozenset[str]:
@@ -156,6 +171,20 @@ def selected_passes(passes: Iterable[str] | None) -> frozenset[str]:
         raise OvpassesError(f"unknown pass{'es' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
                             f"valid names: {', '.join(PIPELINE_PASSES)}")
     return selected
+
+
+def parse_passes(spec: str | Iterable[str] | None) -> frozenset[str] | None:
+    """``"A,B"`` (or a list) to a set of pass names; raises with the valid names on an unknown one."""
+    if spec is None:
+        return None
+    names = [n.strip() for n in (spec.split(",") if isinstance(spec, str) else spec)]
+    names = [n for n in names if n]
+    if not names:
+        raise OvpassesError(f"--passes names no pass; valid names: {', '.join(PASSES)}")
+    try:
+        return selected_passes(names)
+    except OvpassesError as error:
+        raise OvpassesError(f"{error} (see 'ovpass passes')") from None
 
 
 def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] | None = None) -> RewriteSummary:

@@ -17,7 +17,7 @@ import pytest
 
 from ovpasses import analyze_kv_sharing
 from ovpasses.pipeline import NATIVE, SHAPEOF
-from ovpasses.runner import PASSES
+from ovpasses.pipeline import PASSES
 from ovpasses.testing.graphs import StackSpec, build_stack
 
 REPO = Path(__file__).resolve().parents[1]

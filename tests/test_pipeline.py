@@ -6,7 +6,7 @@ import pytest
 import ovpasses
 from ovpasses import DeviceNotAvailableError, OvpassesError
 from ovpasses.pipeline import BARRIER, NATIVE, NATIVE_UNFUSED, PIPELINE_PASSES, STATELESS
-from ovpasses.runner import PASSES
+from ovpasses.pipeline import PASSES
 from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_steps
 
 from test_regressions import assert_matches_reference  # noqa: E402  (tests/ is on sys.path)

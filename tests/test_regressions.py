@@ -15,7 +15,7 @@ import ovpasses
 from ovpasses import OvpassesError
 from ovpasses._ov import runtime_version
 from ovpasses.pipeline import BARRIER, DECOMPOSE, FIRST_FIXED, NATIVE, PIPELINE_PASSES, SHAPEOF
-from ovpasses.runner import count_fused_sdpa
+from ovpasses.check import count_fused_sdpa
 from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
 from ovpasses.testing.matrix import apply_mode
 

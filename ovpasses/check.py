@@ -1,8 +1,8 @@
-"""What the ``ovpass`` commands do, as importable library code: run the pipeline (optionally restricted
-to some passes), report the KV-sharing map, and run an original and a rewritten model side by side.
+"""``ovpass check``: run an original and a rewritten model side by side on the same inputs and compare.
 
-Everything here reads the same objects the passes use (:class:`~ovpasses.analysis.KVSharingAnalysis`,
-:func:`~ovpasses.pipeline.plan`, :class:`~ovpasses.pipeline.RewriteSummary`); the CLI only formats.
+:func:`check_model` compiles both, runs a prefill and decode steps (:func:`make_feeds`) through each
+(:func:`run_steps`) and returns a :class:`CheckReport` with the verdict; :func:`count_fused_sdpa` counts
+the runtime's fused SDPA kernels in a compiled model.
 """
 
 from __future__ import annotations
@@ -10,20 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import openvino as ov
 
-from ovpasses.errors import DeviceNotAvailableError, OvpassesError
-from ovpasses.passes import (
-    DisableStatefulSDPAFusion,
-    KVCacheShapeOfDecomposition,
-    ScaledDotProductAttentionDecomposition,
-    SharedKVCacheDetection,
-)
-from ovpasses.pipeline import rewrite, selected_passes
+from ovpasses.errors import DeviceNotAvailableError
+from ovpasses.pipeline import rewrite
 
 log = logging.getLogger(__name__)
 
@@ -32,115 +25,9 @@ log = logging.getLogger(__name__)
 # than any rewrite does and flips near-tied greedy picks of small random models.
 EXACT_CPU_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 
-# The passes of the pipeline, in the order it runs them, with what each does in one line.
-PASSES: dict[str, tuple[type, str]] = {
-    SharedKVCacheDetection.NAME: (
-        SharedKVCacheDetection,
-        "analysis only: records per SDPA which KV caches it reads and whether another SDPA reads them too"),
-    DisableStatefulSDPAFusion.NAME: (
-        DisableStatefulSDPAFusion,
-        "keeps SDPAs that read a cache off its Assign path out of the CPU stateful SDPA fusion (no-op Reshape)"),
-    ScaledDotProductAttentionDecomposition.NAME: (
-        ScaledDotProductAttentionDecomposition,
-        "decomposes those SDPAs the barrier cannot take (K/V without a static rank-4 shape) into MatMul/Softmax"),
-    KVCacheShapeOfDecomposition.NAME: (
-        KVCacheShapeOfDecomposition,
-        "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"),
-}
-
 # LLM inputs recognised by name; every other parameter gets seeded random data of its shape and type
 LLM_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx")
 
-
-# ---------------------------------------------------------------------------------------------- rewrite
-
-def parse_passes(spec: str | Iterable[str] | None) -> frozenset[str] | None:
-    """``"A,B"`` (or a list) to a set of pass names; raises with the valid names on an unknown one."""
-    if spec is None:
-        return None
-    names = [n.strip() for n in (spec.split(",") if isinstance(spec, str) else spec)]
-    names = [n for n in names if n]
-    if not names:
-        raise OvpassesError(f"--passes names no pass; valid names: {', '.join(PASSES)}")
-    try:
-        return selected_passes(names)
-    except OvpassesError as error:
-        raise OvpassesError(f"{error} (see 'ovpass passes')") from None
-
-
-# ---------------------------------------------------------------------------------------------- inspect
-
-def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
-    """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``.
-
-    Runs the pipeline on a clone (the actions are the ones the rewrite really takes, including the
-    fallback to decomposition); ``model`` is not changed. The result follows the schema documented in
-    README.md (``"schema": "ovpass.inspect/1"``).
-    """
-    summary = rewrite(model.clone(), runtime)
-    data = summary.analysis.to_dict()
-    for sdpa in data["sdpa"]:
-        sdpa["action"] = summary.actions[sdpa["name"]]
-    return {
-        "schema": "ovpass.inspect/1",
-        "runtime": summary.profile.version_string,
-        "profile": summary.profile.name,
-        "detected": summary.analysis.status_counts(),
-        "variables": sorted(data["variables"], key=lambda v: v["variable_id"]),
-        "sdpa": data["sdpa"],
-        "unhandled": data["unhandled"],
-    }
-
-
-def inspect_dot(report: dict) -> str:
-    """Graphviz text of an :func:`inspect_model` report: caches (boxes) -> SDPAs (ellipses), the owner's
-    edge solid, borrowers' edges dashed, each labelled with the ports read (K, V)."""
-    def q(text: str) -> str:  # a DOT string; a literal backslash-n in ``text`` stays a line break
-        return '"' + str(text).replace('"', '\\"') + '"'
-
-    colors = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
-    lines = ["digraph kv_sharing {", "  rankdir=LR;",
-             f"  label={q('KV sharing, runtime ' + report['runtime'] + ' (' + report['profile'] + ' profile)')};",
-             "  node [fontname=Helvetica, fontsize=10];"]
-    for sdpa in report["sdpa"]:
-        label = f"{sdpa['name']}\\n{sdpa['status']}\\n{sdpa['action']}"
-        lines.append(f"  {q('sdpa:' + sdpa['name'])} [shape=ellipse, style=filled, "
-                     f"fillcolor={colors.get(sdpa['status'], 'white')}, label={q(label)}];")
-    for var in report["variables"]:
-        shape = "box3d" if var["shared"] else "box"
-        lines.append(f"  {q('var:' + var['variable_id'])} [shape={shape}, label={q(var['variable_id'])}];")
-        for name in var["sdpa"]:
-            ports = "".join(p for p, readers in (("K", var["key_readers"]), ("V", var["value_readers"]))
-                            if name in readers)
-            role = "owner" if name == var["owner"] else "borrower"
-            style = "solid" if role == "owner" else "dashed"
-            lines.append(f"  {q('var:' + var['variable_id'])} -> {q('sdpa:' + name)} "
-                         f"[style={style}, label={q(role + ' ' + ports)}];")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-def inspect_text(report: dict) -> str:
-    counts = report["detected"]
-    lines = [f"runtime {report['runtime']} ({report['profile']} profile)",
-             f"{len(report['variables'])} caches ({sum(v['shared'] for v in report['variables'])} shared); "
-             f"SDPA exclusive={counts['exclusive']} shared={counts['shared']} stateless={counts['stateless']}",
-             "", "SDPA (topological order):"]
-    width = max((len(s["name"]) for s in report["sdpa"]), default=4)
-    for s in report["sdpa"]:
-        lines.append(f"  {s['name']:<{width}}  {s['status']:<9}  caches: {', '.join(s['kv_variables']) or '-'}")
-        lines.append(f"  {'':<{width}}  action: {s['action']}")
-    shared = [v for v in report["variables"] if v["shared"]]
-    if shared:
-        lines += ["", "shared caches:"]
-        for v in shared:
-            lines.append(f"  {v['variable_id']}: owner {v['owner'] or '-'}; borrowers {', '.join(v['borrowers'])}")
-    for message in report["unhandled"]:
-        lines.append(f"not handled: {message}")
-    return "\n".join(lines) + "\n"
-
-
-# ---------------------------------------------------------------------------------------------- check
 
 def count_layer_type(compiled: ov.CompiledModel, layer_type: str) -> int:
     """Number of nodes of ``compiled.get_runtime_model()`` whose rt_info layerType is ``layer_type``."""
@@ -155,43 +42,6 @@ def count_layer_type(compiled: ov.CompiledModel, layer_type: str) -> int:
 def count_fused_sdpa(compiled: ov.CompiledModel) -> int:
     """Number of fused ScaledDotProductAttention kernels in the compiled (runtime) model."""
     return count_layer_type(compiled, "ScaledDotProductAttention")
-
-
-def greedy_generate(compiled: ov.CompiledModel, prompt_ids: Iterable[int], max_new_tokens: int,
-                    eos_token_id: int | None = None) -> list[int]:
-    """Greedy-decode ``max_new_tokens`` tokens (batch 1) from a stateful optimum-intel decoder IR.
-
-    The inputs must be ``input_ids`` and a subset of ``attention_mask``, ``position_ids`` and
-    ``beam_idx``; the first output is ``logits [batch, seq, vocab]``. The first call feeds the whole
-    prompt, each later call one token. Stops early only if ``eos_token_id`` is given and generated.
-    """
-    names = {name for port in compiled.inputs for name in port.get_names()}
-    unknown = names - set(LLM_INPUTS)
-    if unknown or "input_ids" not in names:
-        raise OvpassesError(f"greedy decoding needs input_ids and a subset of {', '.join(LLM_INPUTS[1:])}; "
-                            f"the model has {', '.join(sorted(names))}")
-    request = compiled.create_infer_request()
-    request.reset_state()
-    step_ids = np.array([[int(t) for t in prompt_ids]], np.int64)
-    past = 0
-    out: list[int] = []
-    for _ in range(max_new_tokens):
-        n = step_ids.shape[1]
-        feed = {"input_ids": step_ids}
-        if "attention_mask" in names:
-            feed["attention_mask"] = np.ones((1, past + n), np.int64)
-        if "position_ids" in names:
-            feed["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None, :]
-        if "beam_idx" in names:
-            feed["beam_idx"] = np.zeros((1,), np.int32)
-        request.infer(feed)
-        token = int(np.argmax(request.get_output_tensor(0).data[0, -1]))
-        out.append(token)
-        past += n
-        if eos_token_id is not None and token == eos_token_id:
-            break
-        step_ids = np.array([[token]], np.int64)
-    return out
 
 
 def make_feeds(model: ov.Model, steps: int, prefill: int = 8, seed: int = 0) -> list[dict[str, np.ndarray]]:
