@@ -13,8 +13,10 @@ import logging
 import sys
 from pathlib import Path
 
+import openvino as ov
+
 import ovpasses
-from ovpasses import check, inspect_report, io, pipeline
+from ovpasses import check, inspect_report, io, pipeline, runtimes
 from ovpasses.errors import OvpassesError
 
 EXIT_OK = 0
@@ -34,8 +36,9 @@ exit codes:
 Run 'ovpass COMMAND --help' for the options of a command.
 """
 
-RUNTIME_HELP = ("OpenVINO release whose profile to apply: 'auto' (default: the installed runtime, "
-                f"{ovpasses.profile_for().version_string}) or a version such as 2026.0")
+RUNTIME_HELP = ("the OpenVINO release to prepare the IR for (its profile is applied): 'auto' (default: the "
+                f"installed runtime, {ov.get_version().split('-')[0]}) or a release such as 2026.0 or 2026.4.1; "
+                f"releases {runtimes.version_string(runtimes.OLDEST_SUPPORTED[:2])} and newer")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version",
-                        version=f"ovpass {ovpasses.__version__} (openvino {ovpasses.profile_for().version_string})")
+                        version=f"ovpass {ovpasses.__version__} (openvino {ov.get_version().split('-')[0]})")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
@@ -215,9 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_OK
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, stream=sys.stderr,
-                        format="ovpass: %(levelname)s: %(message)s" if not args.debug else
-                        "%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s") if args.debug else _OneLineFormatter())
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, handlers=[handler])
     try:
         return COMMANDS[args.command](args)
     except OvpassesError as exc:
@@ -238,6 +241,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"ovpass: error: unexpected {type(exc).__name__}: {_one_line(str(exc))} "
                          "(rerun with --debug for the traceback)\n")
         return EXIT_INTERNAL
+
+
+class _OneLineFormatter(logging.Formatter):
+    """A log record as one line: ``ovpass: warning: <message>``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"ovpass: {record.levelname.lower()}: {_one_line(record.getMessage())}"
+
 
 
 def _one_line(message: str) -> str:

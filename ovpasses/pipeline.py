@@ -2,8 +2,8 @@
 
 ``rewrite(model)`` runs in place and returns a :class:`RewriteSummary`; ``compile_model(model)``
 rewrites a clone and hands it to the CPU or GPU plugin. What changes depends on the runtime profile
-(see :func:`profile_for` and the table in README.md), chosen from ``openvino.get_version()`` unless
-``runtime`` names a release.
+(see :func:`profile_for`, the facts in :mod:`ovpasses.runtimes` and the table in README.md), chosen
+from ``openvino.get_version()`` unless ``runtime`` names a release.
 """
 
 from __future__ import annotations
@@ -16,19 +16,25 @@ from dataclasses import dataclass, field
 import openvino as ov
 from openvino.passes import Manager
 
-from ovpasses._ov import runtime_version
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
-from ovpasses.errors import DeviceNotAvailableError, OvpassesError
+from ovpasses.errors import DeviceNotAvailableError, OvpassesError, UnsupportedRuntimeError
 from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
+from ovpasses.runtimes import (
+    FIRST_FIXED,
+    NEWEST_KNOWN,
+    OLDEST_SUPPORTED,
+    Version,
+    installed_version,
+    parse_release,
+    version_string,
+)
 
 log = logging.getLogger(__name__)
 
 RT_ACTION = "ovpasses_kv_action"
-OLDEST_SUPPORTED = (2025, 2, 0)
-FIRST_FIXED = (2026, 2, 0)
 
 # actions, as reported per SDPA
 NATIVE = "none: fused natively"
@@ -43,24 +49,48 @@ DECOMPOSE = "decomposed (scale after MatMul(Q,K^T)): no other way to keep it out
 class RuntimeProfile:
     """What the pipeline changes for one OpenVINO runtime."""
 
-    version: tuple[int, int, int]
+    version: Version
     name: str                      # "affected" (2025.2 - 2026.1) or "fixed" (2026.2 and newer)
     decompose_cache_shapeof: bool  # KVCacheShapeOfDecomposition on every cache Concat's ShapeOf
 
     @property
     def version_string(self) -> str:
-        return ".".join(map(str, self.version))
+        return version_string(self.version)
+
+
+_warned_newer: set[Version] = set()
 
 
 def profile_for(runtime: str | None = None) -> RuntimeProfile:
-    """The profile of ``runtime`` (``"2026.0"``, ``"2026.4.1"``, ...) or, by default, the installed runtime."""
-    version = runtime_version(runtime)
-    if version < OLDEST_SUPPORTED:
-        raise OvpassesError(f"openvino {'.'.join(map(str, version))} is older than the oldest supported "
-                            f"release {'.'.join(map(str, OLDEST_SUPPORTED))}; install openvino>=2025.2")
-    if version < FIRST_FIXED:
-        return RuntimeProfile(version, "affected", decompose_cache_shapeof=True)
-    return RuntimeProfile(version, "fixed", decompose_cache_shapeof=False)
+    """The profile of ``runtime`` (a release: ``"2026.0"``, ``"2026.4.1"``) or, when None, of the installed runtime.
+
+    Raises :class:`UnsupportedRuntimeError` for a name that is not a release and for a release older than
+    :data:`~ovpasses.runtimes.OLDEST_SUPPORTED`; logs a warning (once per release) for one newer than every
+    release the profiles were measured on, and applies the fixed profile to it.
+    """
+    if runtime is None:
+        version = installed_version()
+        if version < OLDEST_SUPPORTED:
+            raise UnsupportedRuntimeError(
+                f"the installed openvino {version_string(version)} is older than the oldest supported release "
+                f"{version_string(OLDEST_SUPPORTED)}; install openvino>={version_string(OLDEST_SUPPORTED[:2])}")
+    elif isinstance(runtime, str):
+        version = parse_release(runtime)
+        if version < OLDEST_SUPPORTED:
+            raise UnsupportedRuntimeError(
+                f"ovpasses prepares IRs for openvino {version_string(OLDEST_SUPPORTED[:2])} and newer; "
+                f"{runtime.strip()} is older (releases before {version_string(OLDEST_SUPPORTED)} were not measured); "
+                f"name a target of {version_string(OLDEST_SUPPORTED[:2])} or newer")
+    else:
+        raise OvpassesError(f"runtime must be a release name such as '2026.0' or '2026.4.1', or None for the "
+                            f"installed openvino; got {type(runtime).__name__} {runtime!r}")
+    name = "affected" if version < FIRST_FIXED else "fixed"
+    if version > NEWEST_KNOWN and version not in _warned_newer:
+        _warned_newer.add(version)
+        log.warning("openvino %s is newer than every release the profiles were measured on (newest %s); "
+                    "applying the %s profile, as for %s and newer", version_string(version),
+                    version_string(NEWEST_KNOWN), name, version_string(FIRST_FIXED[:2]))
+    return RuntimeProfile(version, name, decompose_cache_shapeof=name == "affected")
 
 
 def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, str]:

@@ -264,10 +264,26 @@ def test_in_place_with_another_output_is_refused(ir, tmp_path):
     assert snapshot(ir.parent) == before and not (tmp_path / "other.xml").exists()
 
 
-@pytest.mark.parametrize("runtime, message", [("banana", "cannot read an OpenVINO version"),
-                                              ("2024.1", "older than the oldest supported")])
+@pytest.mark.parametrize("runtime, message", [
+    ("banana", "'banana' is not an OpenVINO release"),
+    ("2026.0.0.1", "'2026.0.0.1' is not an OpenVINO release"),
+    ("2026", "'2026' is not an OpenVINO release"),
+    ("abc", "'abc' is not an OpenVINO release"),
+    ("2024.6", "ovpasses prepares IRs for openvino 2025.2 and newer; 2024.6 is older"),
+])
 def test_bad_runtime_is_refused(ir, runtime, message):
-    _assert_clean_error(ovpass("inspect", ir, "--runtime", runtime), message)
+    result = ovpass("inspect", ir, "--runtime", runtime)
+    _assert_clean_error(result, message)
+    assert "install" not in result.stderr  # a target was named; the installed runtime is not at fault
+
+
+def test_a_runtime_newer_than_every_known_release_warns_in_one_line(ir):
+    result = ovpass("inspect", ir, "--runtime", "2099.1", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("ovpass: warning: openvino 2099.1.0 is newer "
+                                                                         "than every release"), result.stderr
+    assert "applying the fixed profile" in result.stderr
+    assert json.loads(result.stdout)["profile"] == "fixed"
 
 
 def test_debug_shows_the_traceback(ir):
