@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import openvino as ov
 
-from ovpasses.errors import DeviceNotAvailableError
+from ovpasses.devices import resolve_device
 from ovpasses.pipeline import rewrite
 
 log = logging.getLogger(__name__)
@@ -202,12 +202,9 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     when both run, every output of every step agrees within ``atol + rtol * max|original|``.
     """
     core = core or ov.Core()
-    family = device.split(".")[0].split(":")[0].upper()
-    if not any(d == device or d.split(".")[0] == family for d in core.available_devices):
-        raise DeviceNotAvailableError(f"device '{device}' is not available here; OpenVINO sees: "
-                                      f"{', '.join(core.available_devices) or 'no devices'}")
+    device = resolve_device(device, core)
     if config is None:
-        config = dict(EXACT_CPU_CONFIG) if family == "CPU" else {}
+        config = dict(EXACT_CPU_CONFIG) if device.split(".")[0] == "CPU" else {}
     feeds = make_feeds(model, steps, prefill, seed)
     rewritten_model = model.clone()
     summary = rewrite(rewritten_model, runtime, passes)

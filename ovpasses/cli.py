@@ -148,7 +148,7 @@ def _runtime(args) -> str | None:
 
 def cmd_rewrite(args) -> int:
     runtime = _runtime(args)
-    passes = pipeline.parse_passes(args.passes)
+    passes = None if args.passes is None else pipeline.selected_passes(args.passes)
     source = Path(args.input)
     if args.in_place and args.output and not io.same_ir(args.output, source):
         raise OvpassesError("--in-place writes over IN.xml; drop -o, or drop --in-place to write to -o")
@@ -193,7 +193,7 @@ def cmd_inspect(args) -> int:
 
 def cmd_check(args) -> int:
     runtime = _runtime(args)
-    passes = pipeline.parse_passes(args.passes)
+    passes = None if args.passes is None else pipeline.selected_passes(args.passes)
     model = io.read_ir(args.input)
     config = None if args.precision == "exact" else {}
     report = check.check_model(model, device=args.device, steps=args.steps, runtime=runtime, config=config,

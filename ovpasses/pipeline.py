@@ -9,6 +9,7 @@ from ``openvino.get_version()`` unless ``runtime`` names a release.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -17,7 +18,9 @@ import openvino as ov
 from openvino.passes import Manager
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
-from ovpasses.errors import DeviceNotAvailableError, OvpassesError, UnsupportedRuntimeError
+from ovpasses.devices import normalize_device, resolve_device
+from ovpasses.errors import OvpassesError, UnsupportedRuntimeError
+from ovpasses.io import read_ir
 from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
@@ -172,10 +175,6 @@ class RewriteSummary:
         return "\n".join(lines)
 
 
-# the passes of the pipeline, in the order it runs them
-PIPELINE_PASSES = (SharedKVCacheDetection.NAME, DisableStatefulSDPAFusion.NAME,
-                   ScaledDotProductAttentionDecomposition.NAME, KVCacheShapeOfDecomposition.NAME)
-SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
 # The passes of the pipeline, in the order it runs them, with what each does in one line.
 PASSES: dict[str, tuple[type, str]] = {
     SharedKVCacheDetection.NAME: (
@@ -191,11 +190,28 @@ PASSES: dict[str, tuple[type, str]] = {
         KVCacheShapeOfDecomposition,
         "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"),
 }
+PIPELINE_PASSES = tuple(PASSES)
+SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
 
 
-def selected_passes(passes: Iterable[str] | None) -> frozenset[str]:
-    """The pass names ``passes`` selects (all when None); raises with the valid names on an unknown one."""
-    selected = frozenset(PIPELINE_PASSES if passes is None else passes)
+def selected_passes(passes: str | Iterable[str] | None) -> frozenset[str]:
+    """The pass names ``passes`` selects: all when None, else one name (``"A"``), a comma-separated
+    string (``"A,B"``, as ``--passes`` takes it) or an iterable of names. Raises :class:`OvpassesError`
+    naming the valid names on an unknown or missing name, and saying what is expected on another type."""
+    if passes is None:
+        return frozenset(PIPELINE_PASSES)
+    if isinstance(passes, str):
+        names = passes.split(",")
+    elif isinstance(passes, Iterable) and not isinstance(passes, (bytes, bytearray)):
+        names = list(passes)
+    else:
+        names = None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise OvpassesError(f"passes must be None, a pass name, a string 'A,B' or a list of pass names; got "
+                            f"{type(passes).__name__} {passes!r}; valid names: {', '.join(PIPELINE_PASSES)}")
+    selected = frozenset(n.strip() for n in names if n.strip())
+    if not selected:
+        raise OvpassesError(f"passes {passes!r} names no pass; valid names: {', '.join(PIPELINE_PASSES)}")
     unknown = sorted(selected - set(PIPELINE_PASSES))
     if unknown:
         raise OvpassesError(f"unknown pass{'es' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
@@ -203,25 +219,12 @@ def selected_passes(passes: Iterable[str] | None) -> frozenset[str]:
     return selected
 
 
-def parse_passes(spec: str | Iterable[str] | None) -> frozenset[str] | None:
-    """``"A,B"`` (or a list) to a set of pass names; raises with the valid names on an unknown one."""
-    if spec is None:
-        return None
-    names = [n.strip() for n in (spec.split(",") if isinstance(spec, str) else spec)]
-    names = [n for n in names if n]
-    if not names:
-        raise OvpassesError(f"--passes names no pass; valid names: {', '.join(PASSES)}")
-    try:
-        return selected_passes(names)
-    except OvpassesError as error:
-        raise OvpassesError(f"{error} (see 'ovpass passes')") from None
-
-
-def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] | None = None) -> RewriteSummary:
+def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None) -> RewriteSummary:
     """Run the pipeline on ``model`` in place for ``runtime`` (default: the installed one).
 
-    ``passes`` (names from :data:`PIPELINE_PASSES`) restricts it: the plan is made as usual for the
-    runtime profile and each named pass does exactly what it does in the full pipeline; an SDPA whose
+    ``passes`` (names from :data:`PIPELINE_PASSES`: one name, ``"A,B"`` or a list; see
+    :func:`selected_passes`) restricts it: the plan is made as usual for the runtime profile and each
+    named pass does exactly what it does in the full pipeline; an SDPA whose
     planned change belongs to a pass that is not named is left as it is and its action says so. The
     analysis always runs (the plan needs it); naming SharedKVCacheDetection also writes its verdict
     into the SDPAs' runtime info. Without the barrier pass, the SDPAs planned for it are decomposed
@@ -283,21 +286,28 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
     return summary
 
 
-def compile_model(model: ov.Model, device: str = "CPU", config: dict | None = None, runtime: str | None = None,
-                  core: ov.Core | None = None) -> ov.CompiledModel:
-    """Rewrite a clone of ``model`` for ``runtime`` and compile it on ``device`` (CPU or GPU)."""
+def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,
+                  runtime: str | None = None, core: ov.Core | None = None) -> ov.CompiledModel:
+    """Rewrite a clone of ``model`` for ``runtime`` and compile it on ``device`` (CPU or GPU).
+
+    ``model`` is an ``ov.Model`` or, as for OpenVINO's own ``compile_model``, the path of an IR ``.xml``
+    (read with :func:`ovpasses.io.read_ir`). ``device`` is any case in its family part (``"cpu"``,
+    ``"gpu.0"``); one that OpenVINO does not see here raises :class:`DeviceNotAvailableError`.
+    """
     core = core or ov.Core()
-    family = device.split(".")[0].split(":")[0].upper()
-    if family not in ("CPU", "GPU"):
+    name = normalize_device(device)
+    if name.split(".")[0] not in ("CPU", "GPU"):
         raise OvpassesError(f"compile_model supports the CPU and GPU plugins, not '{device}'")
-    available = core.available_devices
-    if not any(d == device or d.split(".")[0] == family for d in available):
-        raise DeviceNotAvailableError(f"device '{device}' is not available here; OpenVINO sees: "
-                                      f"{', '.join(available) or 'no devices'}. The GPU plugin needs an Intel GPU "
-                                      "and its driver")
-    clone = model.clone()
+    name = resolve_device(device, core)
+    if isinstance(model, (str, os.PathLike)):
+        clone = read_ir(model, core)
+    elif isinstance(model, ov.Model):
+        clone = model.clone()
+    else:
+        raise OvpassesError(f"compile_model takes an openvino.Model or the path of an IR .xml file, not "
+                            f"{type(model).__name__}")
     rewrite(clone, runtime)
-    return core.compile_model(clone, device, config or {})
+    return core.compile_model(clone, name, config or {})
 
 
 def _run(model: ov.Model, pass_) -> None:
