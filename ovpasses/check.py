@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import openvino as ov
 
 from ovpasses.devices import resolve_device
+from ovpasses.errors import OvpassesError
 from ovpasses.pipeline import rewrite
+from ovpasses.runtimes import installed_version, version_string
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +145,101 @@ def run_steps(core: ov.Core, model: ov.Model, device: str, config: dict, feeds: 
 
 
 @dataclass
+class Comparison:
+    """The outputs of two runs over the steps both completed, element by element.
+
+    NaN in both at the same place, and the same infinity in both, agree. Elsewhere an element is
+    *compared* when it is finite in both; a non-finite value in only one of them is counted on that side.
+    """
+
+    steps: int = 0                      # steps both runs completed, compared
+    compared: int = 0                   # elements finite in both
+    max_abs_diff: float | None = None   # over the compared elements
+    max_abs_diff_output: str | None = None
+    scale: float = 0.0                  # max |original| over its finite elements
+    nonfinite_same: int = 0             # NaN in both, or the same infinity in both
+    nonfinite_only_original: int = 0    # non-finite in the original where the rewritten differs
+    nonfinite_only_rewritten: int = 0   # non-finite in the rewritten where the original differs
+    shapes_differ: list[str] = field(default_factory=list)
+
+
+def compare_outputs(original: list[list[np.ndarray]], rewritten: list[list[np.ndarray]],
+                    names: list[str]) -> Comparison:
+    """Compare the per-step outputs of two runs (the steps both have). Pure: arrays in, counts out."""
+    result = Comparison(steps=min(len(original), len(rewritten)))
+    for step_a, step_b in zip(original, rewritten):
+        for name, a, b in zip(names, step_a, step_b):
+            if a.shape != b.shape:
+                if name not in result.shapes_differ:
+                    result.shapes_differ.append(name)
+                continue
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            fin_a, fin_b = np.isfinite(a64), np.isfinite(b64)
+            same = ~fin_a & ~fin_b & ((np.isnan(a64) & np.isnan(b64)) | (a64 == b64))
+            both = fin_a & fin_b
+            result.nonfinite_same += int(same.sum())
+            result.nonfinite_only_rewritten += int((~fin_b & ~same).sum())
+            result.nonfinite_only_original += int((~fin_a & fin_b).sum())
+            result.compared += int(both.sum())
+            if fin_a.any():
+                result.scale = max(result.scale, float(np.abs(a64[fin_a]).max()))
+            if both.any():
+                diff = float(np.abs(a64[both] - b64[both]).max())
+                if result.max_abs_diff is None or diff > result.max_abs_diff:
+                    result.max_abs_diff, result.max_abs_diff_output = diff, name
+    return result
+
+
+# verdict codes; the CLI's exit code follows them (ok/fixed 0, worse 1, inconclusive 4)
+OK, FIXED, WORSE, INCONCLUSIVE = "ok", "fixed", "worse", "inconclusive"
+
+
+def decide(original: RunResult, rewritten: RunResult, comparison: Comparison, tolerance: float) -> tuple[str, str]:
+    """The verdict code and its sentence. A check that compared nothing is never OK."""
+    agree = (not comparison.shapes_differ and comparison.nonfinite_only_rewritten == 0
+             and (comparison.max_abs_diff is None or comparison.max_abs_diff <= tolerance))
+    steps = f"{comparison.steps} step{'s' if comparison.steps != 1 else ''}"
+    if comparison.shapes_differ:
+        return WORSE, f"WORSE: the rewritten model's output shapes differ ({', '.join(comparison.shapes_differ)})"
+    if comparison.nonfinite_only_rewritten:
+        return WORSE, (f"WORSE: the rewritten model gives NaN or infinity in {comparison.nonfinite_only_rewritten} "
+                       "places where the original does not")
+    if not agree:
+        return WORSE, "WORSE: the outputs differ beyond the tolerance"
+    if original.ran and not rewritten.ran:
+        return WORSE, "WORSE: the original runs and the rewritten model does not"
+    if not original.ran and not rewritten.ran and rewritten.steps_run < original.steps_run:
+        return WORSE, (f"WORSE: the rewritten model fails at inference {rewritten.steps_run + 1}, before the "
+                       f"original (at {original.steps_run + 1})")
+    if rewritten.ran and not original.ran:
+        also = f"; their outputs agree on the {steps} both ran" if comparison.compared else ""
+        return FIXED, f"FIXED: the original fails and the rewritten model runs{also}"
+    if not rewritten.ran:
+        if original.steps_run == rewritten.steps_run == 0:
+            return INCONCLUSIVE, "INCONCLUSIVE: neither model ran a step on the inputs made"
+        also = f"; their outputs agree on the {steps} both ran" if comparison.steps else ""
+        return INCONCLUSIVE, (f"INCONCLUSIVE: both models fail (the original at inference {original.steps_run + 1}, "
+                              f"the rewritten at {rewritten.steps_run + 1}){also}")
+    if comparison.compared == 0:
+        return INCONCLUSIVE, ("INCONCLUSIVE: both run, but no output value is finite in both (NaN or infinity in "
+                              "the same places): nothing could be compared")
+    same = f" (NaN or infinity in the same {comparison.nonfinite_same} places of both)" \
+        if comparison.nonfinite_same else ""
+    if comparison.nonfinite_only_original:
+        return FIXED, (f"FIXED: the original gives NaN or infinity in {comparison.nonfinite_only_original} places "
+                       f"where the rewritten model gives finite values; elsewhere they agree within the "
+                       f"tolerance{same}")
+    return OK, f"OK: both run and their outputs agree within the tolerance{same}"
+
+
+@dataclass
 class CheckReport:
-    """``ovpass check``: the original and the rewritten model on the same inputs."""
+    """``ovpass check``: the original and the rewritten model on the same inputs.
+
+    ``runtime``/``target`` is the release whose profile the rewrite applied; ``ran_on`` is the installed
+    OpenVINO, which ran both models. ``target_exercised`` is False when they differ: the check then says
+    nothing about how the models run on the target.
+    """
 
     runtime: str
     profile: str
@@ -155,12 +252,21 @@ class CheckReport:
     changed: bool
     original: RunResult
     rewritten: RunResult
-    max_abs_diff: float | None = None      # over all outputs and steps, when both ran
+    ran_on: str = ""
+    target: str = ""
+    target_exercised: bool = True
+    max_abs_diff: float | None = None      # over the elements finite in both, all outputs and steps both ran
     max_abs_diff_output: str | None = None
     tolerance: float | None = None         # atol + rtol * max |original output|
-    outputs_equal: bool | None = None
+    outputs_equal: bool | None = None      # None: no step to compare
+    steps_compared: int = 0
+    values_compared: int = 0
+    nonfinite_same: int = 0
+    nonfinite_only_original: int = 0
+    nonfinite_only_rewritten: int = 0
     verdict: str = ""
-    ok: bool = False
+    verdict_code: str = INCONCLUSIVE
+    ok: bool = False                       # the verdict is ok or fixed
 
     def to_dict(self) -> dict:
         data = {k: v for k, v in asdict(self).items() if k not in ("original", "rewritten")}
@@ -180,27 +286,51 @@ class CheckReport:
                 return head + f"ran {r.steps_total} inferences"
             return head + f"FAILED at inference {r.steps_run + 1}/{r.steps_total}: {r.error}"
 
-        lines = [f"runtime {self.runtime} ({self.profile} profile), device {self.device} "
-                 f"{json.dumps(self.config) if self.config else '(device defaults)'}",
-                 f"inputs: prefill {self.prefill} tokens + {self.steps} decode steps; rewrite changed the model: "
-                 f"{'yes' if self.changed else 'no'}",
-                 line(self.original), line(self.rewritten)]
+        config = json.dumps(self.config) if self.config else "(device defaults)"
+        if self.target_exercised:
+            head = [f"runtime {self.runtime} ({self.profile} profile), device {self.device} {config}"]
+        else:
+            head = [f"target runtime {self.target} ({self.profile} profile); both models ran on the installed "
+                    f"openvino {self.ran_on}: the target runtime was not exercised",
+                    f"device {self.device} {config}"]
+        lines = head + [f"inputs: prefill {self.prefill} tokens + {self.steps} decode steps; rewrite changed the "
+                        f"model: {'yes' if self.changed else 'no'}",
+                        line(self.original), line(self.rewritten)]
         if self.max_abs_diff is not None:
             lines.append(f"max |original - rewritten| = {self.max_abs_diff:.3g} (output {self.max_abs_diff_output}); "
                          f"tolerance {self.tolerance:.3g} = atol {self.atol:g} + rtol {self.rtol:g} * max|original|")
+        if self.nonfinite_same or self.nonfinite_only_original or self.nonfinite_only_rewritten:
+            lines.append(f"NaN or infinity: {self.nonfinite_same} places in both (they agree), "
+                         f"{self.nonfinite_only_original} only in the original, "
+                         f"{self.nonfinite_only_rewritten} only in the rewritten")
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)
 
 
+def check_tolerance(name: str, value: float) -> float:
+    """``value`` if it is a finite number, 0 or more; else :class:`OvpassesError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise OvpassesError(f"{name} must be a finite number, 0 or more; got {value!r}")
+    return float(value)
+
+
 def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: str | None = None,
-                config: dict | None = None, passes: frozenset[str] | None = None, prefill: int = 8,
+                config: dict | None = None, passes: str | Iterable[str] | None = None, prefill: int = 8,
                 atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0, core: ov.Core | None = None) -> CheckReport:
     """Compile ``model`` and a rewritten clone on ``device``; run both on the same prefill + decode inputs.
 
-    ``config`` defaults to :data:`EXACT_CPU_CONFIG` on CPU and to the device defaults elsewhere.
-    The rewritten model is *at least as good* (``ok``) when it runs whenever the original runs and,
-    when both run, every output of every step agrees within ``atol + rtol * max|original|``.
+    ``config`` defaults to :data:`EXACT_CPU_CONFIG` on CPU and to the device defaults elsewhere. Both
+    run on the installed OpenVINO whatever ``runtime`` the rewrite targets. The verdict
+    (:func:`decide`) is ``ok`` when both run and every output of every step agrees within
+    ``atol + rtol * max|original|`` (NaN in the same places, and equal infinities, agree); ``fixed`` when
+    the rewritten model runs or gives finite values where the original does not and agrees elsewhere;
+    ``worse`` when it fails, or gives NaN, where the original does not, or the outputs differ;
+    ``inconclusive`` when nothing could be compared (neither ran a step, both fail, or no value is
+    finite in both). ``ok`` is True for ok and fixed.
     """
+    atol, rtol = check_tolerance("atol", atol), check_tolerance("rtol", rtol)
+    if steps < 0 or prefill < 1:
+        raise OvpassesError(f"check_model needs steps >= 0 and prefill >= 1; got steps={steps}, prefill={prefill}")
     core = core or ov.Core()
     device = resolve_device(device, core)
     if config is None:
@@ -210,37 +340,26 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     summary = rewrite(rewritten_model, runtime, passes)
     original = run_steps(core, model, device, config, feeds, "original")
     rewritten = run_steps(core, rewritten_model, device, config, feeds, "rewritten")
-    report = CheckReport(summary.profile.version_string, summary.profile.name, device, config, steps, prefill,
-                         atol, rtol, summary.changed, original, rewritten)
-    if original.ran and rewritten.ran:
-        names = [o.get_any_name() if o.get_names() else f"output {i}" for i, o in enumerate(model.outputs)]
-        worst, worst_name, scale, same_shapes = 0.0, names[0] if names else "-", 0.0, True
-        for step_a, step_b in zip(original.outputs, rewritten.outputs):
-            for name, a, b in zip(names, step_a, step_b):
-                if a.shape != b.shape:
-                    same_shapes = False
-                    continue
-                a64, b64 = a.astype(np.float64), b.astype(np.float64)
-                scale = max(scale, float(np.max(np.abs(a64), initial=0.0)))
-                diff = float(np.max(np.abs(a64 - b64), initial=0.0))
-                if not diff <= worst:  # NaN counts as the worst difference
-                    worst, worst_name = diff, name
-        report.max_abs_diff, report.max_abs_diff_output = worst, worst_name
-        report.tolerance = atol + rtol * scale
-        report.outputs_equal = same_shapes and worst <= report.tolerance
-        report.ok = report.outputs_equal
-        report.verdict = ("OK: both run and their outputs agree within the tolerance" if report.ok else
-                          "WORSE: the outputs differ beyond the tolerance" if same_shapes else
-                          "WORSE: the rewritten model's output shapes differ")
-    elif original.ran:
-        report.verdict = "WORSE: the original runs and the rewritten model does not"
-    elif rewritten.ran:
-        report.ok = True
-        report.verdict = "OK (fixed): the original fails and the rewritten model runs"
-    else:
-        report.ok = True
-        report.verdict = "OK (no better): neither model runs"
-    return report
+    installed = installed_version()
+    names = [o.get_any_name() if o.get_names() else f"output {i}" for i, o in enumerate(model.outputs)]
+    comparison = compare_outputs(original.outputs, rewritten.outputs, names)
+    tolerance = atol + rtol * comparison.scale
+    code, verdict = decide(original, rewritten, comparison, tolerance)
+    return CheckReport(
+        summary.profile.version_string, summary.profile.name, device, config, steps, prefill, atol, rtol,
+        summary.changed, original, rewritten,
+        ran_on=version_string(installed), target=summary.profile.version_string,
+        target_exercised=summary.profile.version == installed,
+        max_abs_diff=comparison.max_abs_diff, max_abs_diff_output=comparison.max_abs_diff_output,
+        tolerance=tolerance if comparison.steps else None,
+        outputs_equal=None if not comparison.steps else (
+            not comparison.shapes_differ and not comparison.nonfinite_only_rewritten
+            and not comparison.nonfinite_only_original
+            and (comparison.max_abs_diff is None or comparison.max_abs_diff <= tolerance)),
+        steps_compared=comparison.steps, values_compared=comparison.compared,
+        nonfinite_same=comparison.nonfinite_same, nonfinite_only_original=comparison.nonfinite_only_original,
+        nonfinite_only_rewritten=comparison.nonfinite_only_rewritten,
+        verdict=verdict, verdict_code=code, ok=code in (OK, FIXED))
 
 
 def _one_line(message: str) -> str:

@@ -23,15 +23,21 @@ EXIT_OK = 0
 EXIT_WORSE = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+EXIT_INCONCLUSIVE = 4
+# the exit code of each check verdict
+CHECK_EXIT = {check.OK: EXIT_OK, check.FIXED: EXIT_OK, check.WORSE: EXIT_WORSE, check.INCONCLUSIVE: EXIT_INCONCLUSIVE}
 
 EPILOG = """\
 exit codes:
-  0  success (check: the rewritten model is at least as good as the original)
-  1  check: the rewritten model is worse (it fails where the original runs, or its outputs differ
-     beyond the tolerance)
-  2  usage or input error (bad arguments, a missing or damaged IR, a refused output path); nothing
-     is written
+  0  success (check: OK, both run and agree, or FIXED, the rewritten model runs or gives numbers
+     where the original does not)
+  1  check: WORSE, the rewritten model fails or gives NaN where the original does not, or their
+     outputs differ beyond the tolerance
+  2  usage or input error (bad arguments, a missing or damaged IR, a refused output path, a device
+     OpenVINO does not see); nothing is written
   3  unexpected internal failure (rerun with --debug for the traceback and report it)
+  4  check: INCONCLUSIVE, nothing could be compared (neither model ran a step on the inputs made,
+     both fail, or no output value is finite in both)
 
 Run 'ovpass COMMAND --help' for the options of a command.
 """
@@ -103,19 +109,25 @@ def build_parser() -> argparse.ArgumentParser:
                     "same inputs through each (input_ids, attention_mask, position_ids and beam_idx are "
                     "recognised; other inputs get seeded random data) and report whether each compiled and "
                     "ran, the largest output difference and the fused SDPA count of each. On CPU it compiles "
-                    f"with {json.dumps(check.EXACT_CPU_CONFIG)} unless --precision default. Exit 0 when the "
-                    "rewritten model is at least as good: it runs whenever the original runs, and when both "
-                    "run every output agrees within atol + rtol * max|original output|.",
+                    f"with {json.dumps(check.EXACT_CPU_CONFIG)} unless --precision default. Both models run on "
+                    "the installed OpenVINO: with --runtime naming another release, the target runtime is not "
+                    "exercised (the report says so). Verdicts: OK (exit 0) both run and every output agrees "
+                    "within atol + rtol * max|original output|, NaN in the same places and equal infinities "
+                    "agreeing; FIXED (exit 0) the rewritten model runs, or gives finite values, where the "
+                    "original does not, and agrees elsewhere; WORSE (exit 1) it fails or gives NaN where the "
+                    "original does not, or the outputs differ; INCONCLUSIVE (exit 4) nothing could be compared.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", metavar="IN.xml")
-    p.add_argument("--device", default="CPU", help="OpenVINO device (default CPU)")
+    p.add_argument("--device", default="CPU",
+                   help="OpenVINO device, any case: cpu, GPU, gpu.0 (default CPU); one OpenVINO does not see is an "
+                        "error that lists those it sees")
     p.add_argument("--steps", type=_non_negative, default=3, help="decode steps after the prefill (default 3)")
     p.add_argument("--prefill", type=_positive, default=8, help="prefill length in tokens (default 8)")
     p.add_argument("--precision", choices=("exact", "default"), default="exact",
                    help="exact (default): CPU in f32 with an f32 KV cache; default: the device defaults")
-    p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
-    p.add_argument("--rtol", type=float, default=1e-4,
-                   help="tolerance relative to the largest |original output| (default 1e-4)")
+    p.add_argument("--atol", type=_tolerance, default=1e-4, help="absolute tolerance, finite, 0 or more (default 1e-4)")
+    p.add_argument("--rtol", type=_tolerance, default=1e-4,
+                   help="tolerance relative to the largest finite |original output|, finite, 0 or more (default 1e-4)")
     p.add_argument("--passes", metavar="NAME,...", help="rewrite with only these passes (as in 'ovpass rewrite')")
     p.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
     _add_common(p)
@@ -138,6 +150,13 @@ def _non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
     return value
+
+
+def _tolerance(text: str) -> float:
+    try:
+        return check.check_tolerance("it", float(text))
+    except (ValueError, OvpassesError) as error:
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, not {text!r}") from error
 
 
 def _runtime(args) -> str | None:
@@ -199,7 +218,7 @@ def cmd_check(args) -> int:
     report = check.check_model(model, device=args.device, steps=args.steps, runtime=runtime, config=config,
                                 passes=passes, prefill=args.prefill, atol=args.atol, rtol=args.rtol)
     print(report.to_json() if args.format == "json" else report)
-    return EXIT_OK if report.ok else EXIT_WORSE
+    return CHECK_EXIT[report.verdict_code]
 
 
 def cmd_passes(args) -> int:

@@ -18,7 +18,8 @@ import pytest
 from ovpasses import analyze_kv_sharing
 from ovpasses.pipeline import NATIVE, SHAPEOF
 from ovpasses.pipeline import PASSES
-from ovpasses.testing.graphs import StackSpec, build_stack
+from ovpasses.runtimes import installed_version
+from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
@@ -54,7 +55,7 @@ def ir(tmp_path) -> Path:
 def test_help_documents_commands_and_exit_codes():
     result = ovpass("--help")
     assert result.returncode == 0
-    for text in ("rewrite", "inspect", "check", "passes", "exit codes", "  0 ", "  1 ", "  2 ", "  3 "):
+    for text in ("rewrite", "inspect", "check", "passes", "exit codes", "  0 ", "  1 ", "  2 ", "  3 ", "  4 "):
         assert text in result.stdout
     assert ovpass().returncode == 0
     assert ovpass("--version").stdout.startswith("ovpass ")
@@ -73,6 +74,8 @@ def test_passes_lists_each_pass_on_one_line():
     (("frobnicate",), "invalid choice"),
     (("check", "x.xml", "--steps", "-1"), "--steps"),
     (("inspect", "x.xml", "--format", "yaml"), "--format"),
+    *[(("check", "x.xml", f"{option}={value}"), f"argument {option}: must be a finite number, 0 or more, not '{value}'")
+      for option in ("--atol", "--rtol") for value in ("nan", "-1", "inf", "-inf", "1e-3x")],
 ])
 def test_usage_errors_are_one_line(args, message):
     result = ovpass(*args)
@@ -343,7 +346,7 @@ def _check(*args, exe: Path = OVPASS) -> tuple[int, dict]:
 
 def test_check_on_the_installed_runtime_gives_equal_outputs(ir):
     code, report = _check(ir)
-    assert code == 0 and report["ok"]
+    assert code == 0 and report["ok"] and report["verdict_code"] == "ok"
     assert report["original"]["ran"] and report["rewritten"]["ran"]
     assert report["max_abs_diff"] == 0.0 and report["outputs_equal"]
     assert report["original"]["fused_sdpa"] == report["rewritten"]["fused_sdpa"] > 0
@@ -380,4 +383,61 @@ def test_check_on_the_affected_runtime_fixes_the_fixture(ir):
     assert report["original"]["compiled"] and not report["original"]["ran"]
     assert "null input states" in report["original"]["error"]
     assert report["rewritten"]["ran"]
-    assert code == 0 and report["verdict"].startswith("OK (fixed)")
+    assert code == 0 and report["verdict_code"] == "fixed"
+    assert report["verdict"] == "FIXED: the original fails and the rewritten model runs"
+    assert report["ran_on"] == report["target"] == report["runtime"] and report["target_exercised"]
+
+
+# graphs whose outputs check must judge by their NaNs, or that no model runs: (graph, exit code, verdict_code)
+CHECK_GRAPHS = {
+    # an IR whose weights are NaN: every output NaN in both, nothing finite to compare
+    "nan weights": (lambda: build_stack(StackSpec(weight_fill=float("nan"))), 4, "inconclusive"),
+    # a random boolean mask over 2 keys blanks whole rows: NaN rows in both, the rest agrees
+    "boolean mask blanking rows": (lambda: build_attention(AttentionSpec(mask="bool", kv_len=2)), 0, "ok"),
+    # the fused kernel rejects the scalar mask at the first inference, rewritten or not
+    "neither runs a step": (lambda: build_stack(StackSpec(k_source=(0,), kv_heads=4, scale="explicit")), 4,
+                            "inconclusive"),
+}
+
+
+@pytest.mark.parametrize("case", CHECK_GRAPHS)
+def test_check_verdicts_and_exit_codes(tmp_path, case):
+    build, exit_code, verdict_code = CHECK_GRAPHS[case]
+    path = tmp_path / "model.xml"
+    ov.save_model(build(), path, compress_to_fp16=False)
+    code, report = _check(path)
+    assert (code, report["verdict_code"]) == (exit_code, verdict_code), report["verdict"]
+    assert report["ok"] == (verdict_code == "ok") and report["verdict"].startswith(verdict_code.upper())
+    if case == "boolean mask blanking rows":
+        assert report["nonfinite_same"] > 0 and report["values_compared"] > 0
+        assert report["nonfinite_only_rewritten"] == report["nonfinite_only_original"] == 0
+    text = ovpass("check", path, "--steps", "1")
+    assert text.returncode == exit_code and f"verdict: {verdict_code.upper()}" in text.stdout
+    assert "max |original - rewritten| = nan" not in text.stdout
+
+
+@pytest.mark.parametrize("device", ["cpu", "Cpu", " CPU "])
+def test_check_takes_any_case_of_device(ir, device):
+    code, report = _check(ir, "--device", device)
+    assert code == 0 and report["device"] == "CPU" and report["verdict_code"] == "ok"
+    assert report["config"] == {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+
+
+@pytest.mark.parametrize("device", ["xpu", "CPU.3", "gpu.9"])
+def test_check_refuses_a_device_openvino_does_not_see(ir, device):
+    _assert_clean_error(ovpass("check", ir, "--device", device),
+                        f"device '{device}' is not available here; OpenVINO sees: {', '.join(ov.Core().available_devices)}")
+
+
+@pytest.mark.skipif(installed_version() < (2026, 2, 0), reason="needs a fixed-profile runtime installed")
+def test_check_says_the_target_runtime_was_not_exercised(ir):
+    code, report = _check(ir, "--runtime", AFFECTED)
+    installed = ".".join(map(str, installed_version()))
+    assert report["target"] == report["runtime"] == "2026.0.0" and report["profile"] == "affected"
+    assert report["ran_on"] == installed and not report["target_exercised"]
+    text = ovpass("check", ir, "--runtime", AFFECTED, "--steps", "1").stdout
+    assert text.splitlines()[0] == (f"target runtime 2026.0.0 (affected profile); both models ran on the installed "
+                                    f"openvino {installed}: the target runtime was not exercised")
+    assert "runtime 2026.0.0 (affected profile), device" not in text
+    same = json.loads(ovpass("check", ir, "--steps", "1", "--format", "json").stdout)
+    assert same["target_exercised"] and same["ran_on"] == same["target"] == installed
