@@ -7,9 +7,11 @@ Every bad input must give one ``ovpass: error: ...`` line, exit 2, no traceback,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import openvino as ov
@@ -214,8 +216,49 @@ def _a_folder(ir: Path) -> Path:
     return folder
 
 
+def _ir_version(version: bytes | None):
+    """Set the IR's ``<net version=...>`` (None: remove the attribute)."""
+    def damage(ir: Path) -> Path:
+        net = b'<net name="Model0"' + (b"" if version is None else b' version="' + version + b'"')
+        ir.write_bytes(ir.read_bytes().replace(b'<net name="Model0" version="11"', net, 1))
+        return ir
+    return damage
+
+
+def _bin_is_a_folder(ir: Path) -> Path:
+    ir.with_suffix(".bin").unlink()
+    ir.with_suffix(".bin").mkdir()
+    return ir
+
+
+def _parent_is_a_file(ir: Path) -> Path:
+    (ir.parent / "plain").write_text("a file, not a folder")
+    return ir.parent / "plain" / ir.name
+
+
+def _missing_folder(ir: Path) -> Path:
+    return ir.parent / "nowhere" / ir.name
+
+
+def _name_too_long(ir: Path) -> Path:
+    return ir.parent / ("m" * 300 + ".xml")
+
+
+def _path_too_long(ir: Path) -> Path:
+    return ir.parent.joinpath(*["d" * 200] * 25, ir.name)
+
+
 BAD_INPUTS = {
     "missing file": (_missing_file, "no such file"),
+    "missing folder": (_missing_folder, "no such file (the folder "),
+    "parent is a file": (_parent_is_a_file, "plain is a file, not a folder"),
+    "name too long": (_name_too_long, ".xml is 304 bytes, longer than the "),
+    "path too long": (_path_too_long, "bytes the system allows; move the IR to a shorter path"),
+    "bin is a folder": (_bin_is_a_folder, "openvino_model.bin: the weights file of openvino_model.xml is a folder"),
+    "ir version 9": (_ir_version(b"9"), "IR version 9 is too old: the installed openvino"),
+    "ir version 12": (_ir_version(b"12"), "IR version 12 is newer than this openvino reads"),
+    "ir version abc": (_ir_version(b"abc"), '<net version="abc"> is not an IR version number'),
+    "no ir version": (_ir_version(None), "<net> has no version attribute"),
     "missing bin": (_missing_bin, "openvino_model.bin is missing"),
     "truncated bin": (_truncated_bin, "shorter than the XML expects"),
     "truncated xml": (_truncated_xml, "malformed IR XML"),
@@ -245,6 +288,53 @@ def test_bad_input_is_one_line_and_changes_nothing(ir, tmp_path, case, command):
     _assert_clean_error(ovpass(command, target, *extra), message)
     assert snapshot(ir.parent) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def _unprivileged_prefix() -> list[str] | None:
+    """A command prefix that runs ovpass without the privilege to ignore file permissions, or None.
+
+    As root: the user nobody, or (where nobody cannot reach this interpreter, e.g. under /root) root
+    without the capabilities that bypass permission checks (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    for prefix in ([setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"],
+                   [setpriv, "--bounding-set=-dac_override,-dac_read_search"]):
+        if subprocess.run([*prefix, str(OVPASS), "--version"], capture_output=True, timeout=60).returncode == 0:
+            return prefix
+    return None
+
+
+@pytest.fixture
+def open_folder():
+    """A folder under /tmp that every user can reach (pytest's own tmp_path is private to root)."""
+    folder = Path(tempfile.mkdtemp(prefix="ovpass-perm-", dir="/tmp"))
+    folder.chmod(0o777)
+    yield folder
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_dir():
+            path.chmod(0o777)
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("command", ["inspect", "check"])
+def test_a_folder_without_search_permission_is_named(open_folder, command):
+    prefix = _unprivileged_prefix()
+    if prefix is None:
+        pytest.skip("cannot run ovpass without the privilege to ignore permissions here (root, and no setpriv "
+                    "that can switch to nobody or drop CAP_DAC_OVERRIDE)")
+    locked = open_folder / "locked"
+    locked.mkdir()
+    for suffix in (".xml", ".bin"):
+        shutil.copy(FIXTURE / f"openvino_model{suffix}", locked / f"openvino_model{suffix}")
+    locked.chmod(0o600)   # readable, not searchable: no one without the privilege can reach the files
+    result = subprocess.run([*prefix, str(OVPASS), command, "locked/openvino_model.xml"], capture_output=True,
+                            text=True, cwd=open_folder, timeout=120,
+                            env=dict(os.environ, HOME=str(open_folder)))   # OpenVINO's telemetry writes there
+    _assert_clean_error(result, "locked/openvino_model.xml: no permission to enter the folder locked; ask for "
+                                "search (x) permission on it")
 
 
 @pytest.mark.parametrize("output, message", [

@@ -7,12 +7,21 @@ import json
 import logging
 from pathlib import Path
 
+import openvino as ov
 import pytest
 
 import ovpasses
 from ovpasses import OvpassesError, UnsupportedRuntimeError
-from ovpasses.runtimes import FIRST_FIXED, NEWEST_KNOWN, OLDEST_SUPPORTED, RELEASES, installed_version
-from ovpasses.testing.graphs import StackSpec, build_stack
+from ovpasses.runtimes import (
+    FIRST_FIXED,
+    IR_VERSIONS_MEASURED_ON,
+    IR_VERSIONS_READ,
+    NEWEST_KNOWN,
+    OLDEST_SUPPORTED,
+    RELEASES,
+    installed_version,
+)
+from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "benchmarks" / "results" / "runtime_matrix.json"
@@ -83,3 +92,22 @@ def test_release_facts_agree_with_the_recorded_runtime_matrix():
             assert release.shared_kv_failure == (OLDEST_SUPPORTED <= release.version < FIRST_FIXED)
     assert [r.version for r in RELEASES] == sorted(r.version for r in RELEASES)
     assert RELEASES[0].version == OLDEST_SUPPORTED and RELEASES[-1].version == NEWEST_KNOWN
+
+
+@pytest.mark.skipif(installed_version() not in IR_VERSIONS_MEASURED_ON,
+                    reason="IR_VERSIONS_READ was measured on other releases")
+@pytest.mark.parametrize("version", [9, 10, 11, 12])
+def test_ir_versions_read_as_measured(tmp_path, version):
+    """The fact io.check_ir_file acts on: the installed OpenVINO reads exactly IR_VERSIONS_READ. If this
+    fails, re-measure (see ovpasses.runtimes) and update the data."""
+    path = tmp_path / "attention.xml"
+    ov.save_model(build_attention(AttentionSpec()), path, compress_to_fp16=False)
+    text = path.read_text()
+    assert '<net name="attention" version="11">' in text   # what save_model writes
+    path.write_text(text.replace('version="11"', f'version="{version}"', 1))
+    try:
+        ov.Core().read_model(path)
+        reads = True
+    except RuntimeError:
+        reads = False
+    assert reads == (version in IR_VERSIONS_READ)
