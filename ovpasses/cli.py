@@ -238,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_OK
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s") if args.debug else _OneLineFormatter())
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s") if args.debug
+                         else _OneLineFormatter())
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, handlers=[handler])
     try:
         return COMMANDS[args.command](args)

@@ -90,8 +90,8 @@ def parse_release(text: str) -> Version:
     match = _RELEASE.fullmatch(text.strip()) if isinstance(text, str) else None
     if match is None:
         raise UnsupportedRuntimeError(
-            f"{text!r} is not an OpenVINO release; name one as YEAR.MINOR[.PATCH], e.g. 2026.0 or 2026.4.1 "
-            f"(known releases: {', '.join(r.version_string for r in RELEASES)})")
+            f"{text!r} is not an OpenVINO release; name one by its version, YEAR.MINOR[.PATCH], e.g. 2026.0 or "
+            f"2026.4.1 (known releases: {', '.join(r.version_string for r in RELEASES)})")
     return _version(match)
 
 

@@ -42,7 +42,8 @@ def test_release_names_give_their_profile(runtime, version, profile):
 
 @pytest.mark.parametrize("runtime", ["2026.0.0.1", "2026", "abc", "", "2026.x", "v2026.0"])
 def test_names_that_are_not_releases_are_refused(runtime):
-    with pytest.raises(UnsupportedRuntimeError, match="is not an OpenVINO release; name one as YEAR.MINOR"):
+    with pytest.raises(UnsupportedRuntimeError,
+                       match="is not an OpenVINO release; name one by its version, YEAR.MINOR"):
         ovpasses.profile_for(runtime)
 
 
