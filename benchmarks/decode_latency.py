@@ -43,7 +43,7 @@ def worker(xml: Path, mode: str, prefill: int, decode: int, repeats: int) -> dic
     import numpy as np
     import openvino as ov
 
-    from ovpasses.runner import count_fused_sdpa, make_feeds
+    from ovpasses.check import count_fused_sdpa, make_feeds
     from ovpasses.testing.matrix import apply_mode
 
     core = ov.Core()

@@ -6,6 +6,7 @@ from ovpasses.errors import (
     OvpassesError,
     PassInvariantError,
     UnsupportedModelError,
+    UnsupportedRuntimeError,
 )
 from ovpasses.passes import (
     DisableStatefulSDPAFusion,
@@ -29,6 +30,7 @@ __all__ = [
     "ScaledDotProductAttentionDecomposition",
     "SharedKVCacheDetection",
     "UnsupportedModelError",
+    "UnsupportedRuntimeError",
     "analyze_kv_sharing",
     "compile_model",
     "plan",

@@ -1,7 +1,8 @@
 """``ovpass``: a thin command-line shell over ovpasses (argument parsing, file I/O, exit codes).
 
-The work is done by :mod:`ovpasses.runner` (pipeline, inspection, side-by-side check) and
-:mod:`ovpasses.io` (safe IR reading and writing); this module only wires arguments to them.
+The work is done by :mod:`ovpasses.pipeline` (the passes and the rewrite), :mod:`ovpasses.inspect_report`
+(the KV-sharing report), :mod:`ovpasses.check` (the side-by-side check) and :mod:`ovpasses.io` (safe IR
+reading and writing); this module only wires arguments to them.
 """
 
 from __future__ import annotations
@@ -9,32 +10,42 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
+import openvino as ov
+
 import ovpasses
-from ovpasses import folder, io, runner
+from ovpasses import check, folder, inspect_report, io, pipeline, runtimes
 from ovpasses.errors import OvpassesError
 
 EXIT_OK = 0
 EXIT_WORSE = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+EXIT_INCONCLUSIVE = 4
+# the exit code of each check verdict
+CHECK_EXIT = {check.OK: EXIT_OK, check.FIXED: EXIT_OK, check.WORSE: EXIT_WORSE, check.INCONCLUSIVE: EXIT_INCONCLUSIVE}
 
 EPILOG = """\
 exit codes:
-  0  success (check: the rewritten model is at least as good as the original)
-  1  check: the rewritten model is worse (it fails where the original runs, or its outputs differ
-     beyond the tolerance)
-  2  usage or input error (bad arguments, a missing or damaged IR, a refused output path); nothing
-     is written
+  0  success (check: OK, both run and agree, or FIXED, the rewritten model runs or gives numbers
+     where the original does not)
+  1  check: WORSE, the rewritten model fails or gives NaN where the original does not, or their
+     outputs differ beyond the tolerance
+  2  usage or input error (bad arguments, a missing or damaged IR, a refused output path, a device
+     OpenVINO does not see); nothing is written
   3  unexpected internal failure (rerun with --debug for the traceback and report it)
+  4  check: INCONCLUSIVE, nothing could be compared (neither model ran a step on the inputs made,
+     both fail, or no output value is finite in both)
 
 Run 'ovpass COMMAND --help' for the options of a command.
 """
 
-RUNTIME_HELP = ("OpenVINO release whose profile to apply: 'auto' (default: the installed runtime, "
-                f"{ovpasses.profile_for().version_string}) or a version such as 2026.0")
+RUNTIME_HELP = ("the OpenVINO release to prepare the IR for (its profile is applied): 'auto' (default: the "
+                f"installed runtime, {ov.get_version().split('-')[0]}) or a release such as 2026.0 or 2026.4.1; "
+                f"releases {runtimes.version_string(runtimes.OLDEST_SUPPORTED[:2])} and newer")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version",
-                        version=f"ovpass {ovpasses.__version__} (openvino {ovpasses.profile_for().version_string})")
+                        version=f"ovpass {ovpasses.__version__} (openvino {ov.get_version().split('-')[0]})")
     parser.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
@@ -99,19 +110,25 @@ def build_parser() -> argparse.ArgumentParser:
                     "same inputs through each (input_ids, attention_mask, position_ids and beam_idx are "
                     "recognised; other inputs get seeded random data) and report whether each compiled and "
                     "ran, the largest output difference and the fused SDPA count of each. On CPU it compiles "
-                    f"with {json.dumps(runner.EXACT_CPU_CONFIG)} unless --precision default. Exit 0 when the "
-                    "rewritten model is at least as good: it runs whenever the original runs, and when both "
-                    "run every output agrees within atol + rtol * max|original output|.",
+                    f"with {json.dumps(check.EXACT_CPU_CONFIG)} unless --precision default. Both models run on "
+                    "the installed OpenVINO: with --runtime naming another release, the target runtime is not "
+                    "exercised (the report says so). Verdicts: OK (exit 0) both run and every output agrees "
+                    "within atol + rtol * max|original output|, NaN in the same places and equal infinities "
+                    "agreeing; FIXED (exit 0) the rewritten model runs, or gives finite values, where the "
+                    "original does not, and agrees elsewhere; WORSE (exit 1) it fails or gives NaN where the "
+                    "original does not, or the outputs differ; INCONCLUSIVE (exit 4) nothing could be compared.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", metavar="IN.xml")
-    p.add_argument("--device", default="CPU", help="OpenVINO device (default CPU)")
+    p.add_argument("--device", default="CPU",
+                   help="OpenVINO device, any case: cpu, GPU, gpu.0 (default CPU); one OpenVINO does not see is an "
+                        "error that lists those it sees")
     p.add_argument("--steps", type=_non_negative, default=3, help="decode steps after the prefill (default 3)")
     p.add_argument("--prefill", type=_positive, default=8, help="prefill length in tokens (default 8)")
     p.add_argument("--precision", choices=("exact", "default"), default="exact",
                    help="exact (default): CPU in f32 with an f32 KV cache; default: the device defaults")
-    p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
-    p.add_argument("--rtol", type=float, default=1e-4,
-                   help="tolerance relative to the largest |original output| (default 1e-4)")
+    p.add_argument("--atol", type=_tolerance, default=1e-4, help="absolute tolerance, finite, 0 or more (default 1e-4)")
+    p.add_argument("--rtol", type=_tolerance, default=1e-4,
+                   help="tolerance relative to the largest finite |original output|, finite, 0 or more (default 1e-4)")
     p.add_argument("--passes", metavar="NAME,...", help="rewrite with only these passes (as in 'ovpass rewrite')")
     p.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
     _add_common(p)
@@ -136,6 +153,13 @@ def _non_negative(text: str) -> int:
     return value
 
 
+def _tolerance(text: str) -> float:
+    try:
+        return check.check_tolerance("it", float(text))
+    except (ValueError, OvpassesError) as error:
+        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, not {text!r}") from error
+
+
 def _runtime(args) -> str | None:
     runtime = None if args.runtime == "auto" else args.runtime
     ovpasses.profile_for(runtime)  # rejects a malformed or unsupported version before any work
@@ -144,9 +168,9 @@ def _runtime(args) -> str | None:
 
 def cmd_rewrite(args) -> int:
     runtime = _runtime(args)
-    passes = runner.parse_passes(args.passes)
+    passes = None if args.passes is None else pipeline.selected_passes(args.passes)
     source = Path(args.input)
-    if source.is_dir():
+    if os.path.isdir(source):   # False for any path that cannot be reached: check_ir_file says why
         return _rewrite_folder(args, source, runtime, passes)
     if args.in_place and args.output and not io.same_ir(args.output, source):
         raise OvpassesError("--in-place writes over IN.xml; drop -o, or drop --in-place to write to -o")
@@ -194,30 +218,30 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
 
 def cmd_inspect(args) -> int:
     runtime = _runtime(args)
-    report = runner.inspect_model(io.read_ir(args.input), runtime)
+    report = inspect_report.inspect_model(io.read_ir(args.input), runtime)
     if args.format == "json":
         print(json.dumps(report, indent=2))
     elif args.format == "dot":
-        sys.stdout.write(runner.inspect_dot(report))
+        sys.stdout.write(inspect_report.inspect_dot(report))
     else:
-        sys.stdout.write(runner.inspect_text(report))
+        sys.stdout.write(inspect_report.inspect_text(report))
     return EXIT_OK
 
 
 def cmd_check(args) -> int:
     runtime = _runtime(args)
-    passes = runner.parse_passes(args.passes)
+    passes = None if args.passes is None else pipeline.selected_passes(args.passes)
     model = io.read_ir(args.input)
     config = None if args.precision == "exact" else {}
-    report = runner.check_model(model, device=args.device, steps=args.steps, runtime=runtime, config=config,
+    report = check.check_model(model, device=args.device, steps=args.steps, runtime=runtime, config=config,
                                 passes=passes, prefill=args.prefill, atol=args.atol, rtol=args.rtol)
     print(report.to_json() if args.format == "json" else report)
-    return EXIT_OK if report.ok else EXIT_WORSE
+    return CHECK_EXIT[report.verdict_code]
 
 
 def cmd_passes(args) -> int:
-    width = max(map(len, runner.PASSES))
-    for name, (_cls, line) in runner.PASSES.items():
+    width = max(map(len, pipeline.PASSES))
+    for name, (_cls, line) in pipeline.PASSES.items():
         print(f"{name:<{width}}  {line}")
     return EXIT_OK
 
@@ -231,9 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_OK
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, stream=sys.stderr,
-                        format="ovpass: %(levelname)s: %(message)s" if not args.debug else
-                        "%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s") if args.debug
+                         else _OneLineFormatter())
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, handlers=[handler])
     try:
         return COMMANDS[args.command](args)
     except OvpassesError as exc:
@@ -254,6 +279,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"ovpass: error: unexpected {type(exc).__name__}: {_one_line(str(exc))} "
                          "(rerun with --debug for the traceback)\n")
         return EXIT_INTERNAL
+
+
+class _OneLineFormatter(logging.Formatter):
+    """A log record as one line: ``ovpass: warning: <message>``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"ovpass: {record.levelname.lower()}: {_one_line(record.getMessage())}"
+
 
 
 def _one_line(message: str) -> str:

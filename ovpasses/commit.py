@@ -105,7 +105,8 @@ def folder_lock(folder: Path, *, write: bool = True) -> Iterator[bool]:
     folder = Path(folder)
     lock_path = folder / LOCK_NAME
     if not write and not os.access(folder, os.W_OK | os.X_OK):
-        if (folder / JOURNAL_NAME).exists():
+        # os.path.lexists is False where the folder cannot be searched: the reader then says why
+        if os.path.lexists(folder / JOURNAL_NAME):
             raise CommitError(f"{folder}: an interrupted ovpass commit is pending here and this user cannot "
                               "write the folder to finish it; run any ovpass command on it as a user who can")
         yield False

@@ -15,3 +15,7 @@ class PassInvariantError(OvpassesError):
 
 class DeviceNotAvailableError(OvpassesError):
     """The requested OpenVINO device is not present on this machine."""
+
+
+class UnsupportedRuntimeError(OvpassesError):
+    """The runtime named (or installed) is not an OpenVINO release ovpasses prepares IRs for."""

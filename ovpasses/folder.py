@@ -62,6 +62,17 @@ def holds_stateful_attention(xml_path: Path) -> bool:
     return STATEFUL_ATTENTION <= layer_types(xml_path)
 
 
+def stateful_irs(folder: str | os.PathLike) -> list[str]:
+    """The names of the IRs in ``folder`` that hold stateful attention; :class:`FolderError` if none do."""
+    folder = Path(folder)
+    irs = [p.name for p in ir_files_in(folder)]
+    found = [name for name in irs if holds_stateful_attention(folder / name)]
+    if not found:
+        raise FolderError(f"{folder}: no IR in this folder holds stateful attention (ReadValue and "
+                          f"ScaledDotProductAttention); IRs found: {', '.join(irs) or 'none'}")
+    return found
+
+
 @dataclass
 class FolderModel:
     """One IR of the folder and what the pipeline did to it (None: copied as it is)."""
@@ -149,10 +160,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
         raise FolderError(f"{source}: not a folder")
     summary = FolderSummary(str(source), None if destination is None else str(destination))
     irs = {p.name for p in ir_files_in(source)}
-    stateful = [name for name in sorted(irs) if holds_stateful_attention(source / name)]
-    if not stateful:
-        raise FolderError(f"{source}: no IR in this folder holds stateful attention (ReadValue and "
-                          f"ScaledDotProductAttention); IRs found: {', '.join(sorted(irs)) or 'none'}")
+    stateful = stateful_irs(source)
 
     staging = None if destination is None else destination.parent / commit.temp_name()
     try:

@@ -27,6 +27,7 @@ import openvino as ov
 
 from ovpasses import commit
 from ovpasses.errors import OvpassesError
+from ovpasses.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_known, version_string
 
 log = logging.getLogger(__name__)
 
@@ -75,22 +76,25 @@ def same_ir(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 
 
 def check_ir_file(path: str | os.PathLike) -> Path:
-    """Raise :class:`IRReadError` unless ``path`` is a readable file whose XML root element is ``<net>``.
+    """Raise :class:`IRReadError` unless ``path`` is a readable IR ``.xml`` that OpenVINO can read.
 
-    Reads only up to the root element, so it is cheap for large IRs.
+    Checks, before OpenVINO sees the file (its other frontends print noise of their own on a file the
+    IR frontend refuses): that the path can be reached and is a file, that its XML root element is
+    ``<net>`` with a ``version`` the installed OpenVINO reads (:data:`ovpasses.runtimes.IR_VERSIONS_READ`),
+    and that the ``.bin`` beside it, if there is one, is a readable file. Reads only up to the root
+    element, so it is cheap for large IRs.
     """
     path = Path(path)
-    if not path.exists():
-        raise IRReadError(f"{path}: no such file; give the path of an OpenVINO IR .xml file")
+    _check_reachable(path, "give the path of an OpenVINO IR .xml file")
     if not path.is_file():
-        raise IRReadError(f"{path}: not a file; give the path of an OpenVINO IR .xml file")
+        raise IRReadError(f"{_shown(path)}: not a file; give the path of an OpenVINO IR .xml file")
     try:
         with open(path, "rb") as handle:
             for _event, element in ET.iterparse(handle, events=("start",)):
-                root = element.tag
+                root, version = element.tag, element.get("version")
                 break
             else:
-                root = None
+                root = version = None
     except ET.ParseError as exc:
         if path.stat().st_size == 0:
             raise IRReadError(f"{path}: the file is empty; give the path of an OpenVINO IR .xml file") from None
@@ -103,6 +107,8 @@ def check_ir_file(path: str | os.PathLike) -> Path:
     if root != "net":
         raise IRReadError(f"{path}: XML, but not an OpenVINO IR (root element <{root}>, expected <net>); "
                           "give the path of an IR .xml file written by OpenVINO")
+    _check_ir_version(path, version)
+    _check_weights_file(path)
     return path
 
 
@@ -113,7 +119,7 @@ def read_ir(path: str | os.PathLike, core: ov.Core | None = None) -> ov.Model:
     try:
         # under the folder's lock, after recovering an interrupted commit there: never a pair that an
         # ovpass writer is replacing at this moment
-        with commit.folder_lock(path.parent, write=False) if path.parent.is_dir() else contextlib.nullcontext():
+        with commit.folder_lock(path.parent, write=False) if os.path.isdir(path.parent) else contextlib.nullcontext():
             path = check_ir_file(path)
             return core.read_model(str(path))
     except RuntimeError as exc:
@@ -130,14 +136,13 @@ def check_output_path(path: str | os.PathLike) -> Path:
     if path.suffix.lower() != ".xml":
         raise IRWriteError(f"{path}: the output must be an .xml path (its weights go to the .bin beside it)")
     folder = path.parent
-    _check_reachable_folder(path, folder)
-    _check_name_lengths(path)
     for target in ir_files(path):
-        try:
-            is_dir = target.is_dir()
-        except OSError as exc:
-            raise IRWriteError(_path_error(target, exc)) from None
-        if is_dir:
+        _check_lengths(target, IRWriteError)
+    _check_reachable(folder, "create the folder first or choose another output path", IRWriteError)
+    if not folder.is_dir():
+        raise IRWriteError(f"{path}: {_shown(folder)} is a file, not a folder; choose another output path")
+    for target in ir_files(path):
+        if target.is_dir():
             raise IRWriteError(f"{path}: {target.name} is a folder; choose another output path")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise IRWriteError(f"{path}: the folder {folder} is not writable; choose another output path")
@@ -227,46 +232,6 @@ def _mib(size: int) -> str:
     return f"{size / 2**20:.1f} MiB"
 
 
-def _check_reachable_folder(path: Path, folder: Path) -> None:
-    try:
-        st = os.stat(folder)
-    except OSError as exc:
-        raise IRWriteError(f"{path}: {_path_error(folder, exc)}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise IRWriteError(f"{path}: {folder} is a file, not a folder; choose another output path")
-
-
-def _check_name_lengths(path: Path) -> None:
-    folder = path.parent
-    with contextlib.suppress(OSError, ValueError):
-        name_max = os.pathconf(folder, "PC_NAME_MAX")
-        for target in ir_files(path):
-            if len(os.fsencode(target.name)) > name_max:
-                raise IRWriteError(f"{target}: the file name is {len(os.fsencode(target.name))} bytes, longer than "
-                                   f"the {name_max} bytes the filesystem of {folder} allows; choose a shorter name")
-        path_max = os.pathconf(folder, "PC_PATH_MAX")
-        full = os.fsencode(os.path.abspath(path))
-        if len(full) >= path_max:
-            raise IRWriteError(f"{path}: the path is {len(full)} bytes, longer than the {path_max - 1} bytes the "
-                               "system allows; choose a shorter path")
-
-
-def _path_error(path: Path, exc: OSError) -> str:
-    """What an OSError from reaching ``path`` means, in words (no errno numbers)."""
-    if exc.errno == errno.ENOENT:
-        return f"the folder {path} does not exist; create it first"
-    if exc.errno == errno.ENOTDIR:
-        part = next((p for p in reversed(path.parents) if p.exists() and not p.is_dir()), None)
-        return f"{part or path} is a file, not a folder, so {path} cannot exist"
-    if exc.errno in (errno.EACCES, errno.EPERM):
-        return f"permission denied reaching {path}: a folder on the way cannot be searched by this user"
-    if exc.errno == errno.ENAMETOOLONG:
-        return f"the path {path} is longer than the filesystem allows; choose a shorter path"
-    if exc.errno == errno.ELOOP:
-        return f"the path {path} has a loop of symbolic links"
-    return f"cannot reach {path}: {exc.strerror or exc}"
-
-
 def _file_mode(path: Path | None) -> int:
     """The permission bits a file written to ``path`` gets: those of the file it replaces, else 0o666 - umask."""
     if path is not None:
@@ -298,3 +263,111 @@ def _last_line(message: str) -> str:
     lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
     meaningful = [ln for ln in lines if not re.match(r"(Exception from|Check ')", ln)]
     return (meaningful or lines or ["unknown error"])[-1]
+
+
+# ------------------------------------------------------------------ reading: why a path or an IR cannot be read
+
+def _check_ir_version(path: Path, version: str | None) -> None:
+    """Refuse an IR version the installed OpenVINO does not read (measured: see ovpasses.runtimes)."""
+    try:
+        installed = installed_version()
+    except OvpassesError:   # a local build's version string: OpenVINO itself will judge the file
+        return
+    reads = " and ".join(map(str, IR_VERSIONS_READ))
+    what = f"the installed openvino {version_string(installed)} reads IR versions {reads}"
+    if version is None:
+        raise IRReadError(f"{path}: <net> has no version attribute; {what}: export the IR again with OpenVINO "
+                          "(ovc or openvino.save_model)")
+    if not version.strip().isdigit():
+        raise IRReadError(f"{path}: <net version=\"{version}\"> is not an IR version number; {what}: the file is "
+                          "damaged or not written by OpenVINO, export the IR again")
+    number = int(version)
+    if number in IR_VERSIONS_READ or not ir_versions_known(installed):
+        return
+    if number > max(IR_VERSIONS_READ):
+        raise IRReadError(f"{path}: IR version {number} is newer than this openvino reads: {what}; upgrade "
+                          "openvino, or export the IR with this one")
+    raise IRReadError(f"{path}: IR version {number} is too old: {what}; convert the original model again with "
+                      "this openvino (ovc or openvino.save_model)")
+
+
+def _check_weights_file(path: Path) -> None:
+    """The ``.bin`` beside ``path`` may be absent (OpenVINO decides whether the IR needs one, and
+    :func:`_explain_read_error` words its error); if present it must be a file this process can read."""
+    weights = weights_path(path)
+    what = f"the weights file of {path.name}"
+    if not os.path.lexists(weights):
+        return
+    _check_reachable(weights, f"{what} must be readable beside it")
+    if weights.is_dir():
+        raise IRReadError(f"{weights}: {what} is a folder, not a file; move the folder away and put the IR's "
+                          ".bin in its place")
+    if not weights.is_file():
+        raise IRReadError(f"{weights}: {what} is not a regular file; put the IR's .bin in its place")
+    try:
+        with open(weights, "rb"):
+            pass
+    except OSError as exc:
+        raise IRReadError(f"{weights}: {what} cannot be read ({exc.strerror}); check its permissions") from None
+
+
+def _check_lengths(path: Path, error: type[OvpassesError] = IRReadError) -> None:
+    """Raise ``error`` when a name in ``path`` or the whole path is longer than the system allows."""
+    shown = _shown(path)
+    name_max = _pathconf(path, "PC_NAME_MAX", 255)
+    long_name = next((part for part in path.parts if len(os.fsencode(part)) > name_max), None)
+    if long_name is not None:
+        raise error(f"{shown}: the name {_shown(Path(long_name), 40)} is {len(os.fsencode(long_name))} bytes, "
+                    f"longer than the {name_max} bytes the filesystem allows for one name; choose a shorter one")
+    path_max = _pathconf(path, "PC_PATH_MAX", 4096)
+    if len(os.fsencode(str(path))) >= path_max:
+        raise error(f"{shown}: the path is {len(os.fsencode(str(path)))} bytes, longer than the "
+                    f"{path_max - 1} bytes the system allows; use a shorter path, or a shorter relative path")
+
+
+def _check_reachable(path: Path, todo: str, error: type[OvpassesError] = IRReadError) -> None:
+    """Raise ``error`` with one line naming why ``path`` cannot be reached (a name or a path longer
+    than the system allows, a missing folder or file, a file where a folder should be, a folder this
+    user cannot search), followed by ``todo``."""
+    shown = _shown(path)
+    _check_lengths(path, error)
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        missing = next((f for f in _ancestors(path) if not os.path.lexists(f)), None)
+        where = f" (the folder {_shown(missing)} does not exist)" if missing is not None else ""
+        raise error(f"{shown}: no such file or folder{where}; {todo}") from None
+    except NotADirectoryError:
+        blocker = next((f for f in _ancestors(path) if os.path.lexists(f) and not os.path.isdir(f)), path.parent)
+        raise error(f"{shown}: {_shown(blocker)} is a file, not a folder; {todo}") from None
+    except PermissionError:
+        start = [] if path.is_absolute() else [Path.cwd()]   # a relative path is searched from there
+        folder = next((f for f in start + _ancestors(path) if not os.access(f, os.X_OK)), None)
+        if folder is None:
+            raise error(f"{shown}: permission denied; check the permissions of its folders") from None
+        raise error(f"{shown}: no permission to enter the folder {_shown(folder)}; ask for search (x) "
+                    f"permission on it, or {todo}") from None
+    except OSError as exc:   # a loop of symbolic links, an I/O error: the system's words
+        raise error(f"{shown}: cannot be reached ({exc.strerror or exc}); {todo}") from None
+
+
+def _ancestors(path: Path) -> list[Path]:
+    """The folders named on the way to ``path``, outermost first (``a``, ``a/b`` for ``a/b/c``)."""
+    return [folder for folder in reversed(path.parents) if folder != Path(".")]
+
+
+def _pathconf(path: Path, name: str, default: int) -> int:
+    """``os.pathconf`` of the innermost existing folder on the way to ``path``."""
+    for folder in [*reversed(_ancestors(path)), Path(".")]:
+        with contextlib.suppress(OSError, ValueError):
+            return os.pathconf(folder, name)
+    return default
+
+
+def _shown(path: Path, width: int = 120) -> str:
+    """``path`` for a one-line message: shortened in the middle when longer than ``width`` characters."""
+    text = str(path)
+    if len(text) <= width:
+        return text
+    half = (width - 1) // 2
+    return f"{text[:half]}…{text[-half:]}"

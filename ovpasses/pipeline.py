@@ -2,13 +2,14 @@
 
 ``rewrite(model)`` runs in place and returns a :class:`RewriteSummary`; ``compile_model(model)``
 rewrites a clone and hands it to the CPU or GPU plugin. What changes depends on the runtime profile
-(see :func:`profile_for` and the table in README.md), chosen from ``openvino.get_version()`` unless
-``runtime`` names a release.
+(see :func:`profile_for`, the facts in :mod:`ovpasses.runtimes` and the table in README.md), chosen
+from ``openvino.get_version()`` unless ``runtime`` names a release.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,19 +17,27 @@ from dataclasses import dataclass, field
 import openvino as ov
 from openvino.passes import Manager
 
-from ovpasses._ov import runtime_version
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
-from ovpasses.errors import DeviceNotAvailableError, OvpassesError
+from ovpasses.devices import normalize_device, resolve_device
+from ovpasses.errors import OvpassesError, UnsupportedRuntimeError
+from ovpasses.io import read_ir
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
+from ovpasses.runtimes import (
+    FIRST_FIXED,
+    NEWEST_KNOWN,
+    OLDEST_SUPPORTED,
+    Version,
+    installed_version,
+    parse_release,
+    version_string,
+)
 
 log = logging.getLogger(__name__)
 
 RT_ACTION = "ovpasses_kv_action"
-OLDEST_SUPPORTED = (2025, 2, 0)
-FIRST_FIXED = (2026, 2, 0)
 
 # actions, as reported per SDPA
 NATIVE = "none: fused natively"
@@ -44,24 +53,48 @@ DECOMPOSE = "decomposed (scale after MatMul(Q,K^T)): no other way to keep it out
 class RuntimeProfile:
     """What the pipeline changes for one OpenVINO runtime."""
 
-    version: tuple[int, int, int]
+    version: Version
     name: str                      # "affected" (2025.2 - 2026.1) or "fixed" (2026.2 and newer)
     decompose_cache_shapeof: bool  # KVCacheShapeOfDecomposition on every cache Concat's ShapeOf
 
     @property
     def version_string(self) -> str:
-        return ".".join(map(str, self.version))
+        return version_string(self.version)
+
+
+_warned_newer: set[Version] = set()
 
 
 def profile_for(runtime: str | None = None) -> RuntimeProfile:
-    """The profile of ``runtime`` (``"2026.0"``, ``"2026.4.1"``, ...) or, by default, the installed runtime."""
-    version = runtime_version(runtime)
-    if version < OLDEST_SUPPORTED:
-        raise OvpassesError(f"openvino {'.'.join(map(str, version))} is older than the oldest supported "
-                            f"release {'.'.join(map(str, OLDEST_SUPPORTED))}; install openvino>=2025.2")
-    if version < FIRST_FIXED:
-        return RuntimeProfile(version, "affected", decompose_cache_shapeof=True)
-    return RuntimeProfile(version, "fixed", decompose_cache_shapeof=False)
+    """The profile of ``runtime`` (a release: ``"2026.0"``, ``"2026.4.1"``) or, when None, of the installed runtime.
+
+    Raises :class:`UnsupportedRuntimeError` for a name that is not a release and for a release older than
+    :data:`~ovpasses.runtimes.OLDEST_SUPPORTED`; logs a warning (once per release) for one newer than every
+    release the profiles were measured on, and applies the fixed profile to it.
+    """
+    if runtime is None:
+        version = installed_version()
+        if version < OLDEST_SUPPORTED:
+            raise UnsupportedRuntimeError(
+                f"the installed openvino {version_string(version)} is older than the oldest supported release "
+                f"{version_string(OLDEST_SUPPORTED)}; install openvino>={version_string(OLDEST_SUPPORTED[:2])}")
+    elif isinstance(runtime, str):
+        version = parse_release(runtime)
+        if version < OLDEST_SUPPORTED:
+            raise UnsupportedRuntimeError(
+                f"ovpasses prepares IRs for openvino {version_string(OLDEST_SUPPORTED[:2])} and newer; "
+                f"{runtime.strip()} is older (releases before {version_string(OLDEST_SUPPORTED)} were not measured); "
+                f"name a target of {version_string(OLDEST_SUPPORTED[:2])} or newer")
+    else:
+        raise OvpassesError(f"runtime must be a release name such as '2026.0' or '2026.4.1', or None for the "
+                            f"installed openvino; got {type(runtime).__name__} {runtime!r}")
+    name = "affected" if version < FIRST_FIXED else "fixed"
+    if version > NEWEST_KNOWN and version not in _warned_newer:
+        _warned_newer.add(version)
+        log.warning("openvino %s is newer than every release the profiles were measured on (newest %s); "
+                    "applying the %s profile, as for %s and newer", version_string(version),
+                    version_string(NEWEST_KNOWN), name, version_string(FIRST_FIXED[:2]))
+    return RuntimeProfile(version, name, decompose_cache_shapeof=name == "affected")
 
 
 def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, str]:
@@ -152,15 +185,43 @@ class RewriteSummary:
         return "\n".join(lines)
 
 
-# the passes of the pipeline, in the order it runs them
-PIPELINE_PASSES = (SharedKVCacheDetection.NAME, DisableStatefulSDPAFusion.NAME,
-                   ScaledDotProductAttentionDecomposition.NAME, KVCacheShapeOfDecomposition.NAME)
+# The passes of the pipeline, in the order it runs them, with what each does in one line.
+PASSES: dict[str, tuple[type, str]] = {
+    SharedKVCacheDetection.NAME: (
+        SharedKVCacheDetection,
+        "analysis only: records per SDPA which KV caches it reads and whether another SDPA reads them too"),
+    DisableStatefulSDPAFusion.NAME: (
+        DisableStatefulSDPAFusion,
+        "keeps SDPAs that read a cache off its Assign path out of the CPU stateful SDPA fusion (no-op Reshape)"),
+    ScaledDotProductAttentionDecomposition.NAME: (
+        ScaledDotProductAttentionDecomposition,
+        "decomposes those SDPAs the barrier cannot take (K/V without a static rank-4 shape) into MatMul/Softmax"),
+    KVCacheShapeOfDecomposition.NAME: (
+        KVCacheShapeOfDecomposition,
+        "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"),
+}
+PIPELINE_PASSES = tuple(PASSES)
 SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
 
 
-def selected_passes(passes: Iterable[str] | None) -> frozenset[str]:
-    """The pass names ``passes`` selects (all when None); raises with the valid names on an unknown one."""
-    selected = frozenset(PIPELINE_PASSES if passes is None else passes)
+def selected_passes(passes: str | Iterable[str] | None) -> frozenset[str]:
+    """The pass names ``passes`` selects: all when None, else one name (``"A"``), a comma-separated
+    string (``"A,B"``, as ``--passes`` takes it) or an iterable of names. Raises :class:`OvpassesError`
+    naming the valid names on an unknown or missing name, and saying what is expected on another type."""
+    if passes is None:
+        return frozenset(PIPELINE_PASSES)
+    if isinstance(passes, str):
+        names = passes.split(",")
+    elif isinstance(passes, Iterable) and not isinstance(passes, (bytes, bytearray)):
+        names = list(passes)
+    else:
+        names = None
+    if names is None or not all(isinstance(n, str) for n in names):
+        raise OvpassesError(f"passes must be None, a pass name, a string 'A,B' or a list of pass names; got "
+                            f"{type(passes).__name__} {passes!r}; valid names: {', '.join(PIPELINE_PASSES)}")
+    selected = frozenset(n.strip() for n in names if n.strip())
+    if not selected:
+        raise OvpassesError(f"passes {passes!r} names no pass; valid names: {', '.join(PIPELINE_PASSES)}")
     unknown = sorted(selected - set(PIPELINE_PASSES))
     if unknown:
         raise OvpassesError(f"unknown pass{'es' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
@@ -168,11 +229,12 @@ def selected_passes(passes: Iterable[str] | None) -> frozenset[str]:
     return selected
 
 
-def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] | None = None) -> RewriteSummary:
+def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None) -> RewriteSummary:
     """Run the pipeline on ``model`` in place for ``runtime`` (default: the installed one).
 
-    ``passes`` (names from :data:`PIPELINE_PASSES`) restricts it: the plan is made as usual for the
-    runtime profile and each named pass does exactly what it does in the full pipeline; an SDPA whose
+    ``passes`` (names from :data:`PIPELINE_PASSES`: one name, ``"A,B"`` or a list; see
+    :func:`selected_passes`) restricts it: the plan is made as usual for the runtime profile and each
+    named pass does exactly what it does in the full pipeline; an SDPA whose
     planned change belongs to a pass that is not named is left as it is and its action says so. The
     analysis always runs (the plan needs it); naming SharedKVCacheDetection also writes its verdict
     into the SDPAs' runtime info. Without the barrier pass, the SDPAs planned for it are decomposed
@@ -234,21 +296,28 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
     return summary
 
 
-def compile_model(model: ov.Model, device: str = "CPU", config: dict | None = None, runtime: str | None = None,
-                  core: ov.Core | None = None) -> ov.CompiledModel:
-    """Rewrite a clone of ``model`` for ``runtime`` and compile it on ``device`` (CPU or GPU)."""
+def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,
+                  runtime: str | None = None, core: ov.Core | None = None) -> ov.CompiledModel:
+    """Rewrite a clone of ``model`` for ``runtime`` and compile it on ``device`` (CPU or GPU).
+
+    ``model`` is an ``ov.Model`` or, as for OpenVINO's own ``compile_model``, the path of an IR ``.xml``
+    (read with :func:`ovpasses.io.read_ir`). ``device`` is any case in its family part (``"cpu"``,
+    ``"gpu.0"``); one that OpenVINO does not see here raises :class:`DeviceNotAvailableError`.
+    """
     core = core or ov.Core()
-    family = device.split(".")[0].split(":")[0].upper()
-    if family not in ("CPU", "GPU"):
+    name = normalize_device(device)
+    if name.split(".")[0] not in ("CPU", "GPU"):
         raise OvpassesError(f"compile_model supports the CPU and GPU plugins, not '{device}'")
-    available = core.available_devices
-    if not any(d == device or d.split(".")[0] == family for d in available):
-        raise DeviceNotAvailableError(f"device '{device}' is not available here; OpenVINO sees: "
-                                      f"{', '.join(available) or 'no devices'}. The GPU plugin needs an Intel GPU "
-                                      "and its driver")
-    clone = model.clone()
+    name = resolve_device(device, core)
+    if isinstance(model, (str, os.PathLike)):
+        clone = read_ir(model, core)
+    elif isinstance(model, ov.Model):
+        clone = model.clone()
+    else:
+        raise OvpassesError(f"compile_model takes an openvino.Model or the path of an IR .xml file, not "
+                            f"{type(model).__name__}")
     rewrite(clone, runtime)
-    return core.compile_model(clone, device, config or {})
+    return core.compile_model(clone, name, config or {})
 
 
 def _run(model: ov.Model, pass_) -> None:

@@ -19,8 +19,9 @@ import pytest
 
 from ovpasses import analyze_kv_sharing
 from ovpasses.pipeline import NATIVE, SHAPEOF
-from ovpasses.runner import PASSES
-from ovpasses.testing.graphs import StackSpec, build_stack
+from ovpasses.pipeline import PASSES
+from ovpasses.runtimes import installed_version
+from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
@@ -56,7 +57,7 @@ def ir(tmp_path) -> Path:
 def test_help_documents_commands_and_exit_codes():
     result = ovpass("--help")
     assert result.returncode == 0
-    for text in ("rewrite", "inspect", "check", "passes", "exit codes", "  0 ", "  1 ", "  2 ", "  3 "):
+    for text in ("rewrite", "inspect", "check", "passes", "exit codes", "  0 ", "  1 ", "  2 ", "  3 ", "  4 "):
         assert text in result.stdout
     assert ovpass().returncode == 0
     assert ovpass("--version").stdout.startswith("ovpass ")
@@ -75,6 +76,8 @@ def test_passes_lists_each_pass_on_one_line():
     (("frobnicate",), "invalid choice"),
     (("check", "x.xml", "--steps", "-1"), "--steps"),
     (("inspect", "x.xml", "--format", "yaml"), "--format"),
+    *[(("check", "x.xml", f"{option}={value}"), f"argument {option}: must be a finite number, 0 or more, not '{value}'")
+      for option in ("--atol", "--rtol") for value in ("nan", "-1", "inf", "-inf", "1e-3x")],
 ])
 def test_usage_errors_are_one_line(args, message):
     result = ovpass(*args)
@@ -213,8 +216,49 @@ def _a_folder(ir: Path) -> Path:
     return folder
 
 
+def _ir_version(version: bytes | None):
+    """Set the IR's ``<net version=...>`` (None: remove the attribute)."""
+    def damage(ir: Path) -> Path:
+        net = b'<net name="Model0"' + (b"" if version is None else b' version="' + version + b'"')
+        ir.write_bytes(ir.read_bytes().replace(b'<net name="Model0" version="11"', net, 1))
+        return ir
+    return damage
+
+
+def _bin_is_a_folder(ir: Path) -> Path:
+    ir.with_suffix(".bin").unlink()
+    ir.with_suffix(".bin").mkdir()
+    return ir
+
+
+def _parent_is_a_file(ir: Path) -> Path:
+    (ir.parent / "plain").write_text("a file, not a folder")
+    return ir.parent / "plain" / ir.name
+
+
+def _missing_folder(ir: Path) -> Path:
+    return ir.parent / "nowhere" / ir.name
+
+
+def _name_too_long(ir: Path) -> Path:
+    return ir.parent / ("m" * 300 + ".xml")
+
+
+def _path_too_long(ir: Path) -> Path:
+    return ir.parent.joinpath(*["d" * 200] * 25, ir.name)
+
+
 BAD_INPUTS = {
     "missing file": (_missing_file, "no such file"),
+    "missing folder": (_missing_folder, "no such file or folder (the folder "),
+    "parent is a file": (_parent_is_a_file, "plain is a file, not a folder"),
+    "name too long": (_name_too_long, ".xml is 304 bytes, longer than the "),
+    "path too long": (_path_too_long, "bytes the system allows; use a shorter path"),
+    "bin is a folder": (_bin_is_a_folder, "openvino_model.bin: the weights file of openvino_model.xml is a folder"),
+    "ir version 9": (_ir_version(b"9"), "IR version 9 is too old: the installed openvino"),
+    "ir version 12": (_ir_version(b"12"), "IR version 12 is newer than this openvino reads"),
+    "ir version abc": (_ir_version(b"abc"), '<net version="abc"> is not an IR version number'),
+    "no ir version": (_ir_version(None), "<net> has no version attribute"),
     "missing bin": (_missing_bin, "openvino_model.bin is missing"),
     "truncated bin": (_truncated_bin, "shorter than the XML expects"),
     "truncated xml": (_truncated_xml, "malformed IR XML"),
@@ -237,6 +281,8 @@ def _assert_clean_error(result: subprocess.CompletedProcess, message: str) -> No
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_is_one_line_and_changes_nothing(ir, tmp_path, case, command):
     damage, message = BAD_INPUTS[case]
+    if case == "a folder" and command == "rewrite":   # folder mode: a folder is an export folder
+        message = "no IR in this folder holds stateful attention"
     target = damage(ir)
     before = snapshot(ir.parent)
     out = tmp_path / "out.xml"
@@ -256,6 +302,68 @@ def _symlink_to_the_xml(ir: Path) -> Path:
     return ir.parent / "link.xml"
 
 
+def _unprivileged_prefix() -> list[str] | None:
+    """A command prefix that runs ovpass without the privilege to ignore file permissions, or None.
+
+    As root: the user nobody, or (where nobody cannot reach this interpreter, e.g. under /root) root
+    without the capabilities that bypass permission checks (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH)."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return None
+    for prefix in ([setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups"],
+                   [setpriv, "--bounding-set=-dac_override,-dac_read_search"]):
+        if subprocess.run([*prefix, str(OVPASS), "--version"], capture_output=True, timeout=60).returncode == 0:
+            return prefix
+    return None
+
+
+@pytest.fixture
+def open_folder():
+    """A folder under /tmp that every user can reach (pytest's own tmp_path is private to root)."""
+    folder = Path(tempfile.mkdtemp(prefix="ovpass-perm-", dir="/tmp"))
+    folder.chmod(0o777)
+    yield folder
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_dir():
+            path.chmod(0o777)
+    shutil.rmtree(folder)
+
+
+@pytest.mark.parametrize("command", ["inspect", "check"])
+def test_a_folder_without_search_permission_is_named(open_folder, command):
+    prefix = _unprivileged_prefix()
+    if prefix is None:
+        pytest.skip("cannot run ovpass without the privilege to ignore permissions here (root, and no setpriv "
+                    "that can switch to nobody or drop CAP_DAC_OVERRIDE)")
+    locked = open_folder / "locked"
+    locked.mkdir()
+    for suffix in (".xml", ".bin"):
+        shutil.copy(FIXTURE / f"openvino_model{suffix}", locked / f"openvino_model{suffix}")
+    locked.chmod(0o600)   # readable, not searchable: no one without the privilege can reach the files
+    result = subprocess.run([*prefix, str(OVPASS), command, "locked/openvino_model.xml"], capture_output=True,
+                            text=True, cwd=open_folder, timeout=120,
+                            env=dict(os.environ, HOME=str(open_folder)))   # OpenVINO's telemetry writes there
+    _assert_clean_error(result, "locked/openvino_model.xml: no permission to enter the folder locked; ask for "
+                                "search (x) permission on it")
+
+
+def test_an_output_folder_without_search_permission_is_named(open_folder):
+    prefix = _unprivileged_prefix()
+    if prefix is None:
+        pytest.skip("cannot run ovpass without the privilege to ignore permissions here")
+    for suffix in (".xml", ".bin"):
+        shutil.copy(FIXTURE / f"openvino_model{suffix}", open_folder / f"m{suffix}")
+    (open_folder / "closed" / "inner").mkdir(parents=True)
+    (open_folder / "closed").chmod(0o600)
+    result = subprocess.run([*prefix, str(OVPASS), "rewrite", "m.xml", "-o", "closed/inner/out.xml"],
+                            capture_output=True, text=True, cwd=open_folder, timeout=120,
+                            env=dict(os.environ, HOME="/nonexistent"))   # OpenVINO's telemetry writes in HOME
+    _assert_clean_error(result, "closed/inner: no permission to enter the folder closed; ask for search (x)")
+    assert sorted(p.name for p in open_folder.iterdir()) == ["closed", "m.bin", "m.xml"]
+
+
 @pytest.mark.parametrize("output, message", [
     (lambda ir: ir, "is the input"),
     (lambda ir: ir.parent / ".." / ir.parent.name / ir.name, "is the input"),
@@ -267,7 +375,7 @@ def _symlink_to_the_xml(ir: Path) -> Path:
     (lambda ir: ir.parent / "no" / "such" / "out.xml", "does not exist"),
     (lambda ir: ir.with_suffix(".bin") / "out.xml", "is a file, not a folder"),
     (lambda ir: ir.parent / ("a" * 300 + ".xml"), "longer than the 255 bytes"),
-    (lambda ir: ir.parent.joinpath(*["d" * 200] * 25, "out.xml"), "longer than the filesystem allows"),
+    (lambda ir: ir.parent.joinpath(*["d" * 200] * 25, "out.xml"), "bytes the system allows"),
     (lambda ir: Path("/proc/out.xml"), "cannot create files in /proc"),
     (lambda ir: None, "say where to write"),
 ], ids=["same path", "same file by another path", "upper-case .XML", "hard link", "symbolic link", "suffix",
@@ -294,28 +402,6 @@ def test_a_full_device_is_reported_with_the_space_needed(ir, tmp_path):
         subprocess.run(["umount", str(small)], check=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
-                    reason="needs root and setpriv to run ovpass as an unprivileged user")
-def test_an_output_folder_this_user_cannot_reach():
-    with tempfile.TemporaryDirectory(prefix="ovpass-nobody-") as top:   # pytest's tmp_path is root's alone
-        _unreachable_output(Path(top) / "shared")
-
-
-def _unreachable_output(shared: Path) -> None:
-    shared.mkdir()
-    shared.chmod(0o777)
-    shared.parent.chmod(0o755)
-    for suffix in (".xml", ".bin"):
-        shutil.copy(FIXTURE / f"openvino_model{suffix}", shared / f"m{suffix}")
-    closed = shared / "closed"
-    closed.mkdir()
-    (closed / "inner").mkdir()
-    closed.chmod(0o700)  # owned by root: nobody cannot search it
-    result = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(OVPASS),
-                             "rewrite", str(shared / "m.xml"), "-o", str(closed / "inner" / "out.xml")],
-                            capture_output=True, text=True, timeout=120, env=dict(os.environ, HOME="/nonexistent"))
-    _assert_clean_error(result, "permission denied reaching")
-    assert sorted(p.name for p in shared.iterdir()) == ["closed", "m.bin", "m.xml"]
 
 
 def test_in_place_with_another_output_is_refused(ir, tmp_path):
@@ -324,10 +410,26 @@ def test_in_place_with_another_output_is_refused(ir, tmp_path):
     assert snapshot(ir.parent) == before and not (tmp_path / "other.xml").exists()
 
 
-@pytest.mark.parametrize("runtime, message", [("banana", "cannot read an OpenVINO version"),
-                                              ("2024.1", "older than the oldest supported")])
+@pytest.mark.parametrize("runtime, message", [
+    ("banana", "'banana' is not an OpenVINO release"),
+    ("2026.0.0.1", "'2026.0.0.1' is not an OpenVINO release"),
+    ("2026", "'2026' is not an OpenVINO release"),
+    ("abc", "'abc' is not an OpenVINO release"),
+    ("2024.6", "ovpasses prepares IRs for openvino 2025.2 and newer; 2024.6 is older"),
+])
 def test_bad_runtime_is_refused(ir, runtime, message):
-    _assert_clean_error(ovpass("inspect", ir, "--runtime", runtime), message)
+    result = ovpass("inspect", ir, "--runtime", runtime)
+    _assert_clean_error(result, message)
+    assert "install" not in result.stderr  # a target was named; the installed runtime is not at fault
+
+
+def test_a_runtime_newer_than_every_known_release_warns_in_one_line(ir):
+    result = ovpass("inspect", ir, "--runtime", "2099.1", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("ovpass: warning: openvino 2099.1.0 is newer "
+                                                                         "than every release"), result.stderr
+    assert "applying the fixed profile" in result.stderr
+    assert json.loads(result.stdout)["profile"] == "fixed"
 
 
 def test_debug_shows_the_traceback(ir):
@@ -387,7 +489,7 @@ def _check(*args, exe: Path = OVPASS) -> tuple[int, dict]:
 
 def test_check_on_the_installed_runtime_gives_equal_outputs(ir):
     code, report = _check(ir)
-    assert code == 0 and report["ok"]
+    assert code == 0 and report["ok"] and report["verdict_code"] == "ok"
     assert report["original"]["ran"] and report["rewritten"]["ran"]
     assert report["max_abs_diff"] == 0.0 and report["outputs_equal"]
     assert report["original"]["fused_sdpa"] == report["rewritten"]["fused_sdpa"] > 0
@@ -424,4 +526,62 @@ def test_check_on_the_affected_runtime_fixes_the_fixture(ir):
     assert report["original"]["compiled"] and not report["original"]["ran"]
     assert "null input states" in report["original"]["error"]
     assert report["rewritten"]["ran"]
-    assert code == 0 and report["verdict"].startswith("OK (fixed)")
+    assert code == 0 and report["verdict_code"] == "fixed"
+    assert report["verdict"] == "FIXED: the original fails and the rewritten model runs"
+    assert report["ran_on"] == report["target"] == report["runtime"] and report["target_exercised"]
+
+
+# graphs whose outputs check must judge by their NaNs, or that no model runs: (graph, exit code, verdict_code)
+CHECK_GRAPHS = {
+    # an IR whose weights are NaN: every output NaN in both, nothing finite to compare
+    "nan weights": (lambda: build_stack(StackSpec(weight_fill=float("nan"))), 4, "inconclusive"),
+    # a random boolean mask over 2 keys blanks whole rows: NaN rows in both, the rest agrees
+    "boolean mask blanking rows": (lambda: build_attention(AttentionSpec(mask="bool", kv_len=2)), 0, "ok"),
+    # the fused kernel rejects the scalar mask at the first inference, rewritten or not
+    "neither runs a step": (lambda: build_stack(StackSpec(k_source=(0,), kv_heads=4, scale="explicit")), 4,
+                            "inconclusive"),
+}
+
+
+@pytest.mark.parametrize("case", CHECK_GRAPHS)
+def test_check_verdicts_and_exit_codes(tmp_path, case):
+    build, exit_code, verdict_code = CHECK_GRAPHS[case]
+    path = tmp_path / "model.xml"
+    ov.save_model(build(), path, compress_to_fp16=False)
+    code, report = _check(path)
+    assert (code, report["verdict_code"]) == (exit_code, verdict_code), report["verdict"]
+    assert report["ok"] == (verdict_code == "ok") and report["verdict"].startswith(verdict_code.upper())
+    if case == "boolean mask blanking rows":
+        assert report["nonfinite_same"] > 0 and report["values_compared"] > 0
+        assert report["nonfinite_only_rewritten"] == report["nonfinite_only_original"] == 0
+    text = ovpass("check", path, "--steps", "1")
+    assert text.returncode == exit_code and f"verdict: {verdict_code.upper()}" in text.stdout
+    assert "max |original - rewritten| = nan" not in text.stdout
+
+
+@pytest.mark.parametrize("device", ["cpu", "Cpu", " CPU "])
+def test_check_takes_any_case_of_device(ir, device):
+    code, report = _check(ir, "--device", device)
+    assert code == 0 and report["device"] == "CPU" and report["verdict_code"] == "ok"
+    assert report["config"] == {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+
+
+@pytest.mark.parametrize("device", ["xpu", "CPU.3", "gpu.9"])
+def test_check_refuses_a_device_openvino_does_not_see(ir, device):
+    seen = ", ".join(ov.Core().available_devices)
+    _assert_clean_error(ovpass("check", ir, "--device", device),
+                        f"device '{device}' is not available here; OpenVINO sees: {seen}")
+
+
+@pytest.mark.skipif(installed_version() < (2026, 2, 0), reason="needs a fixed-profile runtime installed")
+def test_check_says_the_target_runtime_was_not_exercised(ir):
+    code, report = _check(ir, "--runtime", AFFECTED)
+    installed = ".".join(map(str, installed_version()))
+    assert report["target"] == report["runtime"] == "2026.0.0" and report["profile"] == "affected"
+    assert report["ran_on"] == installed and not report["target_exercised"]
+    text = ovpass("check", ir, "--runtime", AFFECTED, "--steps", "1").stdout
+    assert text.splitlines()[0] == (f"target runtime 2026.0.0 (affected profile); both models ran on the installed "
+                                    f"openvino {installed}: the target runtime was not exercised")
+    assert "runtime 2026.0.0 (affected profile), device" not in text
+    same = json.loads(ovpass("check", ir, "--steps", "1", "--format", "json").stdout)
+    assert same["target_exercised"] and same["ran_on"] == same["target"] == installed

@@ -6,7 +6,7 @@ import pytest
 import ovpasses
 from ovpasses import DeviceNotAvailableError, OvpassesError
 from ovpasses.pipeline import BARRIER, NATIVE, NATIVE_UNFUSED, PIPELINE_PASSES, STATELESS
-from ovpasses.runner import PASSES
+from ovpasses.pipeline import PASSES
 from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_steps
 
 from test_regressions import assert_matches_reference  # noqa: E402  (tests/ is on sys.path)
@@ -38,6 +38,59 @@ def test_passes_table_follows_the_pipeline():
     assert tuple(PASSES) == PIPELINE_PASSES
     with pytest.raises(OvpassesError, match="unknown pass NoSuchPass"):
         ovpasses.rewrite(build_stack(SPEC), passes=["NoSuchPass"])
+
+
+@pytest.mark.parametrize("passes, ran", [
+    ("DisableStatefulSDPAFusion", ["SharedKVCacheDetection", "DisableStatefulSDPAFusion"]),
+    (" SharedKVCacheDetection , DisableStatefulSDPAFusion ", ["SharedKVCacheDetection", "DisableStatefulSDPAFusion"]),
+    (["DisableStatefulSDPAFusion"], ["SharedKVCacheDetection", "DisableStatefulSDPAFusion"]),
+    (("SharedKVCacheDetection",), ["SharedKVCacheDetection"]),
+])
+def test_passes_take_one_name_a_comma_list_or_names(passes, ran):
+    summary = ovpasses.rewrite(build_stack(SPEC), passes=passes)
+    assert [p.name for p in summary.passes] == ran  # the analysis is always reported first
+
+
+@pytest.mark.parametrize("passes, message", [
+    ("SomePass", "unknown pass SomePass; valid names: SharedKVCacheDetection, "),
+    ("DisableStatefulSDPAFusion,SomePass", "unknown pass SomePass; "),
+    ("", "names no pass"),
+    (" , ", "names no pass"),
+    ([], "names no pass"),
+    (3, "passes must be None, a pass name, a string 'A,B' or a list of pass names; got int 3"),
+    ([3], "got list [3]"),
+    (b"SomePass", "got bytes"),
+])
+def test_bad_passes_say_what_is_expected(passes, message):
+    with pytest.raises(OvpassesError) as raised:
+        ovpasses.rewrite(build_stack(SPEC), passes=passes)
+    assert message in str(raised.value)
+    assert "S, o, m" not in str(raised.value)  # a string is a name, not a list of characters
+
+
+@pytest.mark.parametrize("source", [str, lambda path: path])  # a str and a PathLike, as OpenVINO takes
+@pytest.mark.parametrize("device", ["CPU", "cpu", " Cpu "])
+def test_compile_model_takes_a_path_and_any_case_of_device(tmp_path, source, device):
+    path = tmp_path / "stack.xml"
+    ov.save_model(build_stack(SPEC), path, compress_to_fp16=False)
+    compiled = ovpasses.compile_model(source(path), device, CONFIG)
+    assert compiled.get_property("EXECUTION_DEVICES") == ["CPU"]
+    assert_matches_reference(run_stack(compiled, SPEC, STEPS), SPEC, STEPS)
+
+
+@pytest.mark.parametrize("device", ["CPU.0", "cpu.1", "GPU.7"])
+def test_compile_model_refuses_a_device_openvino_does_not_list(device):
+    available = ov.Core().available_devices
+    if device.upper() in available:
+        pytest.skip(f"{device} is present here")
+    with pytest.raises(DeviceNotAvailableError, match=rf"device '{device}' is not available here; OpenVINO sees: "
+                                                      rf"{', '.join(available)}"):
+        ovpasses.compile_model(build_stack(SPEC), device)
+
+
+def test_compile_model_refuses_what_is_not_a_model():
+    with pytest.raises(OvpassesError, match="takes an openvino.Model or the path of an IR .xml file, not int"):
+        ovpasses.compile_model(3)
 
 
 @pytest.mark.parametrize("device", ["NPU", "TEMPLATE"])

@@ -32,8 +32,7 @@ from openvino.passes import Manager
 
 import ovpasses
 from ovpasses import OvpassesError, ScaledDotProductAttentionDecomposition, analyze_kv_sharing
-from ovpasses._ov import runtime_version
-from ovpasses.pipeline import FIRST_FIXED
+from ovpasses.runtimes import FIRST_FIXED, installed_version
 from ovpasses.testing.graphs import STACK_OUTPUT, StackSpec, build_stack, run_stack, stack_reference, stack_steps
 from ovpasses.testing.matrix import apply_mode
 from ovpasses.testing.strategies import register_profiles, stack_specs, step_counts
@@ -43,7 +42,7 @@ import test_regressions  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-
 PROFILE = register_profiles()
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
-AFFECTED = runtime_version() < FIRST_FIXED
+AFFECTED = installed_version() < FIRST_FIXED
 ROOT = Path(__file__).resolve().parents[1]
 AFFECTED_VENV_PYTHON = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
 

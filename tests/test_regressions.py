@@ -14,10 +14,10 @@ import pytest
 
 import ovpasses
 from ovpasses import OvpassesError, cli
-from ovpasses._ov import runtime_version
+from ovpasses.check import count_fused_sdpa
 from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, is_fusion_barrier
-from ovpasses.pipeline import BARRIER, DECOMPOSE, FIRST_FIXED, NATIVE, PIPELINE_PASSES, SHAPEOF, UNANALYSED
-from ovpasses.runner import count_fused_sdpa
+from ovpasses.pipeline import BARRIER, DECOMPOSE, NATIVE, PIPELINE_PASSES, SHAPEOF, UNANALYSED
+from ovpasses.runtimes import FIRST_FIXED, installed_version
 from ovpasses.testing.graphs import (
     LOOP_SDPA,
     CacheLoopSpec,
@@ -34,7 +34,7 @@ from ovpasses.testing.graphs import (
 from ovpasses.testing.matrix import apply_mode
 
 CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
-AFFECTED = runtime_version() < FIRST_FIXED
+AFFECTED = installed_version() < FIRST_FIXED
 
 
 def assert_fails(compiled: ov.CompiledModel, spec: StackSpec, steps, error: str) -> None:
@@ -247,7 +247,7 @@ def test_off_path_borrower_crash_is_fixed(spec, passes):
     assert_matches_reference(got, spec, steps)
 
 
-@pytest.mark.skipif(runtime_version() < (2026, 4, 0), reason="measured on 2026.4.1 (2026.0.0 runs this graph)")
+@pytest.mark.skipif(installed_version() < (2026, 4, 0), reason="measured on 2026.4.1 (2026.0.0 runs this graph)")
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="pinned to one core the 2026.4.1 plugin segfaults "
                                                              "on this graph (measured with taskset -c 1)")
 def test_plugin_cannot_run_unfused_f16_cache():

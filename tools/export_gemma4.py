@@ -42,7 +42,7 @@ Notes
   ``sequence_length`` long; the traced mask needs them equal, so the trace uses
   ``sequence_length=sliding_window`` (the IR shapes stay dynamic).
 * The reference is fp32.  On CPU compare with ``INFERENCE_PRECISION_HINT=f32`` and
-  ``KV_CACHE_PRECISION=f32`` (``ovpasses.runner.EXACT_CPU_CONFIG``): the defaults (bf16 inference
+  ``KV_CACHE_PRECISION=f32`` (``ovpasses.check.EXACT_CPU_CONFIG``): the defaults (bf16 inference
   on avx512_bf16/AMX CPUs, f16 KV cache for SDPA, u8/f16 for paged attention) flip
   near-tied greedy picks of these random models within a few tokens.
 * openvino_genai can run the folder both from strings (the made-up ``w<id>`` WordLevel
@@ -554,7 +554,7 @@ def describe_ir(xml: Path) -> dict[str, Any]:
 def verify(out_dir: Path, device: str = "CPU", precision: str = "exact") -> bool:
     """Check the IR against reference.json with ov.Core and (if importable) openvino_genai.
 
-    ``precision="exact"`` compiles with ovpasses.runner.EXACT_CPU_CONFIG (f32 inference and f32
+    ``precision="exact"`` compiles with ovpasses.check.EXACT_CPU_CONFIG (f32 inference and f32
     KV cache): the CPU plugin defaults to bf16 inference on CPUs with avx512_bf16/AMX and to
     an f16 (SDPA) or u8/f16 (paged attention) KV cache, which can flip near-tied greedy picks
     of a random model.  ``"default"`` uses the device defaults.
@@ -563,7 +563,8 @@ def verify(out_dir: Path, device: str = "CPU", precision: str = "exact") -> bool
     import openvino as ov
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from ovpasses.runner import EXACT_CPU_CONFIG, count_fused_sdpa, greedy_generate
+    from ovpasses.check import EXACT_CPU_CONFIG, count_fused_sdpa
+    from ovpasses.greedy import greedy_generate
 
     ref = json.loads((out_dir / "reference.json").read_text())
     expected = ref["generated_ids"]

@@ -4,7 +4,7 @@ its prompt through ov.Core and compare with transformers' tokens in ``reference.
 
     python tools/ov_greedy.py tests/fixtures/gemma4/tiny8 [--device CPU] [--precision exact|default]
 
-Exits non-zero when the tokens differ. The decoding loop is :func:`ovpasses.runner.greedy_generate`.
+Exits non-zero when the tokens differ. The decoding loop is :func:`ovpasses.greedy.greedy_generate`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # run from a checkout without installing
 
-from ovpasses.runner import EXACT_CPU_CONFIG, count_fused_sdpa, greedy_generate  # noqa: E402
+from ovpasses.check import EXACT_CPU_CONFIG, count_fused_sdpa  # noqa: E402
+from ovpasses.greedy import greedy_generate  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -280,6 +280,7 @@ class StackSpec:
     batch: int = 1
     dynamic_batch: bool = True
     seed: int = 0
+    weight_fill: float | None = None   # every projection weight this value (NaN: an IR whose weights are NaN)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "k_source", tuple(self.k_source))
@@ -387,15 +388,22 @@ class StackWeights:
 
 
 def stack_weights(spec: StackSpec) -> StackWeights:
-    """Seeded float64 weights of a stack; the builder rounds them to the model's element type."""
+    """Seeded float64 weights of a stack (or all ``spec.weight_fill``); the builder rounds them to the
+    model's element type."""
     rng = np.random.default_rng(spec.seed)
     h, kvd = spec.hidden, spec.kv_heads * spec.head_dim
+
+    def weight(rows: int, cols: int) -> np.ndarray:
+        if spec.weight_fill is not None:
+            return np.full((rows, cols), spec.weight_fill)
+        return rng.standard_normal((rows, cols)) / np.sqrt(h)
+
     w = StackWeights([], [], [], [])
     for _ in range(spec.num_layers):
-        w.wq.append(rng.standard_normal((h, h)) / np.sqrt(h))
-        w.wk.append(rng.standard_normal((h, kvd)) / np.sqrt(h))
-        w.wv.append(rng.standard_normal((h, kvd)) / np.sqrt(h))
-        w.wo.append(rng.standard_normal((h, h)) / np.sqrt(h))
+        w.wq.append(weight(h, h))
+        w.wk.append(weight(h, kvd))
+        w.wv.append(weight(h, kvd))
+        w.wo.append(weight(h, h))
     return w
 
 

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from ovpasses.runner import EXACT_CPU_CONFIG, count_fused_sdpa, greedy_generate
+from ovpasses.check import EXACT_CPU_CONFIG, count_fused_sdpa
+from ovpasses.greedy import greedy_generate
 
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
 

@@ -1,0 +1,368 @@
+"""``ovpass check``: run an original and a rewritten model side by side on the same inputs and compare.
+
+:func:`check_model` compiles both, runs a prefill and decode steps (:func:`make_feeds`) through each
+(:func:`run_steps`) and returns a :class:`CheckReport` with the verdict; :func:`count_fused_sdpa` counts
+the runtime's fused SDPA kernels in a compiled model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import openvino as ov
+
+from ovpasses.devices import resolve_device
+from ovpasses.errors import OvpassesError
+from ovpasses.pipeline import rewrite
+from ovpasses.runtimes import installed_version, version_string
+
+log = logging.getLogger(__name__)
+
+# Compile properties under which the CPU plugin computes in f32 with an f32 KV cache. By default it
+# runs bf16 on CPUs with avx512_bf16/AMX and keeps the KV cache in f16, which changes logits far more
+# than any rewrite does and flips near-tied greedy picks of small random models.
+EXACT_CPU_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+
+# LLM inputs recognised by name; every other parameter gets seeded random data of its shape and type
+LLM_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx")
+
+
+def count_layer_type(compiled: ov.CompiledModel, layer_type: str) -> int:
+    """Number of nodes of ``compiled.get_runtime_model()`` whose rt_info layerType is ``layer_type``."""
+    count = 0
+    for node in compiled.get_runtime_model().get_ordered_ops():
+        rt = node.get_rt_info()
+        if "layerType" in rt and rt["layerType"].astype(str) == layer_type:
+            count += 1
+    return count
+
+
+def count_fused_sdpa(compiled: ov.CompiledModel) -> int:
+    """Number of fused ScaledDotProductAttention kernels in the compiled (runtime) model."""
+    return count_layer_type(compiled, "ScaledDotProductAttention")
+
+
+def make_feeds(model: ov.Model, steps: int, prefill: int = 8, seed: int = 0) -> list[dict[str, np.ndarray]]:
+    """Inputs for a prefill of ``prefill`` tokens then ``steps`` single-token decode steps, batch 1.
+
+    ``input_ids`` are seeded random tokens below the vocabulary size (the static last dim of the first
+    output, else 100); ``attention_mask`` is ones over past + current tokens; ``position_ids`` count
+    from the past length; ``beam_idx`` is zeros. Any other parameter gets seeded random data of its
+    type (floats: standard normal; integers and booleans: 0 or 1) and shape: static dims as they are,
+    a dynamic dim 0 is the batch (1), any other dynamic dim is the step's token count.
+    """
+    rng = np.random.default_rng(seed)
+    last = model.outputs[0].get_partial_shape()
+    vocab = last[last.rank.get_length() - 1].get_length() if last.rank.is_static and last[-1].is_static else 100
+    feeds: list[dict[str, np.ndarray]] = []
+    past = 0
+    for n in [prefill] + [1] * steps:
+        feed: dict[str, np.ndarray] = {}
+        for param in model.inputs:
+            names = param.get_names()
+            pshape = param.get_partial_shape()
+            rank = pshape.rank.get_length() if pshape.rank.is_static else 2
+            dtype = param.get_element_type().to_dtype()
+            name = next((n_ for n_ in LLM_INPUTS if n_ in names), None)
+            key = param.get_any_name()
+            if name == "input_ids":
+                value = rng.integers(0, vocab, size=(1, n))
+            elif name == "attention_mask":
+                value = np.ones((1, past + n))
+            elif name == "position_ids":
+                # [batch, seq], or [3, batch, seq] for M-RoPE
+                shape = (3, 1, n) if rank == 3 else (1,) * (rank - 1) + (n,)
+                value = np.broadcast_to(np.arange(past, past + n), shape).copy()
+            elif name == "beam_idx":
+                value = np.zeros((1,))
+            else:
+                shape = [d.get_length() if d.is_static else (1 if i == 0 else n) for i, d in enumerate(pshape)] \
+                    if pshape.rank.is_static else [1, n]
+                if np.issubdtype(dtype, np.floating):
+                    value = rng.standard_normal(shape)
+                else:
+                    value = rng.integers(0, 2, size=shape)
+            feed[key] = np.asarray(value).astype(dtype)
+        feeds.append(feed)
+        past += n
+    return feeds
+
+
+@dataclass
+class RunResult:
+    """How one model fared: whether it compiled and how many steps it ran, with the outputs it gave."""
+
+    label: str
+    compiled: bool = False
+    steps_run: int = 0
+    steps_total: int = 0
+    error: str | None = None
+    fused_sdpa: int | None = None
+    compile_seconds: float | None = None
+    outputs: list[list[np.ndarray]] = field(default_factory=list, repr=False)
+
+    @property
+    def ran(self) -> bool:
+        return self.compiled and self.error is None and self.steps_run == self.steps_total
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("outputs")
+        data["ran"] = self.ran
+        return data
+
+
+def run_steps(core: ov.Core, model: ov.Model, device: str, config: dict, feeds: list[dict[str, np.ndarray]],
+              label: str) -> RunResult:
+    """Compile ``model`` and run ``feeds`` through one infer request from a reset state.
+
+    Exceptions from compiling or inferring are caught and recorded: a model that fails is a result.
+    """
+    result = RunResult(label, steps_total=len(feeds))
+    try:
+        start = time.perf_counter()
+        compiled = core.compile_model(model, device, config)
+        result.compile_seconds = round(time.perf_counter() - start, 3)
+        result.compiled = True
+        result.fused_sdpa = count_fused_sdpa(compiled)
+        request = compiled.create_infer_request()
+        request.reset_state()
+        for feed in feeds:
+            request.infer(feed)
+            result.outputs.append([np.array(request.get_output_tensor(i).data, copy=True)
+                                   for i in range(len(compiled.outputs))])
+            result.steps_run += 1
+    except Exception as exc:  # noqa: BLE001 - any runtime failure is what this reports
+        result.error = _one_line(str(exc)) or type(exc).__name__
+        log.debug("%s failed", label, exc_info=True)
+    return result
+
+
+@dataclass
+class Comparison:
+    """The outputs of two runs over the steps both completed, element by element.
+
+    NaN in both at the same place, and the same infinity in both, agree. Elsewhere an element is
+    *compared* when it is finite in both; a non-finite value in only one of them is counted on that side.
+    """
+
+    steps: int = 0                      # steps both runs completed, compared
+    compared: int = 0                   # elements finite in both
+    max_abs_diff: float | None = None   # over the compared elements
+    max_abs_diff_output: str | None = None
+    scale: float = 0.0                  # max |original| over its finite elements
+    nonfinite_same: int = 0             # NaN in both, or the same infinity in both
+    nonfinite_only_original: int = 0    # non-finite in the original where the rewritten differs
+    nonfinite_only_rewritten: int = 0   # non-finite in the rewritten where the original differs
+    shapes_differ: list[str] = field(default_factory=list)
+
+
+def compare_outputs(original: list[list[np.ndarray]], rewritten: list[list[np.ndarray]],
+                    names: list[str]) -> Comparison:
+    """Compare the per-step outputs of two runs (the steps both have). Pure: arrays in, counts out."""
+    result = Comparison(steps=min(len(original), len(rewritten)))
+    for step_a, step_b in zip(original, rewritten):
+        for name, a, b in zip(names, step_a, step_b):
+            if a.shape != b.shape:
+                if name not in result.shapes_differ:
+                    result.shapes_differ.append(name)
+                continue
+            a64, b64 = a.astype(np.float64), b.astype(np.float64)
+            fin_a, fin_b = np.isfinite(a64), np.isfinite(b64)
+            same = ~fin_a & ~fin_b & ((np.isnan(a64) & np.isnan(b64)) | (a64 == b64))
+            both = fin_a & fin_b
+            result.nonfinite_same += int(same.sum())
+            result.nonfinite_only_rewritten += int((~fin_b & ~same).sum())
+            result.nonfinite_only_original += int((~fin_a & fin_b).sum())
+            result.compared += int(both.sum())
+            if fin_a.any():
+                result.scale = max(result.scale, float(np.abs(a64[fin_a]).max()))
+            if both.any():
+                diff = float(np.abs(a64[both] - b64[both]).max())
+                if result.max_abs_diff is None or diff > result.max_abs_diff:
+                    result.max_abs_diff, result.max_abs_diff_output = diff, name
+    return result
+
+
+# verdict codes; the CLI's exit code follows them (ok/fixed 0, worse 1, inconclusive 4)
+OK, FIXED, WORSE, INCONCLUSIVE = "ok", "fixed", "worse", "inconclusive"
+
+
+def decide(original: RunResult, rewritten: RunResult, comparison: Comparison, tolerance: float) -> tuple[str, str]:
+    """The verdict code and its sentence. A check that compared nothing is never OK."""
+    agree = (not comparison.shapes_differ and comparison.nonfinite_only_rewritten == 0
+             and (comparison.max_abs_diff is None or comparison.max_abs_diff <= tolerance))
+    steps = f"{comparison.steps} step{'s' if comparison.steps != 1 else ''}"
+    if comparison.shapes_differ:
+        return WORSE, f"WORSE: the rewritten model's output shapes differ ({', '.join(comparison.shapes_differ)})"
+    if comparison.nonfinite_only_rewritten:
+        return WORSE, (f"WORSE: the rewritten model gives NaN or infinity in {comparison.nonfinite_only_rewritten} "
+                       "places where the original does not")
+    if not agree:
+        return WORSE, "WORSE: the outputs differ beyond the tolerance"
+    if original.ran and not rewritten.ran:
+        return WORSE, "WORSE: the original runs and the rewritten model does not"
+    if not original.ran and not rewritten.ran and rewritten.steps_run < original.steps_run:
+        return WORSE, (f"WORSE: the rewritten model fails at inference {rewritten.steps_run + 1}, before the "
+                       f"original (at {original.steps_run + 1})")
+    if rewritten.ran and not original.ran:
+        also = f"; their outputs agree on the {steps} both ran" if comparison.compared else ""
+        return FIXED, f"FIXED: the original fails and the rewritten model runs{also}"
+    if not rewritten.ran:
+        if original.steps_run == rewritten.steps_run == 0:
+            return INCONCLUSIVE, "INCONCLUSIVE: neither model ran a step on the inputs made"
+        also = f"; their outputs agree on the {steps} both ran" if comparison.steps else ""
+        return INCONCLUSIVE, (f"INCONCLUSIVE: both models fail (the original at inference {original.steps_run + 1}, "
+                              f"the rewritten at {rewritten.steps_run + 1}){also}")
+    if comparison.compared == 0:
+        return INCONCLUSIVE, ("INCONCLUSIVE: both run, but no output value is finite in both (NaN or infinity in "
+                              "the same places): nothing could be compared")
+    same = f" (NaN or infinity in the same {comparison.nonfinite_same} places of both)" \
+        if comparison.nonfinite_same else ""
+    if comparison.nonfinite_only_original:
+        return FIXED, (f"FIXED: the original gives NaN or infinity in {comparison.nonfinite_only_original} places "
+                       f"where the rewritten model gives finite values; elsewhere they agree within the "
+                       f"tolerance{same}")
+    return OK, f"OK: both run and their outputs agree within the tolerance{same}"
+
+
+@dataclass
+class CheckReport:
+    """``ovpass check``: the original and the rewritten model on the same inputs.
+
+    ``runtime``/``target`` is the release whose profile the rewrite applied; ``ran_on`` is the installed
+    OpenVINO, which ran both models. ``target_exercised`` is False when they differ: the check then says
+    nothing about how the models run on the target.
+    """
+
+    runtime: str
+    profile: str
+    device: str
+    config: dict
+    steps: int
+    prefill: int
+    atol: float
+    rtol: float
+    changed: bool
+    original: RunResult
+    rewritten: RunResult
+    ran_on: str = ""
+    target: str = ""
+    target_exercised: bool = True
+    max_abs_diff: float | None = None      # over the elements finite in both, all outputs and steps both ran
+    max_abs_diff_output: str | None = None
+    tolerance: float | None = None         # atol + rtol * max |original output|
+    outputs_equal: bool | None = None      # None: no step to compare
+    steps_compared: int = 0
+    values_compared: int = 0
+    nonfinite_same: int = 0
+    nonfinite_only_original: int = 0
+    nonfinite_only_rewritten: int = 0
+    verdict: str = ""
+    verdict_code: str = INCONCLUSIVE
+    ok: bool = False                       # the verdict is ok or fixed
+
+    def to_dict(self) -> dict:
+        data = {k: v for k, v in asdict(self).items() if k not in ("original", "rewritten")}
+        data["original"] = self.original.to_dict()
+        data["rewritten"] = self.rewritten.to_dict()
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def __str__(self) -> str:
+        def line(r: RunResult) -> str:
+            if not r.compiled:
+                return f"{r.label:<9}: compile FAILED: {r.error}"
+            head = f"{r.label:<9}: compiled (fused SDPA {r.fused_sdpa}), "
+            if r.ran:
+                return head + f"ran {r.steps_total} inferences"
+            return head + f"FAILED at inference {r.steps_run + 1}/{r.steps_total}: {r.error}"
+
+        config = json.dumps(self.config) if self.config else "(device defaults)"
+        if self.target_exercised:
+            head = [f"runtime {self.runtime} ({self.profile} profile), device {self.device} {config}"]
+        else:
+            head = [f"target runtime {self.target} ({self.profile} profile); both models ran on the installed "
+                    f"openvino {self.ran_on}: the target runtime was not exercised",
+                    f"device {self.device} {config}"]
+        lines = head + [f"inputs: prefill {self.prefill} tokens + {self.steps} decode steps; rewrite changed the "
+                        f"model: {'yes' if self.changed else 'no'}",
+                        line(self.original), line(self.rewritten)]
+        if self.max_abs_diff is not None:
+            lines.append(f"max |original - rewritten| = {self.max_abs_diff:.3g} (output {self.max_abs_diff_output}); "
+                         f"tolerance {self.tolerance:.3g} = atol {self.atol:g} + rtol {self.rtol:g} * max|original|")
+        if self.nonfinite_same or self.nonfinite_only_original or self.nonfinite_only_rewritten:
+            lines.append(f"NaN or infinity: {self.nonfinite_same} places in both (they agree), "
+                         f"{self.nonfinite_only_original} only in the original, "
+                         f"{self.nonfinite_only_rewritten} only in the rewritten")
+        lines.append(f"verdict: {self.verdict}")
+        return "\n".join(lines)
+
+
+def check_tolerance(name: str, value: float) -> float:
+    """``value`` if it is a finite number, 0 or more; else :class:`OvpassesError` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise OvpassesError(f"{name} must be a finite number, 0 or more; got {value!r}")
+    return float(value)
+
+
+def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: str | None = None,
+                config: dict | None = None, passes: str | Iterable[str] | None = None, prefill: int = 8,
+                atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0, core: ov.Core | None = None) -> CheckReport:
+    """Compile ``model`` and a rewritten clone on ``device``; run both on the same prefill + decode inputs.
+
+    ``config`` defaults to :data:`EXACT_CPU_CONFIG` on CPU and to the device defaults elsewhere. Both
+    run on the installed OpenVINO whatever ``runtime`` the rewrite targets. The verdict
+    (:func:`decide`) is ``ok`` when both run and every output of every step agrees within
+    ``atol + rtol * max|original|`` (NaN in the same places, and equal infinities, agree); ``fixed`` when
+    the rewritten model runs or gives finite values where the original does not and agrees elsewhere;
+    ``worse`` when it fails, or gives NaN, where the original does not, or the outputs differ;
+    ``inconclusive`` when nothing could be compared (neither ran a step, both fail, or no value is
+    finite in both). ``ok`` is True for ok and fixed.
+    """
+    atol, rtol = check_tolerance("atol", atol), check_tolerance("rtol", rtol)
+    if steps < 0 or prefill < 1:
+        raise OvpassesError(f"check_model needs steps >= 0 and prefill >= 1; got steps={steps}, prefill={prefill}")
+    core = core or ov.Core()
+    device = resolve_device(device, core)
+    if config is None:
+        config = dict(EXACT_CPU_CONFIG) if device.split(".")[0] == "CPU" else {}
+    feeds = make_feeds(model, steps, prefill, seed)
+    rewritten_model = model.clone()
+    summary = rewrite(rewritten_model, runtime, passes)
+    original = run_steps(core, model, device, config, feeds, "original")
+    rewritten = run_steps(core, rewritten_model, device, config, feeds, "rewritten")
+    installed = installed_version()
+    names = [o.get_any_name() if o.get_names() else f"output {i}" for i, o in enumerate(model.outputs)]
+    comparison = compare_outputs(original.outputs, rewritten.outputs, names)
+    tolerance = atol + rtol * comparison.scale
+    code, verdict = decide(original, rewritten, comparison, tolerance)
+    return CheckReport(
+        summary.profile.version_string, summary.profile.name, device, config, steps, prefill, atol, rtol,
+        summary.changed, original, rewritten,
+        ran_on=version_string(installed), target=summary.profile.version_string,
+        target_exercised=summary.profile.version == installed,
+        max_abs_diff=comparison.max_abs_diff, max_abs_diff_output=comparison.max_abs_diff_output,
+        tolerance=tolerance if comparison.steps else None,
+        outputs_equal=None if not comparison.steps else (
+            not comparison.shapes_differ and not comparison.nonfinite_only_rewritten
+            and not comparison.nonfinite_only_original
+            and (comparison.max_abs_diff is None or comparison.max_abs_diff <= tolerance)),
+        steps_compared=comparison.steps, values_compared=comparison.compared,
+        nonfinite_same=comparison.nonfinite_same, nonfinite_only_original=comparison.nonfinite_only_original,
+        nonfinite_only_rewritten=comparison.nonfinite_only_rewritten,
+        verdict=verdict, verdict_code=code, ok=code in (OK, FIXED))
+
+
+def _one_line(message: str) -> str:
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
+    keep = [ln for ln in lines if not ln.startswith(("Exception from", "Check '"))]
+    return " ".join(keep or lines)[:500]

@@ -1,0 +1,114 @@
+"""Runtime profiles: which names are releases, which releases ovpasses prepares IRs for, and the facts in
+ovpasses.runtimes against the measurement they come from."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import openvino as ov
+import pytest
+
+import ovpasses
+from ovpasses import OvpassesError, UnsupportedRuntimeError
+from ovpasses.runtimes import (
+    FIRST_FIXED,
+    IR_VERSIONS_MEASURED_ON,
+    IR_VERSIONS_READ,
+    NEWEST_KNOWN,
+    OLDEST_SUPPORTED,
+    RELEASES,
+    installed_version,
+)
+from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
+
+ROOT = Path(__file__).resolve().parent.parent
+MATRIX = ROOT / "benchmarks" / "results" / "runtime_matrix.json"
+
+
+@pytest.mark.parametrize("runtime, version, profile", [
+    ("2025.2", (2025, 2, 0), "affected"),
+    ("2026.0", (2026, 0, 0), "affected"),
+    ("2026.1.0", (2026, 1, 0), "affected"),
+    ("2026.2.1", (2026, 2, 1), "fixed"),
+    (" 2026.4.1 ", (2026, 4, 1), "fixed"),
+    ("2026.4.1-22982-e213a147257-releases/2026/4", (2026, 4, 1), "fixed"),  # as openvino.get_version() says it
+])
+def test_release_names_give_their_profile(runtime, version, profile):
+    got = ovpasses.profile_for(runtime)
+    assert (got.version, got.name) == (version, profile)
+
+
+@pytest.mark.parametrize("runtime", ["2026.0.0.1", "2026", "abc", "", "2026.x", "v2026.0"])
+def test_names_that_are_not_releases_are_refused(runtime):
+    with pytest.raises(UnsupportedRuntimeError,
+                       match="is not an OpenVINO release; name one by its version, YEAR.MINOR"):
+        ovpasses.profile_for(runtime)
+
+
+@pytest.mark.parametrize("runtime", ["2024.6", "2025.1.0"])
+def test_a_target_older_than_supported_is_refused_without_install_advice(runtime):
+    with pytest.raises(UnsupportedRuntimeError) as raised:
+        ovpasses.profile_for(runtime)
+    assert "prepares IRs for openvino 2025.2 and newer" in str(raised.value)
+    assert "install" not in str(raised.value)  # the user named a target; what is installed is not at fault
+
+
+@pytest.mark.parametrize("runtime", [2026, 2026.0, (2026, 0, 0), b"2026.0"])
+def test_a_runtime_that_is_not_a_string_is_refused(runtime):
+    with pytest.raises(OvpassesError, match="runtime must be a release name such as '2026.0'"):
+        ovpasses.rewrite(build_stack(StackSpec()), runtime=runtime)
+
+
+def test_a_target_newer_than_every_known_release_warns_once(caplog):
+    caplog.set_level(logging.WARNING, logger="ovpasses")
+    assert ovpasses.profile_for("2099.1").name == "fixed"
+    ovpasses.profile_for("2099.1")
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "2099.1.0 is newer than every release" in warnings[0].getMessage()
+    assert "applying the fixed profile" in warnings[0].getMessage()
+    caplog.clear()
+    ovpasses.profile_for(".".join(map(str, NEWEST_KNOWN)))
+    assert not caplog.records
+
+
+def test_the_installed_runtime_is_a_supported_release():
+    assert ovpasses.profile_for().version == installed_version() >= OLDEST_SUPPORTED
+
+
+def test_release_facts_agree_with_the_recorded_runtime_matrix():
+    """RELEASES says which releases lose the fixtures' KV state unmodified; the record of
+    tools/runtime_matrix.py is the measurement, and the profile boundaries must follow it."""
+    rows = json.loads(MATRIX.read_text())
+    measured = {}
+    for row in rows:
+        if row["mode"] == "unmodified" and row["path"] == "core" and row["fixture"] == "tiny8":
+            measured[row["runtime"]] = row["status"] == "failed" and "null input states" in row["error"]
+    facts = {r.version_string: r.shared_kv_failure for r in RELEASES if r.shared_kv_failure is not None}
+    assert facts == measured
+    for release in RELEASES:
+        if release.shared_kv_failure is not None:
+            assert release.shared_kv_failure == (OLDEST_SUPPORTED <= release.version < FIRST_FIXED)
+    assert [r.version for r in RELEASES] == sorted(r.version for r in RELEASES)
+    assert RELEASES[0].version == OLDEST_SUPPORTED and RELEASES[-1].version == NEWEST_KNOWN
+
+
+@pytest.mark.skipif(installed_version() not in IR_VERSIONS_MEASURED_ON,
+                    reason="IR_VERSIONS_READ was measured on other releases")
+@pytest.mark.parametrize("version", [9, 10, 11, 12])
+def test_ir_versions_read_as_measured(tmp_path, version):
+    """The fact io.check_ir_file acts on: the installed OpenVINO reads exactly IR_VERSIONS_READ. If this
+    fails, re-measure (see ovpasses.runtimes) and update the data."""
+    path = tmp_path / "attention.xml"
+    ov.save_model(build_attention(AttentionSpec()), path, compress_to_fp16=False)
+    text = path.read_text()
+    assert '<net name="attention" version="11">' in text   # what save_model writes
+    path.write_text(text.replace('version="11"', f'version="{version}"', 1))
+    try:
+        ov.Core().read_model(path)
+        reads = True
+    except RuntimeError:
+        reads = False
+    assert reads == (version in IR_VERSIONS_READ)
