@@ -49,6 +49,10 @@ case $kind in
             torch==2.13.0 \
             ";" transformers==5.5.4 "openvino==$NEWEST_OV" "openvino-tokenizers==$NEWEST_OV.0" nncf requests \
             ";" --no-deps optimum==2.3.0 optimum-intel==2.2.0
+        # Pillow backs the Gemma 4 image processor (tools/export_gemma4.py --preset vlm8). It is added
+        # here, not to the stamped list above, so that an existing export venv gains it without a rebuild.
+        .venvs/export/bin/python -c "import PIL" 2>/dev/null ||
+            .venvs/export/bin/python -m pip install -q --disable-pip-version-check pillow==13.0.0
         ;;
     *)
         echo "tools/venv.sh: unknown kind '$kind' (dev, ov VERSION, export)" >&2; exit 2 ;;
