@@ -1,8 +1,11 @@
 """``ovpass check``: run an original and a rewritten model side by side on the same inputs and compare.
 
-:func:`check_model` compiles both, runs a prefill and decode steps (:func:`make_feeds`) through each
-(:func:`run_steps`) and returns a :class:`CheckReport` with the verdict; :func:`count_fused_sdpa` counts
-the runtime's fused SDPA kernels in a compiled model.
+:func:`check_model` compiles both, runs a prefill and decode steps (:func:`ovpasses.check_inputs.make_feeds`)
+through each (:func:`run_steps`) and returns a :class:`CheckReport` with the verdict. Where the original
+cannot run, the rewritten model is compared with an independent reference that can: the same IR with
+every SDPA decomposed by :class:`~ovpasses.passes.ScaledDotProductAttentionDecomposition` (the
+specification's arithmetic), run on the same runtime. :func:`count_fused_sdpa` counts the runtime's
+fused SDPA kernels in a compiled model.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import openvino as ov
+from openvino.passes import Manager
 
+from ovpasses.check_inputs import LLM_INPUTS, InputSource, InputUnknownError, make_feeds  # noqa: F401
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
+from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.pipeline import rewrite
 from ovpasses.runtimes import installed_version, version_string
 
@@ -28,10 +34,6 @@ log = logging.getLogger(__name__)
 # runs bf16 on CPUs with avx512_bf16/AMX and keeps the KV cache in f16, which changes logits far more
 # than any rewrite does and flips near-tied greedy picks of small random models.
 EXACT_CPU_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
-
-# LLM inputs recognised by name; every other parameter gets seeded random data of its shape and type
-LLM_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx")
-
 
 def count_layer_type(compiled: ov.CompiledModel, layer_type: str) -> int:
     """Number of nodes of ``compiled.get_runtime_model()`` whose rt_info layerType is ``layer_type``."""
@@ -46,52 +48,6 @@ def count_layer_type(compiled: ov.CompiledModel, layer_type: str) -> int:
 def count_fused_sdpa(compiled: ov.CompiledModel) -> int:
     """Number of fused ScaledDotProductAttention kernels in the compiled (runtime) model."""
     return count_layer_type(compiled, "ScaledDotProductAttention")
-
-
-def make_feeds(model: ov.Model, steps: int, prefill: int = 8, seed: int = 0) -> list[dict[str, np.ndarray]]:
-    """Inputs for a prefill of ``prefill`` tokens then ``steps`` single-token decode steps, batch 1.
-
-    ``input_ids`` are seeded random tokens below the vocabulary size (the static last dim of the first
-    output, else 100); ``attention_mask`` is ones over past + current tokens; ``position_ids`` count
-    from the past length; ``beam_idx`` is zeros. Any other parameter gets seeded random data of its
-    type (floats: standard normal; integers and booleans: 0 or 1) and shape: static dims as they are,
-    a dynamic dim 0 is the batch (1), any other dynamic dim is the step's token count.
-    """
-    rng = np.random.default_rng(seed)
-    last = model.outputs[0].get_partial_shape()
-    vocab = last[last.rank.get_length() - 1].get_length() if last.rank.is_static and last[-1].is_static else 100
-    feeds: list[dict[str, np.ndarray]] = []
-    past = 0
-    for n in [prefill] + [1] * steps:
-        feed: dict[str, np.ndarray] = {}
-        for param in model.inputs:
-            names = param.get_names()
-            pshape = param.get_partial_shape()
-            rank = pshape.rank.get_length() if pshape.rank.is_static else 2
-            dtype = param.get_element_type().to_dtype()
-            name = next((n_ for n_ in LLM_INPUTS if n_ in names), None)
-            key = param.get_any_name()
-            if name == "input_ids":
-                value = rng.integers(0, vocab, size=(1, n))
-            elif name == "attention_mask":
-                value = np.ones((1, past + n))
-            elif name == "position_ids":
-                # [batch, seq], or [3, batch, seq] for M-RoPE
-                shape = (3, 1, n) if rank == 3 else (1,) * (rank - 1) + (n,)
-                value = np.broadcast_to(np.arange(past, past + n), shape).copy()
-            elif name == "beam_idx":
-                value = np.zeros((1,))
-            else:
-                shape = [d.get_length() if d.is_static else (1 if i == 0 else n) for i, d in enumerate(pshape)] \
-                    if pshape.rank.is_static else [1, n]
-                if np.issubdtype(dtype, np.floating):
-                    value = rng.standard_normal(shape)
-                else:
-                    value = rng.integers(0, 2, size=shape)
-            feed[key] = np.asarray(value).astype(dtype)
-        feeds.append(feed)
-        past += n
-    return feeds
 
 
 @dataclass
@@ -267,11 +223,17 @@ class CheckReport:
     verdict: str = ""
     verdict_code: str = INCONCLUSIVE
     ok: bool = False                       # the verdict is ok or fixed
+    # where the original fails: the same IR with every SDPA decomposed, and how the rewritten model compares
+    reference: RunResult | None = None
+    reference_max_abs_diff: float | None = None
+    reference_tolerance: float | None = None
+    inputs_from: list[str] = field(default_factory=list)   # the export's embedding IRs that made inputs
 
     def to_dict(self) -> dict:
-        data = {k: v for k, v in asdict(self).items() if k not in ("original", "rewritten")}
+        data = {k: v for k, v in asdict(self).items() if k not in ("original", "rewritten", "reference")}
         data["original"] = self.original.to_dict()
         data["rewritten"] = self.rewritten.to_dict()
+        data["reference"] = self.reference.to_dict() if self.reference is not None else None
         return data
 
     def to_json(self) -> str:
@@ -293,9 +255,15 @@ class CheckReport:
             head = [f"target runtime {self.target} ({self.profile} profile); both models ran on the installed "
                     f"openvino {self.ran_on}: the target runtime was not exercised",
                     f"device {self.device} {config}"]
-        lines = head + [f"inputs: prefill {self.prefill} tokens + {self.steps} decode steps; rewrite changed the "
-                        f"model: {'yes' if self.changed else 'no'}",
+        made = f" (embeddings through {', '.join(self.inputs_from)})" if self.inputs_from else ""
+        lines = head + [f"inputs: prefill {self.prefill} tokens + {self.steps} decode steps{made}; rewrite changed "
+                        f"the model: {'yes' if self.changed else 'no'}",
                         line(self.original), line(self.rewritten)]
+        if self.reference is not None:
+            lines.append(line(self.reference) + " (every SDPA decomposed by the specification)")
+            if self.reference_max_abs_diff is not None:
+                lines.append(f"max |reference - rewritten| = {self.reference_max_abs_diff:.3g}; tolerance "
+                             f"{self.reference_tolerance:.3g}")
         if self.max_abs_diff is not None:
             lines.append(f"max |original - rewritten| = {self.max_abs_diff:.3g} (output {self.max_abs_diff_output}); "
                          f"tolerance {self.tolerance:.3g} = atol {self.atol:g} + rtol {self.rtol:g} * max|original|")
@@ -316,7 +284,8 @@ def check_tolerance(name: str, value: float) -> float:
 
 def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: str | None = None,
                 config: dict | None = None, passes: str | Iterable[str] | None = None, prefill: int = 8,
-                atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0, core: ov.Core | None = None) -> CheckReport:
+                atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0, core: ov.Core | None = None,
+                source: InputSource | None = None) -> CheckReport:
     """Compile ``model`` and a rewritten clone on ``device``; run both on the same prefill + decode inputs.
 
     ``config`` defaults to :data:`EXACT_CPU_CONFIG` on CPU and to the device defaults elsewhere. Both
@@ -326,7 +295,10 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     the rewritten model runs or gives finite values where the original does not and agrees elsewhere;
     ``worse`` when it fails, or gives NaN, where the original does not, or the outputs differ;
     ``inconclusive`` when nothing could be compared (neither ran a step, both fail, or no value is
-    finite in both). ``ok`` is True for ok and fixed.
+    finite in both). ``ok`` is True for ok and fixed. A ``fixed`` verdict is checked against the same
+    IR with every SDPA decomposed: it stays ``fixed`` only when the rewritten model agrees with it
+    within the tolerance (or that reference fails too, which the verdict says), else ``worse``.
+    ``source`` says where inputs come from (the export's folder, ``--data-shape``).
     """
     atol, rtol = check_tolerance("atol", atol), check_tolerance("rtol", rtol)
     if steps < 0 or prefill < 1:
@@ -335,17 +307,31 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     device = resolve_device(device, core)
     if config is None:
         config = dict(EXACT_CPU_CONFIG) if device.split(".")[0] == "CPU" else {}
-    feeds = make_feeds(model, steps, prefill, seed)
     rewritten_model = model.clone()
     summary = rewrite(rewritten_model, runtime, passes)
-    original = run_steps(core, model, device, config, feeds, "original")
-    rewritten = run_steps(core, rewritten_model, device, config, feeds, "rewritten")
+    try:
+        feeds = make_feeds(model, steps, prefill, seed, source)
+    except InputUnknownError as exc:   # nothing can run on inputs nobody knows: inconclusive, saying why
+        unknown = str(exc)
+        original, rewritten = (RunResult(label, steps_total=steps + 1, error=unknown)
+                               for label in ("original", "rewritten"))
+    else:
+        unknown = None
+        original = run_steps(core, model, device, config, feeds, "original")
+        rewritten = run_steps(core, rewritten_model, device, config, feeds, "rewritten")
     installed = installed_version()
     names = [o.get_any_name() if o.get_names() else f"output {i}" for i, o in enumerate(model.outputs)]
     comparison = compare_outputs(original.outputs, rewritten.outputs, names)
     tolerance = atol + rtol * comparison.scale
     code, verdict = decide(original, rewritten, comparison, tolerance)
-    return CheckReport(
+    if unknown is not None:
+        code, verdict = INCONCLUSIVE, f"INCONCLUSIVE: no model was run: {unknown}"
+    reference = reference_cmp = None
+    if code == FIXED:   # as strong as what ran: compare with a reference that can run
+        reference = run_steps(core, _decomposed(model), device, config, feeds, "reference")
+        reference_cmp = compare_outputs(reference.outputs, rewritten.outputs, names)
+        code, verdict = _against_reference(verdict, reference, rewritten, reference_cmp, atol + rtol * reference_cmp.scale)
+    report = CheckReport(
         summary.profile.version_string, summary.profile.name, device, config, steps, prefill, atol, rtol,
         summary.changed, original, rewritten,
         ran_on=version_string(installed), target=summary.profile.version_string,
@@ -359,7 +345,38 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
         steps_compared=comparison.steps, values_compared=comparison.compared,
         nonfinite_same=comparison.nonfinite_same, nonfinite_only_original=comparison.nonfinite_only_original,
         nonfinite_only_rewritten=comparison.nonfinite_only_rewritten,
-        verdict=verdict, verdict_code=code, ok=code in (OK, FIXED))
+        verdict=verdict, verdict_code=code, ok=code in (OK, FIXED), reference=reference,
+        inputs_from=list(source.embedders.files) if source is not None else [])
+    if reference_cmp is not None and reference_cmp.max_abs_diff is not None:
+        report.reference_max_abs_diff = reference_cmp.max_abs_diff
+        report.reference_tolerance = atol + rtol * reference_cmp.scale
+    return report
+
+
+def _decomposed(model: ov.Model) -> ov.Model:
+    """A clone of ``model`` with every SDPA decomposed: no stateful fusion, the specification's arithmetic."""
+    clone = model.clone()
+    manager = Manager()
+    manager.register_pass(ScaledDotProductAttentionDecomposition())
+    manager.run_passes(clone)
+    return clone
+
+
+def _against_reference(verdict: str, reference: RunResult, rewritten: RunResult, comparison: Comparison,
+                       tolerance: float) -> tuple[str, str]:
+    """A FIXED verdict, made numeric against the decomposed reference (or said to be unverified)."""
+    if not reference.ran:
+        return FIXED, f"{verdict}; not compared with a reference: the decomposed model fails too ({reference.error})"
+    agree = (comparison.compared > 0 and not comparison.shapes_differ and comparison.nonfinite_only_rewritten == 0
+             and comparison.max_abs_diff is not None and comparison.max_abs_diff <= tolerance)
+    if not agree:
+        return WORSE, (f"WORSE: the original fails; the rewritten model runs but differs from the decomposed "
+                       f"reference (max {comparison.max_abs_diff:.3g}, tolerance {tolerance:.3g})"
+                       if comparison.max_abs_diff is not None else
+                       "WORSE: the original fails; the rewritten model's outputs cannot be matched with the "
+                       "decomposed reference's")
+    return FIXED, (f"{verdict}; it agrees with the decomposed reference over {comparison.steps} steps "
+                   f"(max {comparison.max_abs_diff:.3g}, tolerance {tolerance:.3g})")
 
 
 def _one_line(message: str) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 import openvino as ov
 
 import ovpasses
-from ovpasses import check, folder, inspect_report, io, pipeline, runtimes
+from ovpasses import check, check_inputs, devices, folder, genai_check, inspect_report, io, pipeline, runtimes
 from ovpasses.errors import OvpassesError
 
 EXIT_OK = 0
@@ -76,16 +76,20 @@ def build_parser() -> argparse.ArgumentParser:
     subs = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     p = subs.add_parser(
-        "rewrite", help="run the pipeline on an IR and write the result",
+        "rewrite", help="run the pipeline on an IR or an export folder and write the result",
         description="Read IN.xml (+ IN.bin), run the ovpasses pipeline for the runtime profile and write "
                     "OUT.xml (+ OUT.bin). Weights keep their element types; tensor names, friendly names "
-                    "and runtime info are kept. Files are written to temporary names in the output folder "
-                    "and renamed into place, so a failure leaves no partial IR and the input is never "
-                    "modified (except by a successful --in-place).",
+                    "and runtime info are kept. The pair is replaced whole or not at all (a lock, a journal "
+                    "and backups; an interrupted write is finished or undone by the next ovpass command in "
+                    "that folder), and the input is never modified except by a successful --in-place. "
+                    "IN may be an export folder (optimum-cli export openvino): every IR in it that holds "
+                    "stateful attention is rewritten, every other file copied byte for byte, into -o, a new "
+                    "or empty folder, which is replaced whole.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input", metavar="IN.xml")
-    p.add_argument("-o", "--output", metavar="OUT.xml", help="where to write the rewritten IR (.bin beside it)")
-    p.add_argument("--in-place", action="store_true", help="overwrite IN.xml and IN.bin (safely, by rename)")
+    p.add_argument("input", metavar="IN.xml|DIR")
+    p.add_argument("-o", "--output", metavar="OUT.xml|DIR",
+                   help="where to write the rewritten IR (.bin beside it), or the folder for a folder")
+    p.add_argument("--in-place", action="store_true", help="overwrite IN.xml and IN.bin, or the folder (safely, by rename)")
     p.add_argument("--dry-run", action="store_true", help="run the pipeline and print the summary; write nothing")
     p.add_argument("--passes", metavar="NAME,...",
                    help="run only these passes (names from 'ovpass passes'): the pipeline plans as usual, "
@@ -98,9 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         "inspect", help="print the KV-sharing map: which SDPA reads which cache, and the planned action",
         description="Print which ScaledDotProductAttention reads which KV cache variable, who owns and who "
                     "borrows each cache, and what 'ovpass rewrite' would do to each SDPA on the runtime. "
-                    "json follows the schema 'ovpass.inspect/1' (README.md); dot is Graphviz text.",
+                    "json follows the schema 'ovpass.inspect/1' (README.md); dot is Graphviz text. For an "
+                    "export folder, each IR in it that holds stateful attention is reported (json: schema "
+                    "'ovpass.inspect-folder/1', a list of 'ovpass.inspect/1' reports).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input", metavar="IN.xml")
+    p.add_argument("input", metavar="IN.xml|DIR")
     p.add_argument("--format", choices=("text", "json", "dot"), default="text", help="output format (default text)")
     _add_common(p)
 
@@ -116,9 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "within atol + rtol * max|original output|, NaN in the same places and equal infinities "
                     "agreeing; FIXED (exit 0) the rewritten model runs, or gives finite values, where the "
                     "original does not, and agrees elsewhere; WORSE (exit 1) it fails or gives NaN where the "
-                    "original does not, or the outputs differ; INCONCLUSIVE (exit 4) nothing could be compared.",
+                    "original does not, or the outputs differ; INCONCLUSIVE (exit 4) nothing could be compared. "
+                    "Where the original fails, the rewritten model is compared with the same IR with every SDPA "
+                    "decomposed (run on the same runtime); FIXED needs it to agree. inputs_embeds and "
+                    "per_layer_inputs are made from token ids through the export's embedding IRs beside the "
+                    "model. For a folder, each IR that holds stateful attention is checked; the exit code is "
+                    "the worst verdict's.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("input", metavar="IN.xml")
+    p.add_argument("input", metavar="IN.xml|DIR")
     p.add_argument("--device", default="CPU",
                    help="OpenVINO device, any case: cpu, GPU, gpu.0 (default CPU); one OpenVINO does not see is an "
                         "error that lists those it sees")
@@ -130,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=_tolerance, default=1e-4,
                    help="tolerance relative to the largest finite |original output|, finite, 0 or more (default 1e-4)")
     p.add_argument("--passes", metavar="NAME,...", help="rewrite with only these passes (as in 'ovpass rewrite')")
+    p.add_argument("--data-shape", metavar="NAME[d0,d1,...],...",
+                   help="fix the dims of inputs, benchmark_app's convention (e.g. per_layer_inputs[1,?,8,16]; ? or -1 "
+                        "leaves a dim automatic: 1 for dim 0, the step's token count for the others)")
+    p.add_argument("--genai", action="store_true",
+                   help="folder only: also run openvino_genai (LLMPipeline or VLMPipeline) on the original and the "
+                        "rewritten folder, stateful and with continuous batching, greedy, and compare the output")
     p.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
     _add_common(p)
 
@@ -218,25 +235,79 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
 
 def cmd_inspect(args) -> int:
     runtime = _runtime(args)
-    report = inspect_report.inspect_model(io.read_ir(args.input), runtime)
-    if args.format == "json":
-        print(json.dumps(report, indent=2))
-    elif args.format == "dot":
-        sys.stdout.write(inspect_report.inspect_dot(report))
+    source = Path(args.input)
+    if os.path.isdir(source):
+        reports = [(name, inspect_report.inspect_model(io.read_ir(source / name), runtime))
+                   for name in folder.stateful_irs(source)]
     else:
-        sys.stdout.write(inspect_report.inspect_text(report))
+        reports = [(None, inspect_report.inspect_model(io.read_ir(source), runtime))]
+    if args.format == "json":
+        data = reports[0][1] if reports[0][0] is None else {
+            "schema": "ovpass.inspect-folder/1", "folder": str(source),
+            "models": [{"file": name, "report": report} for name, report in reports]}
+        print(json.dumps(data, indent=2))
+        return EXIT_OK
+    for index, (name, report) in enumerate(reports):
+        if name is not None and args.format == "text":
+            print(f"{'' if index == 0 else chr(10)}== {name} ==")
+        sys.stdout.write(inspect_report.inspect_dot(report) if args.format == "dot" else
+                         inspect_report.inspect_text(report))
     return EXIT_OK
+
+
+# the exit code of a folder check: the worst verdict's
+VERDICT_ORDER = (check.OK, check.FIXED, check.INCONCLUSIVE, check.WORSE)
 
 
 def cmd_check(args) -> int:
     runtime = _runtime(args)
     passes = None if args.passes is None else pipeline.selected_passes(args.passes)
-    model = io.read_ir(args.input)
+    data_shapes = check_inputs.parse_data_shape(args.data_shape)
+    source = Path(args.input)
+    is_folder = os.path.isdir(source)
+    if args.genai and not is_folder:
+        raise OvpassesError("--genai runs openvino_genai on an export folder: give the folder, not an IR file")
+    files = [source / name for name in folder.stateful_irs(source)] if is_folder else [source]
     config = None if args.precision == "exact" else {}
-    report = check.check_model(model, device=args.device, steps=args.steps, runtime=runtime, config=config,
-                                passes=passes, prefill=args.prefill, atol=args.atol, rtol=args.rtol)
-    print(report.to_json() if args.format == "json" else report)
-    return CHECK_EXIT[report.verdict_code]
+    device = devices.resolve_device(args.device, ov.Core())
+    reports = []
+    for path in files:
+        model = io.read_ir(path)
+        inputs = check_inputs.InputSource(path.parent, data_shapes,
+                                          check_inputs.Embedders.beside(path.parent, ov.Core(), device))
+        reports.append((path.name, check.check_model(
+            model, device=device, steps=args.steps, runtime=runtime, config=config, passes=passes,
+            prefill=args.prefill, atol=args.atol, rtol=args.rtol, source=inputs)))
+    genai_reports = _genai_check(source, runtime, passes, device) if args.genai else []
+    codes = [report.verdict_code for _, report in reports] + [r.verdict for r in genai_reports]
+    worst = max(codes, key=VERDICT_ORDER.index)
+    if args.format == "json":
+        if not is_folder:
+            print(reports[0][1].to_json())
+        else:
+            print(json.dumps({"schema": "ovpass.check-folder/1", "folder": str(source), "verdict_code": worst,
+                              "models": [{"file": name, **report.to_dict()} for name, report in reports],
+                              "genai": [r.to_dict() for r in genai_reports]}, indent=2))
+    else:
+        for index, (name, report) in enumerate(reports):
+            if is_folder:
+                print(f"{'' if index == 0 else chr(10)}== {name} ==")
+            print(report)
+        for report in genai_reports:
+            print(report)
+        if is_folder:
+            print(f"\nfolder verdict: {worst.upper()}")
+    return CHECK_EXIT[worst]
+
+
+def _genai_check(source: Path, runtime, passes, device: str) -> list:
+    """The folder and its rewritten copy (in a temporary folder) through openvino_genai."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ovpass-genai-") as tmp:
+        rewritten = Path(tmp) / "rewritten"
+        folder.rewrite_folder(source, rewritten, runtime, passes)
+        return genai_check.check_folders(source, rewritten, device=device)
 
 
 def cmd_passes(args) -> int:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 import numpy as np
 import openvino as ov
 
-from ovpasses.check import LLM_INPUTS
+from ovpasses.check_inputs import LLM_INPUTS
 from ovpasses.errors import OvpassesError
 
 

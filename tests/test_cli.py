@@ -266,7 +266,8 @@ BAD_INPUTS = {
     "xml that is not an IR": (_not_an_ir, "not an OpenVINO IR"),
     "binary junk": (_binary_junk, "not an XML file"),
     "empty file": (_empty, "empty"),
-    "a folder": (_a_folder, "not a file"),
+    # folder mode: a folder is taken for an export folder
+    "a folder": (_a_folder, "no IR in this folder holds stateful attention"),
 }
 
 
@@ -281,8 +282,6 @@ def _assert_clean_error(result: subprocess.CompletedProcess, message: str) -> No
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_bad_input_is_one_line_and_changes_nothing(ir, tmp_path, case, command):
     damage, message = BAD_INPUTS[case]
-    if case == "a folder" and command == "rewrite":   # folder mode: a folder is an export folder
-        message = "no IR in this folder holds stateful attention"
     target = damage(ir)
     before = snapshot(ir.parent)
     out = tmp_path / "out.xml"
@@ -527,7 +526,10 @@ def test_check_on_the_affected_runtime_fixes_the_fixture(ir):
     assert "null input states" in report["original"]["error"]
     assert report["rewritten"]["ran"]
     assert code == 0 and report["verdict_code"] == "fixed"
-    assert report["verdict"] == "FIXED: the original fails and the rewritten model runs"
+    assert report["verdict"].startswith("FIXED: the original fails and the rewritten model runs; it agrees with "
+                                        "the decomposed reference over 3 steps")
+    assert report["reference"]["ran"] and report["reference"]["fused_sdpa"] == 0
+    assert report["reference_max_abs_diff"] <= report["reference_tolerance"]
     assert report["ran_on"] == report["target"] == report["runtime"] and report["target_exercised"]
 
 

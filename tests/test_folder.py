@@ -29,8 +29,8 @@ AFFECTED = "2026.0"
 pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not installed at {OVPASS}")
 
 
-def ovpass(*args, strace: list[str] | None = None) -> subprocess.CompletedProcess:
-    command = [str(OVPASS), *map(str, args)]
+def ovpass(*args, strace: list[str] | None = None, exe: Path = OVPASS) -> subprocess.CompletedProcess:
+    command = [str(exe), *map(str, args)]
     if strace is not None:
         command = [STRACE, "-f", "-qq", "-o", "/dev/null", *strace, *command]
     return subprocess.run(command, capture_output=True, text=True, timeout=180,
@@ -169,3 +169,90 @@ def test_rewrite_folder_as_a_library_call(export, tmp_path):
                                                      ov.Core().read_model(export / "openvino_model.xml").inputs]
     assert not any(name.startswith(".ovpass") for name in os.listdir(tmp_path / "lib"))
     assert commit.LOCK_NAME not in os.listdir(tmp_path)
+
+
+# --------------------------------------------------------------------------------------- inspect and check
+
+VLM = REPO / "tests" / "fixtures" / "gemma4" / "vlm8"
+AFFECTED_OVPASS = REPO / ".venvs" / "ov-2026.0.0" / "bin" / "ovpass"
+needs_affected = pytest.mark.skipif(not AFFECTED_OVPASS.exists(),
+                                    reason=f"needs {AFFECTED_OVPASS} (bash tools/venv.sh ov 2026.0.0)")
+
+
+def test_inspect_a_folder_reports_each_language_model(export):
+    result = ovpass("inspect", export, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["schema"] == "ovpass.inspect-folder/1"
+    assert [m["file"] for m in data["models"]] == ["openvino_model.xml"]
+    assert data["models"][0]["report"]["schema"] == "ovpass.inspect/1"
+    text = ovpass("inspect", VLM)
+    assert text.returncode == 0 and text.stdout.startswith("== openvino_language_model.xml ==")
+
+
+def test_check_the_vlm_language_model_through_the_export_embeddings():
+    """The language model takes inputs_embeds and per_layer_inputs: the folder's embedding IRs make them."""
+    result = ovpass("check", VLM, "--steps", "2", "--format", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(result.stdout)
+    assert data["schema"] == "ovpass.check-folder/1" and data["verdict_code"] == "ok"
+    (model,) = data["models"]
+    assert model["file"] == "openvino_language_model.xml" and model["verdict_code"] == "ok"
+    assert model["inputs_from"] == ["openvino_text_embeddings_model.xml", "openvino_text_embeddings_per_layer_model.xml"]
+    assert model["original"]["ran"] and model["rewritten"]["ran"] and model["values_compared"] > 0
+
+
+@needs_affected
+def test_check_says_fixed_on_2026_0_against_the_decomposed_reference():
+    """On 2026.0 the unmodified VLM language model loses its state; the rewrite fixes it, and the fix
+    agrees with the same IR with every SDPA decomposed."""
+    result = ovpass("check", VLM / "openvino_language_model.xml", "--steps", "2", "--format", "json",
+                    exe=AFFECTED_OVPASS)
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(result.stdout)
+    assert data["verdict_code"] == "fixed" and data["runtime"].startswith("2026.0")
+    assert "null input states" in data["original"]["error"]
+    assert data["rewritten"]["ran"] and data["reference"]["ran"] and data["reference"]["fused_sdpa"] == 0
+    assert data["reference_max_abs_diff"] <= data["reference_tolerance"]
+    assert "agrees with the decomposed reference" in data["verdict"]
+
+
+def test_without_the_embedding_irs_check_is_inconclusive_not_ok(tmp_path):
+    """The IR alone: per_layer_inputs' layer count is dynamic and nothing beside the IR says it. Filling
+    it with the token count (as check once did) ran nothing; guessing is refused: INCONCLUSIVE, exit 4."""
+    for suffix in (".xml", ".bin"):
+        shutil.copy(VLM / f"openvino_language_model{suffix}", tmp_path / f"lm{suffix}")
+    result = ovpass("check", tmp_path / "lm.xml", "--steps", "1", "--format", "json")
+    assert result.returncode == 4, result.stdout + result.stderr
+    data = json.loads(result.stdout)
+    assert data["verdict_code"] == "inconclusive" and not data["original"]["compiled"]
+    assert "cannot make per_layer_inputs: its layer count is dynamic" in data["verdict"]
+    assert "--data-shape per_layer_inputs[1,?,LAYERS,WIDTH]" in data["verdict"]
+    # --data-shape supplies what the folder would have: the check runs
+    fixed = ovpass("check", tmp_path / "lm.xml", "--steps", "1", "--data-shape", "per_layer_inputs[1,?,8,16]")
+    assert fixed.returncode == 0 and "verdict: OK" in fixed.stdout, fixed.stdout + fixed.stderr
+
+
+def test_a_dynamic_rank_input_is_inconclusive(tmp_path):
+    from openvino import opset13 as ops
+    x = ops.parameter(ov.PartialShape.dynamic(), ov.Type.f32, name="x")
+    model = ov.Model([ops.reshape(x, ops.constant([2, -1]), False)], [x], "dynamic_rank")
+    ov.save_model(model, tmp_path / "dyn.xml")
+    result = ovpass("check", tmp_path / "dyn.xml", "--steps", "0", "--prefill", "3")
+    assert result.returncode == 4 and "INCONCLUSIVE" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("per_layer_inputs[1,?,8]", "has rank 4"),
+    ("nonsense[1]", "names nonsense, which the model does not take"),
+    ("per_layer_inputs[1,x]", "not a number"),
+    ("per_layer_inputs(1,2)", "expected NAME[d0,d1,...]"),
+])
+def test_bad_data_shapes_are_usage_errors(spec, message):
+    result = ovpass("check", VLM / "openvino_language_model.xml", "--data-shape", spec)
+    assert result.returncode == 2 and message in result.stderr and result.stderr.count("\n") == 1, result.stderr
+
+
+def test_genai_needs_a_folder():
+    result = ovpass("check", VLM / "openvino_language_model.xml", "--genai")
+    assert result.returncode == 2 and "--genai runs openvino_genai on an export folder" in result.stderr
