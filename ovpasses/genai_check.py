@@ -89,6 +89,25 @@ class GenaiPathReport:
                 f"{'; ' + equal if equal else ''} -> {self.verdict.upper()}")
 
 
+def token_collector():
+    """An openvino_genai streamer that keeps every generated token id."""
+    import openvino_genai as genai
+
+    class TokenCollector(genai.StreamerBase):
+        def __init__(self):
+            super().__init__()
+            self.ids: list[int] = []
+
+        def write(self, token):
+            self.ids += [int(t) for t in token] if isinstance(token, (list, tuple)) else [int(token)]
+            return genai.StreamingStatus.RUNNING
+
+        def end(self):
+            pass
+
+    return TokenCollector()
+
+
 def run_pipeline(folder: Path, path: str, prompt: str, max_new_tokens: int, device: str = "CPU",
                  image: bool = True) -> GenaiRun:
     """Run one greedy generation in this process (the worker's body)."""
@@ -111,7 +130,9 @@ def run_pipeline(folder: Path, path: str, prompt: str, max_new_tokens: int, devi
         if image and (folder / VISION_MODEL).exists():
             pixels = (np.arange(32 * 32 * 3, dtype=np.uint32).reshape(1, 32, 32, 3) * 37 % 256).astype(np.uint8)
             extra["images"] = [ov.Tensor(pixels)]
-        run.text = pipe.generate(prompt, generation_config=config, **extra).texts[0]
+        streamer = token_collector()   # VLMPipeline's results carry text only: the streamer sees the ids
+        run.text = pipe.generate(prompt, generation_config=config, streamer=streamer, **extra).texts[0]
+        run.tokens = list(streamer.ids)
     else:
         # through the folder's tokenizer, then token ids in and out: the exact tokens, not a re-encoding
         pipe = genai.LLMPipeline(str(folder), device, **kwargs)

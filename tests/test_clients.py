@@ -22,20 +22,69 @@ FIXTURES = ROOT / "tests" / "fixtures"
 OVPASS = Path(sys.executable).with_name("ovpass")
 EXPORT_PYTHON = ROOT / ".venvs" / "export" / "bin" / "python"
 EXACT = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
-TEXT_FIXTURES = ["gemma4/tiny8"]
+TEXT_FIXTURES = ["gemma4/tiny8", "gemma3n/tiny8"]
+VLM = FIXTURES / "gemma4" / "vlm8"
+AFFECTED_PYTHON = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
 
 genai = pytest.importorskip("openvino_genai", reason="openvino_genai is not installed in this environment")
+
+
+def rewrite_folder(source: Path, parent: Path, *runtime: str) -> Path:
+    target = parent / "fixed"
+    result = subprocess.run([str(OVPASS), "rewrite", str(source), "-o", str(target), *runtime], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return target
 
 
 @pytest.fixture(scope="module", params=TEXT_FIXTURES)
 def rewritten(request, tmp_path_factory) -> tuple[Path, dict]:
     """The fixture folder rewritten by the CLI for the installed runtime, and its reference."""
     source = FIXTURES / request.param
-    target = tmp_path_factory.mktemp("clients") / "fixed"
-    result = subprocess.run([str(OVPASS), "rewrite", str(source), "-o", str(target)], capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    return target, json.loads((source / "reference.json").read_text())
+    return rewrite_folder(source, tmp_path_factory.mktemp("clients")), json.loads((source / "reference.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def rewritten_vlm(tmp_path_factory) -> Path:
+    return rewrite_folder(VLM, tmp_path_factory.mktemp("vlm"))
+
+
+def vlm_cases() -> list[dict]:
+    """vlm8's prompts: the chat text alone, and with its generated image."""
+    reference = json.loads((VLM / "reference.json").read_text())
+    cases = [{"name": "text", "prompt": reference["prompt_text"], "expected": reference["generated_ids"],
+              "image": None}]
+    image = reference["image_prompt"]
+    cases.append({"name": "image", "prompt": image["prompt_text"], "expected": image["generated_ids"],
+                  "image": np.load(VLM / image["image"]["file"])})
+    return cases
+
+
+@pytest.mark.parametrize("case", vlm_cases(), ids=lambda c: c["name"])
+@pytest.mark.parametrize("path", ["stateful", "paged"])
+def test_vlm_pipeline_decodes_the_reference_from_the_rewritten_folder(rewritten_vlm, path, case):
+    from ovpasses.genai_check import token_collector
+    kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
+    pipe = genai.VLMPipeline(str(rewritten_vlm), "CPU", **kwargs, **EXACT)
+    config = genai.GenerationConfig()
+    config.max_new_tokens = config.min_new_tokens = len(case["expected"])
+    config.do_sample = False
+    streamer = token_collector()
+    images = [ov.Tensor(case["image"][None])] if case["image"] is not None else []
+    pipe.generate(case["prompt"], images=images, generation_config=config, streamer=streamer)
+    assert streamer.ids == case["expected"]
+
+
+@pytest.mark.skipif(not AFFECTED_PYTHON.exists(), reason=f"needs {AFFECTED_PYTHON} (bash tools/venv.sh ov 2026.0.0)")
+def test_vlm_pipeline_of_2026_0_does_not_know_gemma4(rewritten_vlm):
+    """openvino_genai 2026.0 (and 2026.1) refuse the model type: a Gemma 4 VLM export runs there only
+    through ov.Core (check, ov_greedy) or optimum-intel. Pinned so that a change is noticed."""
+    script = ("import sys, openvino_genai as g\n"
+              "try:\n    g.VLMPipeline(sys.argv[1], 'CPU', ATTENTION_BACKEND='SDPA')\n"
+              "except RuntimeError as e:\n    print(str(e).strip().splitlines()[-1])\n")
+    proc = subprocess.run([str(AFFECTED_PYTHON), "-c", script, str(rewritten_vlm)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and "Unsupported 'gemma4' VLM model type" in proc.stdout, proc.stdout + proc.stderr
 
 
 @pytest.mark.parametrize("path", ["stateful", "paged"])
@@ -49,10 +98,10 @@ def test_llm_pipeline_decodes_the_reference_from_the_rewritten_folder(rewritten,
     ids = np.array([reference["prompt_ids"]], np.int64)
     result = pipe.generate(genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config)
     assert [int(t) for t in result.tokens[0]] == reference["generated_ids"]
-    # the folder's own tokenizer and detokenizer were copied and still load
+    # the folder's own tokenizer and detokenizer were copied and still load: decode and encode agree
     tokenizer = pipe.get_tokenizer()
     text = tokenizer.decode(reference["generated_ids"])
-    assert text.split()[0] == f"w{reference['generated_ids'][0]}"
+    assert list(tokenizer.encode(text, add_special_tokens=False).input_ids.data[0]) == reference["generated_ids"]
 
 
 OPTIMUM = """
@@ -74,6 +123,33 @@ def test_optimum_intel_generates_the_reference_from_the_rewritten_folder(rewritt
     ref_file = tmp_path / "reference.json"
     ref_file.write_text(json.dumps(reference))
     proc = subprocess.run([str(EXPORT_PYTHON), "-c", OPTIMUM, str(folder), str(ref_file), json.dumps(EXACT)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == reference["generated_ids"]
+
+
+OPTIMUM_VLM = """
+import json, sys, numpy as np, torch
+from PIL import Image
+from transformers import AutoProcessor
+from optimum.intel import OVModelForVisualCausalLM
+folder, reference = sys.argv[1], json.loads(open(sys.argv[2]).read())
+model = OVModelForVisualCausalLM.from_pretrained(folder, device="CPU", ov_config=json.loads(sys.argv[3]))
+ids = torch.tensor([reference["prompt_ids"]])
+n = len(reference["generated_ids"])
+out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                     do_sample=False)
+print(json.dumps(out[0, ids.shape[1]:].tolist()))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not EXPORT_PYTHON.exists(), reason="needs .venvs/export (bash tools/venv.sh export)")
+def test_optimum_intel_generates_the_vlm_reference_from_the_rewritten_folder(rewritten_vlm, tmp_path):
+    reference = json.loads((VLM / "reference.json").read_text())
+    ref_file = tmp_path / "reference.json"
+    ref_file.write_text(json.dumps(reference))
+    proc = subprocess.run([str(EXPORT_PYTHON), "-c", OPTIMUM_VLM, str(rewritten_vlm), str(ref_file), json.dumps(EXACT)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == reference["generated_ids"]
