@@ -17,18 +17,46 @@ import openvino as ov
 from openvino.passes import Manager
 
 from ovpasses._ov import runtime_version
+from ovpasses.analysis.attention_heads import AttentionHeads, attention_heads, head_layouts
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
+from ovpasses.analysis.sliding_window_masks import SlidingWindowMask, find_sliding_window_masks
 from ovpasses.errors import DeviceNotAvailableError, OvpassesError
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
+from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 
 log = logging.getLogger(__name__)
 
 RT_ACTION = "ovpasses_kv_action"
 OLDEST_SUPPORTED = (2025, 2, 0)
 FIRST_FIXED = (2026, 2, 0)
+
+# openvino_genai's paged path (continuous batching: SDPAToPagedAttention when the model is loaded, then
+# the plugin's PagedAttention), per release, as [first, end) ranges. Kept here until the runtime facts
+# move to a module of their own. Measured 2026-11-22 on CPU with f32 inference and an f32 KV cache.
+#
+# The converter sets sliding_window = 0 for transformers 5's Gemma 4 mask (a BitwiseAnd chain ending
+# in Select, without the Slice its gpt-oss pattern needs) and reads the window once a no-op Slice
+# follows the Select: paged_attention_transformation on tiny8 gives every PagedAttention a
+# sliding_window of 0 on 2025.2.0 - 2026.2.1; with the Slice, 16 on the sliding layers on 2025.4.1 -
+# 2026.2.1 and still 0 on 2025.2.0. 2026.4.1 gives 16 without the Slice. End to end (openvino_genai,
+# tiny8u: one head size) paged tokens leave transformers' at the 7th and, with the Slice, equal them
+# on 2026.0.0 - 2026.2.1 for prompts of 12 and 28 tokens.
+PAGED_WINDOW_NEEDS_SLICE = ((2026, 0, 0), (2026, 3, 0))
+# ... but the CPU PagedAttention of these releases ignores the window: on 2025.4.1 tiny8u's paged
+# tokens with the window read (16) are those without it (0), wrong from the 7th. (The CPU kernel
+# honours sliding_window from 2026.0, openvino PR #33035.)
+PAGED_CPU_IGNORES_WINDOW = ((2025, 2, 0), (2026, 0, 0))
+# The CPU PagedAttention keeps one executor for every layer of a model (its cache key is the precision
+# only, openvino PR #36363 adds head size and KV heads), so a layer whose query heads or head size
+# differ from the first's runs another layer's kernels: garbage, NaN or heap corruption. Measured with
+# ovpasses.testing.paged on two-layer stacks without sharing or masks against a float64 reference:
+# (4 heads x 16, 4 x 32), (8 x 8, 8 x 16) and (4 x 16, 8 x 16) wrong on 2026.0.0, 2026.1.0, 2026.2.1,
+# right on 2026.4.1; equal layers right on all. On 2025.2.0 and 2025.4.1 (same cache key in their
+# sources) e2b35 is wrong from the first token, its window (512) not reached.
+PAGED_CPU_NEEDS_UNIFORM_HEADS = ((2025, 2, 0), (2026, 3, 0))
 
 # actions, as reported per SDPA
 NATIVE = "none: fused natively"
@@ -39,6 +67,12 @@ SHAPEOF = "cache ShapeOf computed from the Concat inputs, so the plugin can fuse
 BARRIER = "kept out of stateful fusion (no-op Reshape on K/V)"
 DECOMPOSE = "decomposed (scale after MatMul(Q,K^T)): no other way to keep it out of fusion"
 
+# actions, as reported per sliding-window mask
+MASK_SLICE = "Slice inserted: the paged converter reads the window from it"
+MASK_SLICED_ALREADY = "none: read through a Slice already; the paged converter reads the window"
+MASK_NATIVE = "none: this runtime's paged converter reads the window as it is"
+MASK_IGNORED = "none: this runtime's CPU PagedAttention ignores sliding windows (see the warning)"
+
 
 @dataclass(frozen=True)
 class RuntimeProfile:
@@ -47,6 +81,9 @@ class RuntimeProfile:
     version: tuple[int, int, int]
     name: str                      # "affected" (2025.2 - 2026.1) or "fixed" (2026.2 and newer)
     decompose_cache_shapeof: bool  # KVCacheShapeOfDecomposition on every cache Concat's ShapeOf
+    slice_sliding_window_mask: bool = False      # SlidingWindowMaskSliceInsertion: the converter needs it
+    paged_cpu_ignores_window: bool = False       # no rewrite gives paged CPU a sliding window
+    paged_cpu_needs_uniform_heads: bool = False  # CPU PagedAttention wrong when layers' heads differ
 
     @property
     def version_string(self) -> str:
@@ -59,9 +96,62 @@ def profile_for(runtime: str | None = None) -> RuntimeProfile:
     if version < OLDEST_SUPPORTED:
         raise OvpassesError(f"openvino {'.'.join(map(str, version))} is older than the oldest supported "
                             f"release {'.'.join(map(str, OLDEST_SUPPORTED))}; install openvino>=2025.2")
+    paged = dict(slice_sliding_window_mask=_within(version, PAGED_WINDOW_NEEDS_SLICE),
+                 paged_cpu_ignores_window=_within(version, PAGED_CPU_IGNORES_WINDOW),
+                 paged_cpu_needs_uniform_heads=_within(version, PAGED_CPU_NEEDS_UNIFORM_HEADS))
     if version < FIRST_FIXED:
-        return RuntimeProfile(version, "affected", decompose_cache_shapeof=True)
-    return RuntimeProfile(version, "fixed", decompose_cache_shapeof=False)
+        return RuntimeProfile(version, "affected", decompose_cache_shapeof=True, **paged)
+    return RuntimeProfile(version, "fixed", decompose_cache_shapeof=False, **paged)
+
+
+def _within(version: tuple[int, int, int], span: tuple[tuple[int, int, int], tuple[int, int, int]]) -> bool:
+    return span[0] <= version < span[1]
+
+
+def mask_plan(masks: list[SlidingWindowMask], profile: RuntimeProfile) -> dict[str, str]:
+    """Per sliding-window mask (its Select's friendly name), what the pipeline does on ``profile``. Pure."""
+    actions = {}
+    for mask in masks:
+        if not mask.sdpa_direct:
+            actions[mask.select] = MASK_SLICED_ALREADY
+        elif profile.slice_sliding_window_mask:
+            actions[mask.select] = MASK_SLICE
+        elif profile.paged_cpu_ignores_window:
+            actions[mask.select] = MASK_IGNORED
+        else:
+            actions[mask.select] = MASK_NATIVE
+    return actions
+
+
+def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: dict[str, AttentionHeads],
+                   masks: list[SlidingWindowMask]) -> list[str]:
+    """What no rewrite mends on openvino_genai's paged path on ``profile``, for this model. Pure.
+
+    The SDPAs that read a KV cache are the ones the paged path turns into PagedAttention. When the
+    runtime's CPU PagedAttention needs one head layout and they have several, it computes garbage
+    whatever the rewrite does, short of padding every cache to the widest head (which would grow the
+    stateful model's state as well); when it ignores sliding windows, a model with one is wrong once a
+    sequence outgrows the window. The messages say so and name the ways out.
+    """
+    out = []
+    way_out = (f"use the stateful path (LLMPipeline(..., ATTENTION_BACKEND=\"SDPA\")) or openvino "
+               f"{'.'.join(map(str, PAGED_CPU_NEEDS_UNIFORM_HEADS[1][:2]))} or newer")
+    where = f"paged attention on CPU (openvino_genai with a SchedulerConfig, OpenVINO Model Server) on openvino {profile.version_string}"
+    if profile.paged_cpu_needs_uniform_heads:
+        layouts = head_layouts({n: h for n, h in heads.items() if n in analysis.sdpa
+                                and analysis.sdpa[n].status != "stateless" and h.known})
+        if len(layouts) > 1:
+            found = ", ".join(f"{layout} in {count} layer{'s' if count > 1 else ''}"
+                              for layout, count in sorted(layouts.items()))
+            out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose "
+                       f"query heads or head size differ, and these differ (heads x head size: {found}); no "
+                       f"rewrite changes that; {way_out}")
+    if profile.paged_cpu_ignores_window and masks:
+        windows = sorted({m.window for m in masks})
+        out.append(f"{where} ignores sliding windows: tokens are wrong once prompt and output outgrow the "
+                   f"window ({', '.join(map(str, windows))}) of this model's sliding layers; no rewrite changes "
+                   f"that; {way_out}")
+    return out
 
 
 def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, str]:
@@ -117,6 +207,9 @@ class RewriteSummary:
     analysis: KVSharingAnalysis
     actions: dict[str, str]
     passes: list[PassReport] = field(default_factory=list)
+    masks: list[SlidingWindowMask] = field(default_factory=list)   # as found before the rewrite
+    mask_actions: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -133,7 +226,13 @@ class RewriteSummary:
             "passes": [{"name": p.name, "changed": list(p.changed), "seconds": round(p.seconds, 6)}
                        for p in self.passes],
             "unhandled": list(self.analysis.unhandled),
+            "sliding_window_masks": self.masks_to_dicts(),
+            "warnings": list(self.warnings),
         }
+
+    def masks_to_dicts(self) -> list[dict]:
+        return [{"select": m.select, "window": m.window, "sdpa": sorted(m.sdpa_direct + m.sdpa_sliced),
+                 "action": self.mask_actions[m.select]} for m in self.masks]
 
     def __str__(self) -> str:
         counts = self.analysis.status_counts()
@@ -147,14 +246,20 @@ class RewriteSummary:
             lines.append(f"{p.name}: {len(p.changed)} changed" + (f" ({', '.join(p.changed[:3])}"
                                                                   f"{', ...' if len(p.changed) > 3 else ''})"
                                                                   if p.changed else ""))
+        for mask in self.masks_to_dicts():
+            lines.append(f"sliding-window mask {mask['select']} (window {mask['window']}, {len(mask['sdpa'])} SDPA): "
+                         f"{mask['action']}")
         for message in self.analysis.unhandled:
             lines.append(f"not handled: {message}")
+        for message in self.warnings:
+            lines.append(f"warning: {message}")
         return "\n".join(lines)
 
 
 # the passes of the pipeline, in the order it runs them
 PIPELINE_PASSES = (SharedKVCacheDetection.NAME, DisableStatefulSDPAFusion.NAME,
-                   ScaledDotProductAttentionDecomposition.NAME, KVCacheShapeOfDecomposition.NAME)
+                   ScaledDotProductAttentionDecomposition.NAME, KVCacheShapeOfDecomposition.NAME,
+                   SlidingWindowMaskSliceInsertion.NAME)
 SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
 
 
@@ -194,6 +299,9 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
     actions = plan(analysis, profile)
+    masks = find_sliding_window_masks(model.get_ordered_ops())
+    mask_actions = mask_plan(masks, profile)
+    warnings = paged_warnings(profile, analysis, attention_heads(sdpa_nodes), masks)
     barrier_names = {n for n, a in actions.items() if a == BARRIER}
     # an earlier run's barrier already keeps these out: neither a second barrier nor the fallback
     taken: set[str] = _behind_barrier(sdpa_nodes, barrier_names)
@@ -227,9 +335,20 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
             for name, action in actions.items():
                 if action == SHAPEOF:
                     actions[name] = SKIPPED.format(pass_=KVCacheShapeOfDecomposition.NAME, action=SHAPEOF)
+    if MASK_SLICE in mask_actions.values():
+        if SlidingWindowMaskSliceInsertion.NAME in selected:
+            start = time.perf_counter()
+            mask_slice = SlidingWindowMaskSliceInsertion()
+            _run(model, mask_slice)
+            reports.append(PassReport(SlidingWindowMaskSliceInsertion.NAME, [m.select for m in mask_slice.sliced],
+                                      time.perf_counter() - start))
+        else:
+            for name, action in mask_actions.items():
+                if action == MASK_SLICE:
+                    mask_actions[name] = SKIPPED.format(pass_=SlidingWindowMaskSliceInsertion.NAME, action=MASK_SLICE)
     if SharedKVCacheDetection.NAME in selected:
         _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
-    summary = RewriteSummary(profile, analysis, actions, reports)
+    summary = RewriteSummary(profile, analysis, actions, reports, masks, mask_actions, warnings)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 

@@ -22,6 +22,7 @@ from ovpasses.passes import (
     KVCacheShapeOfDecomposition,
     ScaledDotProductAttentionDecomposition,
     SharedKVCacheDetection,
+    SlidingWindowMaskSliceInsertion,
 )
 from ovpasses.pipeline import rewrite, selected_passes
 
@@ -46,6 +47,9 @@ PASSES: dict[str, tuple[type, str]] = {
     KVCacheShapeOfDecomposition.NAME: (
         KVCacheShapeOfDecomposition,
         "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"),
+    SlidingWindowMaskSliceInsertion.NAME: (
+        SlidingWindowMaskSliceInsertion,
+        "2026.0 - 2026.2: no-op Slice after a sliding-window mask, so the paged (PagedAttention) converter keeps the window"),
 }
 
 # LLM inputs recognised by name; every other parameter gets seeded random data of its shape and type
@@ -89,6 +93,8 @@ def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
         "variables": sorted(data["variables"], key=lambda v: v["variable_id"]),
         "sdpa": data["sdpa"],
         "unhandled": data["unhandled"],
+        "sliding_window_masks": summary.masks_to_dicts(),
+        "warnings": list(summary.warnings),
     }
 
 
@@ -143,8 +149,13 @@ def inspect_text(report: dict) -> str:
             if v["unanalysed_readers"]:
                 line += f"; also read by {', '.join(v['unanalysed_readers'])} (not analysed)"
             lines.append(line)
+    for mask in report.get("sliding_window_masks", []):
+        lines.append(f"sliding-window mask {mask['select']} (window {mask['window']}, {len(mask['sdpa'])} SDPA): "
+                     f"{mask['action']}")
     for message in report["unhandled"]:
         lines.append(f"not handled: {message}")
+    for message in report.get("warnings", []):
+        lines.append(f"warning: {message}")
     return "\n".join(lines) + "\n"
 
 
