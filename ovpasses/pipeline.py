@@ -41,7 +41,7 @@ FIRST_FIXED = (2026, 2, 0)
 # in Select, without the Slice its gpt-oss pattern needs) and reads the window once a no-op Slice
 # follows the Select: paged_attention_transformation on tiny8 gives every PagedAttention a
 # sliding_window of 0 on 2025.2.0 - 2026.2.1; with the Slice, 16 on the sliding layers on 2025.4.1 -
-# 2026.2.1 and still 0 on 2025.2.0. 2026.4.1 gives 16 without the Slice. End to end (openvino_genai,
+# 2026.2.1 and still 0 on 2025.2.0. 2026.3.1 and 2026.4.1 give 16 without it. End to end (openvino_genai,
 # tiny8u: one head size) paged tokens leave transformers' at the 7th and, with the Slice, equal them
 # on 2026.0.0 - 2026.2.1 for prompts of 12 and 28 tokens.
 PAGED_WINDOW_NEEDS_SLICE = ((2026, 0, 0), (2026, 3, 0))
@@ -49,14 +49,19 @@ PAGED_WINDOW_NEEDS_SLICE = ((2026, 0, 0), (2026, 3, 0))
 # tokens with the window read (16) are those without it (0), wrong from the 7th. (The CPU kernel
 # honours sliding_window from 2026.0, openvino PR #33035.)
 PAGED_CPU_IGNORES_WINDOW = ((2025, 2, 0), (2026, 0, 0))
-# The CPU PagedAttention keeps one executor for every layer of a model (its cache key is the precision
-# only, openvino PR #36363 adds head size and KV heads), so a layer whose query heads or head size
-# differ from the first's runs another layer's kernels: garbage, NaN or heap corruption. Measured with
-# ovpasses.testing.paged on two-layer stacks without sharing or masks against a float64 reference:
-# (4 heads x 16, 4 x 32), (8 x 8, 8 x 16) and (4 x 16, 8 x 16) wrong on 2026.0.0, 2026.1.0, 2026.2.1,
-# right on 2026.4.1; equal layers right on all. On 2025.2.0 and 2025.4.1 (same cache key in their
-# sources) e2b35 is wrong from the first token, its window (512) not reached.
-PAGED_CPU_NEEDS_UNIFORM_HEADS = ((2025, 2, 0), (2026, 3, 0))
+# The CPU PagedAttention keeps one executor for every layer of a model, cached by a key that leaves
+# out part of the head layout, so a layer whose layout differs from the first's runs kernels made for
+# another: garbage, NaN or heap corruption. Until 2026.2 the key is the precision only; openvino PR
+# #36363 (in 2026.3) adds head size and KV heads, not query heads. Measured with
+# ovpasses.testing.paged on two-layer stacks without sharing or masks, against a float64 reference:
+# head sizes 16 and 32 (4 query heads), or 8 and 16 (8 query heads): wrong on 2026.0.0, 2026.1.0 and
+# 2026.2.1, right on 2026.3.1 and 2026.4.1; 4 and 8 query heads (head size 16): wrong on all of these;
+# 2 and 1 KV heads: right on all; one layout: right on all. On 2025.2.0 and 2025.4.1 (the same
+# precision-only key in their sources; their CPU cache layout is not the one ovpasses.testing.paged
+# feeds) e2b35 (head sizes 8 and 16) is wrong from the first token through openvino_genai, its window
+# (512) not reached. None: not fixed in any release measured (2026.4.1 the newest).
+PAGED_CPU_NEEDS_ONE_HEAD_SIZE = ((2025, 2, 0), (2026, 3, 0))
+PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT = ((2025, 2, 0), None)
 
 # actions, as reported per SDPA
 NATIVE = "none: fused natively"
@@ -83,7 +88,8 @@ class RuntimeProfile:
     decompose_cache_shapeof: bool  # KVCacheShapeOfDecomposition on every cache Concat's ShapeOf
     slice_sliding_window_mask: bool = False      # SlidingWindowMaskSliceInsertion: the converter needs it
     paged_cpu_ignores_window: bool = False       # no rewrite gives paged CPU a sliding window
-    paged_cpu_needs_uniform_heads: bool = False  # CPU PagedAttention wrong when layers' heads differ
+    paged_cpu_one_head_size: bool = False        # CPU PagedAttention wrong when layers' head sizes differ
+    paged_cpu_one_query_head_count: bool = False  # ... when their query-head counts differ
 
     @property
     def version_string(self) -> str:
@@ -98,14 +104,16 @@ def profile_for(runtime: str | None = None) -> RuntimeProfile:
                             f"release {'.'.join(map(str, OLDEST_SUPPORTED))}; install openvino>=2025.2")
     paged = dict(slice_sliding_window_mask=_within(version, PAGED_WINDOW_NEEDS_SLICE),
                  paged_cpu_ignores_window=_within(version, PAGED_CPU_IGNORES_WINDOW),
-                 paged_cpu_needs_uniform_heads=_within(version, PAGED_CPU_NEEDS_UNIFORM_HEADS))
+                 paged_cpu_one_head_size=_within(version, PAGED_CPU_NEEDS_ONE_HEAD_SIZE),
+                 paged_cpu_one_query_head_count=_within(version, PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT))
     if version < FIRST_FIXED:
         return RuntimeProfile(version, "affected", decompose_cache_shapeof=True, **paged)
     return RuntimeProfile(version, "fixed", decompose_cache_shapeof=False, **paged)
 
 
-def _within(version: tuple[int, int, int], span: tuple[tuple[int, int, int], tuple[int, int, int]]) -> bool:
-    return span[0] <= version < span[1]
+def _within(version: tuple[int, int, int], span: tuple[tuple[int, int, int], tuple[int, int, int] | None]) -> bool:
+    """``span`` is [first, end); an end of None: not fixed in any release measured."""
+    return span[0] <= version and (span[1] is None or version < span[1])
 
 
 def mask_plan(masks: list[SlidingWindowMask], profile: RuntimeProfile) -> dict[str, str]:
@@ -128,29 +136,32 @@ def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: 
     """What no rewrite mends on openvino_genai's paged path on ``profile``, for this model. Pure.
 
     The SDPAs that read a KV cache are the ones the paged path turns into PagedAttention. When the
-    runtime's CPU PagedAttention needs one head layout and they have several, it computes garbage
-    whatever the rewrite does, short of padding every cache to the widest head (which would grow the
-    stateful model's state as well); when it ignores sliding windows, a model with one is wrong once a
-    sequence outgrows the window. The messages say so and name the ways out.
+    runtime's CPU PagedAttention needs one head size (or one query-head count) and they have several,
+    it computes garbage whatever the rewrite does, short of padding every cache to the widest head
+    (which would grow the stateful model's state as well); when it ignores sliding windows, a model
+    with one is wrong once a sequence outgrows the window. The messages say so and name the ways out.
     """
+    where = (f"paged attention on CPU (openvino_genai with a SchedulerConfig, OpenVINO Model Server) on "
+             f"openvino {profile.version_string}")
+    stateful = 'use the stateful path (LLMPipeline(..., ATTENTION_BACKEND="SDPA"))'
+    newer = f"{stateful} or openvino {'.'.join(map(str, PAGED_CPU_NEEDS_ONE_HEAD_SIZE[1][:2]))} or newer"
+    paged = {n: h for n, h in heads.items() if n in analysis.sdpa and analysis.sdpa[n].status != "stateless" and h.known}
+    layouts = ", ".join(f"{layout} in {count} layer{'s' if count > 1 else ''}"
+                        for layout, count in sorted(head_layouts(paged).items()))
     out = []
-    way_out = (f"use the stateful path (LLMPipeline(..., ATTENTION_BACKEND=\"SDPA\")) or openvino "
-               f"{'.'.join(map(str, PAGED_CPU_NEEDS_UNIFORM_HEADS[1][:2]))} or newer")
-    where = f"paged attention on CPU (openvino_genai with a SchedulerConfig, OpenVINO Model Server) on openvino {profile.version_string}"
-    if profile.paged_cpu_needs_uniform_heads:
-        layouts = head_layouts({n: h for n, h in heads.items() if n in analysis.sdpa
-                                and analysis.sdpa[n].status != "stateless" and h.known})
-        if len(layouts) > 1:
-            found = ", ".join(f"{layout} in {count} layer{'s' if count > 1 else ''}"
-                              for layout, count in sorted(layouts.items()))
-            out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose "
-                       f"query heads or head size differ, and these differ (heads x head size: {found}); no "
-                       f"rewrite changes that; {way_out}")
+    if profile.paged_cpu_one_head_size and len({(h.head_size, h.v_head_size) for h in paged.values()}) > 1:
+        out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose head "
+                   f"size differs, and these differ (heads x head size: {layouts}); no rewrite changes that; {newer}")
+    if profile.paged_cpu_one_query_head_count and len({h.q_heads for h in paged.values()}) > 1:
+        out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose number "
+                   f"of query heads differs, and these differ (heads x head size: {layouts}); no rewrite changes "
+                   f"that, and no release measured fixes it; {stateful}")
     if profile.paged_cpu_ignores_window and masks:
         windows = sorted({m.window for m in masks})
         out.append(f"{where} ignores sliding windows: tokens are wrong once prompt and output outgrow the "
                    f"window ({', '.join(map(str, windows))}) of this model's sliding layers; no rewrite changes "
-                   f"that; {way_out}")
+                   f"that; {stateful} or openvino "
+                   f"{'.'.join(map(str, PAGED_CPU_IGNORES_WINDOW[1][:2]))} or newer")
     return out
 
 
