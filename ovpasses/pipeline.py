@@ -310,7 +310,7 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
     actions = plan(analysis, profile)
-    masks = find_sliding_window_masks(model.get_ordered_ops())
+    masks = find_sliding_window_masks(sdpa_nodes.values())
     mask_actions = mask_plan(masks, profile)
     warnings = paged_warnings(profile, analysis, attention_heads(sdpa_nodes), masks)
     barrier_names = {n for n, a in actions.items() if a == BARRIER}

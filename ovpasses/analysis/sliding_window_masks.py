@@ -21,7 +21,7 @@ through a Slice. ``SlidingWindowMaskSliceInsertion`` matches the same pattern.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,20 +84,26 @@ def sliding_window_mask_pattern(select_predicate: Callable[[ov.Output], bool] | 
     return select, offset
 
 
-def find_sliding_window_masks(ordered_ops: list[ov.Node]) -> list[SlidingWindowMask]:
-    """Every Select in ``ordered_ops`` that builds a sliding-window mask an SDPA reads, in topological order."""
+def find_sliding_window_masks(sdpa_nodes: Iterable[ov.Node]) -> list[SlidingWindowMask]:
+    """The sliding-window masks that ``sdpa_nodes`` read as their mask (port 3), directly or through a
+    Slice, in the order of the first SDPA that reads each. Looks at the SDPAs' mask inputs only, not
+    at the whole graph."""
     select, offset = sliding_window_mask_pattern()
-    found = []
-    for node in ordered_ops:
-        if node.get_type_name() != "Select":
+    found, seen = [], set()
+    for sdpa in sdpa_nodes:
+        if sdpa.get_input_size() <= MASK_PORT:
             continue
+        node = sdpa.input_value(MASK_PORT).get_node()
+        if node.get_type_name() == "Slice":
+            node = node.input_value(0).get_node()
+        name = node.get_friendly_name()
+        if node.get_type_name() != "Select" or name in seen:
+            continue
+        seen.add(name)
         matcher = Matcher(select, "SlidingWindowMask")
-        if not matcher.match(node.output(0)):
-            continue
-        direct, sliced = sdpa_mask_readers(node.output(0)), _sliced_readers(node.output(0))
-        if direct or sliced:
+        if matcher.match(node.output(0)):
             found.append(SlidingWindowMask(
-                node.get_friendly_name(), window_of(matcher.get_pattern_value_map()[offset]),
-                tuple(sorted(t.get_node().get_friendly_name() for t in direct)),
-                tuple(sorted(t.get_node().get_friendly_name() for t in sliced))))
+                name, window_of(matcher.get_pattern_value_map()[offset]),
+                tuple(sorted(t.get_node().get_friendly_name() for t in sdpa_mask_readers(node.output(0)))),
+                tuple(sorted(t.get_node().get_friendly_name() for t in _sliced_readers(node.output(0))))))
     return found
