@@ -3,7 +3,9 @@
 ``rewrite(model)`` runs in place and returns a :class:`RewriteSummary`; ``compile_model(model)``
 rewrites a clone and hands it to the CPU or GPU plugin. What changes depends on the runtime profile
 (see :func:`profile_for` and the table in README.md), chosen from ``openvino.get_version()`` unless
-``runtime`` names a release.
+``runtime`` names a release. Three plans, each pure over plain data: :func:`plan` per SDPA (the KV
+caches), :func:`mask_plan` per sliding-window mask (openvino_genai's paged path) and
+:func:`paged_warnings` for what no rewrite mends on that path.
 """
 
 from __future__ import annotations
