@@ -13,6 +13,7 @@ from ovpasses.passes import (
     KVCacheShapeOfDecomposition,
     ScaledDotProductAttentionDecomposition,
     SharedKVCacheDetection,
+    SlidingWindowMaskSliceInsertion,
 )
 from ovpasses.pipeline import RewriteSummary, RuntimeProfile, compile_model, plan, profile_for, rewrite
 
@@ -29,6 +30,7 @@ __all__ = [
     "RuntimeProfile",
     "ScaledDotProductAttentionDecomposition",
     "SharedKVCacheDetection",
+    "SlidingWindowMaskSliceInsertion",
     "UnsupportedModelError",
     "UnsupportedRuntimeError",
     "analyze_kv_sharing",

@@ -31,6 +31,8 @@ def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
         "variables": sorted(data["variables"], key=lambda v: v["variable_id"]),
         "sdpa": data["sdpa"],
         "unhandled": data["unhandled"],
+        "sliding_window_masks": summary.masks_to_dicts(),
+        "warnings": list(summary.warnings),
     }
 
 
@@ -85,6 +87,11 @@ def inspect_text(report: dict) -> str:
             if v["unanalysed_readers"]:
                 line += f"; also read by {', '.join(v['unanalysed_readers'])} (not analysed)"
             lines.append(line)
+    for mask in report.get("sliding_window_masks", []):
+        lines.append(f"sliding-window mask {mask['select']} (window {mask['window']}, {len(mask['sdpa'])} SDPA): "
+                     f"{mask['action']}")
     for message in report["unhandled"]:
         lines.append(f"not handled: {message}")
+    for message in report.get("warnings", []):
+        lines.append(f"warning: {message}")
     return "\n".join(lines) + "\n"

@@ -3,7 +3,9 @@
 ``rewrite(model)`` runs in place and returns a :class:`RewriteSummary`; ``compile_model(model)``
 rewrites a clone and hands it to the CPU or GPU plugin. What changes depends on the runtime profile
 (see :func:`profile_for`, the facts in :mod:`ovpasses.runtimes` and the table in README.md), chosen
-from ``openvino.get_version()`` unless ``runtime`` names a release.
+from ``openvino.get_version()`` unless ``runtime`` names a release. Three plans, each pure over plain
+data: :func:`plan` per SDPA (the KV caches), :func:`mask_plan` per sliding-window mask
+(openvino_genai's paged path) and :func:`paged_warnings` for what no rewrite mends on that path.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from dataclasses import dataclass, field
 import openvino as ov
 from openvino.passes import Manager
 
+from ovpasses.analysis.attention_heads import AttentionHeads, attention_heads, head_layouts
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
+from ovpasses.analysis.sliding_window_masks import SlidingWindowMask, find_sliding_window_masks
 from ovpasses.devices import normalize_device, resolve_device
 from ovpasses.errors import OvpassesError, UnsupportedRuntimeError
 from ovpasses.io import read_ir
@@ -29,11 +33,16 @@ from ovpasses.runtimes import (
     FIRST_FIXED,
     NEWEST_KNOWN,
     OLDEST_SUPPORTED,
+    PAGED_CPU_IGNORES_WINDOW,
+    PAGED_CPU_NEEDS_ONE_HEAD_SIZE,
+    PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT,
+    PAGED_WINDOW_NEEDS_SLICE,
     Version,
     installed_version,
     parse_release,
     version_string,
 )
+from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +57,12 @@ SHAPEOF = "cache ShapeOf computed from the Concat inputs, so the plugin can fuse
 BARRIER = "kept out of stateful fusion (no-op Reshape on K/V)"
 DECOMPOSE = "decomposed (scale after MatMul(Q,K^T)): no other way to keep it out of fusion"
 
+# actions, as reported per sliding-window mask
+MASK_SLICE = "Slice inserted: the paged converter reads the window from it"
+MASK_SLICED_ALREADY = "none: read through a Slice already; the paged converter reads the window"
+MASK_NATIVE = "none: this runtime's paged converter reads the window as it is"
+MASK_IGNORED = "none: this runtime's CPU PagedAttention ignores sliding windows (see the warning)"
+
 
 @dataclass(frozen=True)
 class RuntimeProfile:
@@ -56,6 +71,10 @@ class RuntimeProfile:
     version: Version
     name: str                      # "affected" (2025.2 - 2026.1) or "fixed" (2026.2 and newer)
     decompose_cache_shapeof: bool  # KVCacheShapeOfDecomposition on every cache Concat's ShapeOf
+    slice_sliding_window_mask: bool = False      # SlidingWindowMaskSliceInsertion: the converter needs it
+    paged_cpu_ignores_window: bool = False       # no rewrite gives paged CPU a sliding window
+    paged_cpu_one_head_size: bool = False        # CPU PagedAttention wrong when layers' head sizes differ
+    paged_cpu_one_query_head_count: bool = False  # ... when their query-head counts differ
 
     @property
     def version_string(self) -> str:
@@ -89,12 +108,70 @@ def profile_for(runtime: str | None = None) -> RuntimeProfile:
         raise OvpassesError(f"runtime must be a release name such as '2026.0' or '2026.4.1', or None for the "
                             f"installed openvino; got {type(runtime).__name__} {runtime!r}")
     name = "affected" if version < FIRST_FIXED else "fixed"
+    paged = dict(slice_sliding_window_mask=_within(version, PAGED_WINDOW_NEEDS_SLICE),
+                 paged_cpu_ignores_window=_within(version, PAGED_CPU_IGNORES_WINDOW),
+                 paged_cpu_one_head_size=_within(version, PAGED_CPU_NEEDS_ONE_HEAD_SIZE),
+                 paged_cpu_one_query_head_count=_within(version, PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT))
     if version > NEWEST_KNOWN and version not in _warned_newer:
         _warned_newer.add(version)
         log.warning("openvino %s is newer than every release the profiles were measured on (newest %s); "
                     "applying the %s profile, as for %s and newer", version_string(version),
                     version_string(NEWEST_KNOWN), name, version_string(FIRST_FIXED[:2]))
-    return RuntimeProfile(version, name, decompose_cache_shapeof=name == "affected")
+    return RuntimeProfile(version, name, decompose_cache_shapeof=name == "affected", **paged)
+
+
+def _within(version: tuple[int, int, int], span: tuple[tuple[int, int, int], tuple[int, int, int] | None]) -> bool:
+    """``span`` is [first, end); an end of None: not fixed in any release measured."""
+    return span[0] <= version and (span[1] is None or version < span[1])
+
+
+def mask_plan(masks: list[SlidingWindowMask], profile: RuntimeProfile) -> dict[str, str]:
+    """Per sliding-window mask (its Select's friendly name), what the pipeline does on ``profile``. Pure."""
+    actions = {}
+    for mask in masks:
+        if not mask.sdpa_direct:
+            actions[mask.select] = MASK_SLICED_ALREADY
+        elif profile.slice_sliding_window_mask:
+            actions[mask.select] = MASK_SLICE
+        elif profile.paged_cpu_ignores_window:
+            actions[mask.select] = MASK_IGNORED
+        else:
+            actions[mask.select] = MASK_NATIVE
+    return actions
+
+
+def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: dict[str, AttentionHeads],
+                   masks: list[SlidingWindowMask]) -> list[str]:
+    """What no rewrite mends on openvino_genai's paged path on ``profile``, for this model. Pure.
+
+    The SDPAs that read a KV cache are the ones the paged path turns into PagedAttention. When the
+    runtime's CPU PagedAttention needs one head size (or one query-head count) and they have several,
+    it computes garbage whatever the rewrite does, short of padding every cache to the widest head
+    (which would grow the stateful model's state as well); when it ignores sliding windows, a model
+    with one is wrong once a sequence outgrows the window. The messages say so and name the ways out.
+    """
+    where = (f"paged attention on CPU (openvino_genai with a SchedulerConfig, OpenVINO Model Server) on "
+             f"openvino {profile.version_string}")
+    stateful = 'use the stateful path (LLMPipeline(..., ATTENTION_BACKEND="SDPA"))'
+    newer = f"{stateful} or openvino {'.'.join(map(str, PAGED_CPU_NEEDS_ONE_HEAD_SIZE[1][:2]))} or newer"
+    paged = {n: h for n, h in heads.items() if n in analysis.sdpa and analysis.sdpa[n].status != "stateless" and h.known}
+    layouts = ", ".join(f"{layout} in {count} layer{'s' if count > 1 else ''}"
+                        for layout, count in sorted(head_layouts(paged).items()))
+    out = []
+    if profile.paged_cpu_one_head_size and len({(h.head_size, h.v_head_size) for h in paged.values()}) > 1:
+        out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose head "
+                   f"size differs, and these differ (heads x head size: {layouts}); no rewrite changes that; {newer}")
+    if profile.paged_cpu_one_query_head_count and len({h.q_heads for h in paged.values()}) > 1:
+        out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose number "
+                   f"of query heads differs, and these differ (heads x head size: {layouts}); no rewrite changes "
+                   f"that, and no release measured fixes it; {stateful}")
+    if profile.paged_cpu_ignores_window and masks:
+        windows = sorted({m.window for m in masks})
+        out.append(f"{where} ignores sliding windows: tokens are wrong once prompt and output outgrow the "
+                   f"window ({', '.join(map(str, windows))}) of this model's sliding layers; no rewrite changes "
+                   f"that; {stateful} or openvino "
+                   f"{'.'.join(map(str, PAGED_CPU_IGNORES_WINDOW[1][:2]))} or newer")
+    return out
 
 
 def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, str]:
@@ -150,6 +227,9 @@ class RewriteSummary:
     analysis: KVSharingAnalysis
     actions: dict[str, str]
     passes: list[PassReport] = field(default_factory=list)
+    masks: list[SlidingWindowMask] = field(default_factory=list)   # as found before the rewrite
+    mask_actions: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -166,7 +246,13 @@ class RewriteSummary:
             "passes": [{"name": p.name, "changed": list(p.changed), "seconds": round(p.seconds, 6)}
                        for p in self.passes],
             "unhandled": list(self.analysis.unhandled),
+            "sliding_window_masks": self.masks_to_dicts(),
+            "warnings": list(self.warnings),
         }
+
+    def masks_to_dicts(self) -> list[dict]:
+        return [{"select": m.select, "window": m.window, "sdpa": sorted(m.sdpa_direct + m.sdpa_sliced),
+                 "action": self.mask_actions[m.select]} for m in self.masks]
 
     def __str__(self) -> str:
         counts = self.analysis.status_counts()
@@ -180,8 +266,13 @@ class RewriteSummary:
             lines.append(f"{p.name}: {len(p.changed)} changed" + (f" ({', '.join(p.changed[:3])}"
                                                                   f"{', ...' if len(p.changed) > 3 else ''})"
                                                                   if p.changed else ""))
+        for mask in self.masks_to_dicts():
+            lines.append(f"sliding-window mask {mask['select']} (window {mask['window']}, {len(mask['sdpa'])} SDPA): "
+                         f"{mask['action']}")
         for message in self.analysis.unhandled:
             lines.append(f"not handled: {message}")
+        for message in self.warnings:
+            lines.append(f"warning: {message}")
         return "\n".join(lines)
 
 
@@ -199,6 +290,10 @@ PASSES: dict[str, tuple[type, str]] = {
     KVCacheShapeOfDecomposition.NAME: (
         KVCacheShapeOfDecomposition,
         "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"),
+    SlidingWindowMaskSliceInsertion.NAME: (
+        SlidingWindowMaskSliceInsertion,
+        "2026.0 - 2026.2: no-op Slice after a sliding-window mask, so the paged (PagedAttention) converter keeps "
+        "the window"),
 }
 PIPELINE_PASSES = tuple(PASSES)
 SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
@@ -256,6 +351,9 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
     actions = plan(analysis, profile)
+    masks = find_sliding_window_masks(sdpa_nodes.values())
+    mask_actions = mask_plan(masks, profile)
+    warnings = paged_warnings(profile, analysis, attention_heads(sdpa_nodes), masks)
     barrier_names = {n for n, a in actions.items() if a == BARRIER}
     # an earlier run's barrier already keeps these out: neither a second barrier nor the fallback
     taken: set[str] = _behind_barrier(sdpa_nodes, barrier_names)
@@ -289,9 +387,20 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
             for name, action in actions.items():
                 if action == SHAPEOF:
                     actions[name] = SKIPPED.format(pass_=KVCacheShapeOfDecomposition.NAME, action=SHAPEOF)
+    if MASK_SLICE in mask_actions.values():
+        if SlidingWindowMaskSliceInsertion.NAME in selected:
+            start = time.perf_counter()
+            mask_slice = SlidingWindowMaskSliceInsertion()
+            _run(model, mask_slice)
+            reports.append(PassReport(SlidingWindowMaskSliceInsertion.NAME, [m.select for m in mask_slice.sliced],
+                                      time.perf_counter() - start))
+        else:
+            for name, action in mask_actions.items():
+                if action == MASK_SLICE:
+                    mask_actions[name] = SKIPPED.format(pass_=SlidingWindowMaskSliceInsertion.NAME, action=MASK_SLICE)
     if SharedKVCacheDetection.NAME in selected:
         _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
-    summary = RewriteSummary(profile, analysis, actions, reports)
+    summary = RewriteSummary(profile, analysis, actions, reports, masks, mask_actions, warnings)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 

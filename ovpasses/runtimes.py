@@ -56,6 +56,35 @@ OLDEST_SUPPORTED: Version = (2025, 2, 0)
 FIRST_FIXED: Version = (2026, 2, 0)
 NEWEST_KNOWN: Version = RELEASES[-1].version
 
+# openvino_genai's paged path (continuous batching: SDPAToPagedAttention when the model is loaded, then
+# the plugin's PagedAttention), per release, as [first, end) ranges. Measured 2026-11-22 on CPU with f32 inference and an f32 KV cache.
+#
+# The converter sets sliding_window = 0 for transformers 5's Gemma 4 mask (a BitwiseAnd chain ending
+# in Select, without the Slice its gpt-oss pattern needs) and reads the window once a no-op Slice
+# follows the Select: paged_attention_transformation on tiny8 gives every PagedAttention a
+# sliding_window of 0 on 2025.2.0 - 2026.2.1; with the Slice, 16 on the sliding layers on 2025.4.1 -
+# 2026.2.1 and still 0 on 2025.2.0. 2026.3.1 and 2026.4.1 give 16 without it. End to end (openvino_genai,
+# tiny8u: one head size) paged tokens leave transformers' at the 7th and, with the Slice, equal them
+# on 2026.0.0 - 2026.2.1 for prompts of 12 and 28 tokens.
+PAGED_WINDOW_NEEDS_SLICE: tuple[Version, Version | None] = ((2026, 0, 0), (2026, 3, 0))
+# ... but the CPU PagedAttention of these releases ignores the window: on 2025.4.1 tiny8u's paged
+# tokens with the window read (16) are those without it (0), wrong from the 7th. (The CPU kernel
+# honours sliding_window from 2026.0, openvino PR #33035.)
+PAGED_CPU_IGNORES_WINDOW: tuple[Version, Version | None] = ((2025, 2, 0), (2026, 0, 0))
+# The CPU PagedAttention keeps one executor for every layer of a model, cached by a key that leaves
+# out part of the head layout, so a layer whose layout differs from the first's runs kernels made for
+# another: garbage, NaN or heap corruption. Until 2026.2 the key is the precision only; openvino PR
+# #36363 (in 2026.3) adds head size and KV heads, not query heads. Measured with
+# ovpasses.testing.paged on two-layer stacks without sharing or masks, against a float64 reference:
+# head sizes 16 and 32 (4 query heads), or 8 and 16 (8 query heads): wrong on 2026.0.0, 2026.1.0 and
+# 2026.2.1, right on 2026.3.1 and 2026.4.1; 4 and 8 query heads (head size 16): wrong on all of these;
+# 2 and 1 KV heads: right on all; one layout: right on all. On 2025.2.0 and 2025.4.1 (the same
+# precision-only key in their sources; their CPU cache layout is not the one ovpasses.testing.paged
+# feeds) e2b35 (head sizes 8 and 16) is wrong from the first token through openvino_genai, its window
+# (512) not reached. None: not fixed in any release measured (2026.4.1 the newest).
+PAGED_CPU_NEEDS_ONE_HEAD_SIZE: tuple[Version, Version | None] = ((2025, 2, 0), (2026, 3, 0))
+PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT: tuple[Version, Version | None] = ((2025, 2, 0), None)
+
 # IR versions (the ``version`` attribute of the root ``<net>``) that ``Core.read_model`` reads.
 # Measured (2026-11-22) on openvino 2026.0.0 and 2026.4.1: a one-Add model written by ov.save_model
 # (version="11"), its version attribute edited to 1, 5, 6, 7, 9, 10, 11, 12, 13, "abc", "", "10.5",

@@ -1,4 +1,4 @@
-"""The Gemma 4 fixtures and a synthetic regression on the newest and on an affected runtime (issue 3).
+"""The Gemma 4 fixtures and a synthetic regression on the newest and on an affected runtime (issues 3, 11).
 
 Each case runs in a subprocess under the runtime's own virtual environment (.venvs/dev for the
 newest, .venvs/ov-2026.0.0 for the affected one; tools/test.sh creates both), through
@@ -17,14 +17,19 @@ FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
 NEWEST = Path(sys.executable)
 AFFECTED = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
 # fused stateful SDPA kernels on native 2026.4.1 (the exclusive caches: layers 0-1, and 0-12)
-NATIVE_FUSED = {"tiny8": 2, "e2b35": 13}
+NATIVE_FUSED = {"tiny8": 2, "e2b35": 13, "tiny8u": 2}
+# tiny8u has one head size: the CPU PagedAttention of 2026.0 - 2026.2 can run it (tests/test_paged.py),
+# so its paged tokens show whether the window and the KV sharing come through the conversion
+PAGED_FIXTURE, PAGED_WINDOW = "tiny8u", 16
+PROMPTS = ["default", "long"]   # 12 and 28 tokens
 
 needs_affected = pytest.mark.skipif(not AFFECTED.exists(), reason="needs .venvs/ov-2026.0.0 (bash tools/venv.sh ov 2026.0.0)")
 
 
-def cell(python: Path, fixture: str, mode: str, path: str) -> dict:
+def cell(python: Path, fixture: str, mode: str, path: str, prompt: str = "default") -> dict:
     proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(FIXTURES / fixture),
-                           "--mode", mode, "--path", path], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                           "--mode", mode, "--path", path, "--prompt", prompt],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and lines, f"worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
     return json.loads(lines[-1])
@@ -63,6 +68,30 @@ def test_affected_rewritten_decodes_with_every_exclusive_cache_fused(fixture, pa
     if path == "core":
         # not only "native minus the caches with extra consumers": every exclusive cache stays fused
         assert result["fused_sdpa"] == NATIVE_FUSED[fixture]
+
+
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_newest_paged_decodes_past_the_window(prompt):
+    result = cell(NEWEST, PAGED_FIXTURE, "rewritten", "paged", prompt)
+    assert result["status"] == "ok", result
+
+
+@needs_affected
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_affected_rewritten_paged_decodes_past_the_window(prompt):
+    """2026.0's paged converter gets the window from SlidingWindowMaskSliceInsertion's Slice; the borrowers'
+    caches of their own (the converter's doing on 2026.0) hold their owners' K/V and decode right."""
+    result = cell(AFFECTED, PAGED_FIXTURE, "rewritten", "paged", prompt)
+    assert result["runtime"].startswith("2026.0") and result["status"] == "ok", result
+
+
+@needs_affected
+def test_affected_unmodified_paged_misses_the_window():
+    """Without the Slice the window is 0 (none): right while the sequence fits the window, wrong after.
+    If this starts passing, re-measure PAGED_WINDOW_NEEDS_SLICE."""
+    result = cell(AFFECTED, PAGED_FIXTURE, "unmodified", "paged")
+    prompt_length = len(json.loads((FIXTURES / PAGED_FIXTURE / "reference.json").read_text())["prompt_ids"])
+    assert result["status"] == "wrong tokens" and result["first_mismatch"] >= PAGED_WINDOW - prompt_length, result
 
 
 SYNTHETIC = """

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Run the Gemma 4 fixtures on several OpenVINO runtimes, unmodified and rewritten, and print a table.
 
-    python tools/runtime_matrix.py                         # every runtime below, both fixtures
-    python tools/runtime_matrix.py --runtimes 2026.0.0 newest --fixtures tiny8 --json out.json
+    python tools/runtime_matrix.py                         # every runtime below, every fixture
+    python tools/runtime_matrix.py --runtimes 2026.0.0 newest --fixtures tiny8 tiny8u:long --json out.json
 
 Each runtime runs in its own virtual environment, .venvs/ov-VERSION (created by tools/venv.sh when
 missing; ``newest`` is .venvs/dev). Each cell (fixture x unmodified/rewritten x ov.Core / genai
 stateful / genai paged) runs in its own process via ``python -m ovpasses.testing.matrix``.
+``FIXTURE:long`` runs the fixture's reference after its long prompt (longer than the sliding window).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ["2025.2.0", "2025.4.1", "2026.0.0", "2026.1.0", "2026.2.1", "2026.3.1", "newest"]
-FIXTURES = ["tiny8", "e2b35"]
+FIXTURES = ["tiny8", "e2b35", "tiny8u", "tiny8u:long"]
 MODES = ["unmodified", "rewritten", "decomposed"]
 PATHS = ["core", "stateful", "paged"]
 
@@ -51,14 +52,18 @@ def run_worker(cmd: list[str], timeout: int, labels: dict) -> dict:
 
 
 def run_cell(python: Path, fixture: str, mode: str, path: str, timeout: int) -> dict:
-    cmd = [str(python), "-m", "ovpasses.testing.matrix", str(ROOT / "tests" / "fixtures" / "gemma4" / fixture),
-           "--mode", mode, "--path", path]
+    """One cell; ``fixture`` is a folder name under tests/fixtures/gemma4, ``NAME:long`` for its long prompt."""
+    name, _, prompt = fixture.partition(":")
+    cmd = [str(python), "-m", "ovpasses.testing.matrix", str(ROOT / "tests" / "fixtures" / "gemma4" / name),
+           "--mode", mode, "--path", path, "--prompt", prompt or "default"]
     return run_worker(cmd, timeout, {"fixture": fixture, "mode": mode, "path": path})
 
 
 def cell_text(cell: dict) -> str:
     text = {"ok": "ok", "wrong tokens": "WRONG", "failed": "FAIL", "crashed": "CRASH", "timeout": "TIMEOUT"}
     out = text.get(cell["status"], cell["status"])
+    if cell["status"] == "wrong tokens" and "first_mismatch" in cell:
+        out += f" (from {cell['first_mismatch'] + 1})"
     if "fused_sdpa" in cell:
         out += f" ({cell['fused_sdpa']} fused)"
     return out

@@ -4,10 +4,12 @@ from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusi
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
+from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 
 __all__ = [
     "DisableStatefulSDPAFusion",
     "KVCacheShapeOfDecomposition",
     "ScaledDotProductAttentionDecomposition",
     "SharedKVCacheDetection",
+    "SlidingWindowMaskSliceInsertion",
 ]

@@ -9,6 +9,8 @@ Three families:
   with a KV-sharing layout given as data (see :mod:`ovpasses.testing.stack`).
 * :class:`CacheLoopSpec` / :func:`build_cache_loop` — one stateful attention layer whose cache a
   Loop also reads: a reader inside a body that the KV-sharing analysis does not look into.
+* :class:`HeadsStackSpec` / :func:`build_heads_stack` — a stateful decoder with LLM inputs
+  (``input_ids``, ...) that the PagedAttention converter accepts, with a head layout per layer.
 
 Each builder has a matching input generator and a float64 reference built from
 :mod:`ovpasses.testing.reference`.
@@ -815,3 +817,115 @@ def cache_loop_reference(spec: CacheLoopSpec, steps: list[dict[str, np.ndarray]]
                      LOOP_SUMMARY_OUTPUT: spec.trip_count * read.sum(axis=2, keepdims=True)})
         past_k, past_v = k, v
     return outs
+
+
+# --------------------------------------------------------------------------------------------------
+# A decoder stack the PagedAttention converter accepts, with a head layout per layer
+# --------------------------------------------------------------------------------------------------
+
+HEADS_STACK_OUTPUT = "logits"
+
+
+@dataclass(frozen=True)
+class HeadsStackSpec:
+    """A stateful decoder that openvino_genai's PagedAttention conversion accepts (inputs ``input_ids``,
+    ``attention_mask``, ``position_ids``, ``beam_idx``), one attention layer per entry of ``layers``:
+    ``(query heads H, KV heads Hkv, head size D)``. No KV sharing, no sliding window, scale 1; what it
+    varies is the head layout from layer to layer, which the CPU PagedAttention of some releases mixes
+    up. Each layer owns its cache::
+
+        x = embedding[input_ids] + 0.01 * position_ids
+        q_BHLD = x @ Wq;  k_new_BHkvLD = x @ Wk;  v_new_BHkvLD = x @ Wv
+        k_BHkvSD = Concat(Gather(ReadValue, beam_idx), k_new) -> Assign;  (V the same)
+        K/V expanded to H heads (Unsqueeze -> Broadcast -> Reshape) when Hkv < H
+        x = x + SDPA(q, k, v, causal mask from position_ids, scale 1) @ Wo
+
+    The output (``logits``) is the last ``x``.
+    """
+
+    layers: tuple[tuple[int, int, int], ...] = ((4, 2, 16), (4, 2, 32))
+    hidden: int = 32
+    vocab: int = 64
+    seed: int = 0
+
+
+def heads_stack_weights(spec: HeadsStackSpec) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
+    """(embedding, per layer (Wq, Wk, Wv, Wo)), float32."""
+    rng = np.random.default_rng(spec.seed)
+    emb = rng.standard_normal((spec.vocab, spec.hidden)).astype(np.float32)
+    layers = []
+    for heads, kv_heads, head in spec.layers:
+        shapes = ((spec.hidden, heads * head), (spec.hidden, kv_heads * head), (spec.hidden, kv_heads * head),
+                  (heads * head, spec.hidden))
+        layers.append(tuple((0.3 * rng.standard_normal(s)).astype(np.float32) for s in shapes))
+    return emb, layers
+
+
+def build_heads_stack(spec: HeadsStackSpec) -> ov.Model:
+    """The stateful model of ``spec`` (see :class:`HeadsStackSpec`)."""
+    from openvino.op.util import Variable, VariableInfo
+
+    emb, weights = heads_stack_weights(spec)
+    params = {}
+    for name, shape, et in (("input_ids", [-1, -1], ov.Type.i64), ("attention_mask", [-1, -1], ov.Type.i64),
+                            ("position_ids", [-1, -1], ov.Type.i64), ("beam_idx", [-1], ov.Type.i32)):
+        params[name] = ops.parameter(shape, et, name=name)
+        params[name].output(0).set_names({name})
+    batch = ops.gather(ops.shape_of(params["input_ids"]), _i64([0]), _i64(0))
+    x = ops.gather(ops.constant(emb), params["input_ids"], _i64(0))
+    position = ops.convert(params["position_ids"], ov.Type.f32)
+    x = ops.add(x, ops.unsqueeze(ops.multiply(position, _const(0.01, ov.Type.f32)), _i64(2)))
+    # causal mask [B, 1, L, S]: key j is seen from the query at position p when j <= p
+    total = ops.gather(ops.shape_of(params["attention_mask"]), _i64([1]), _i64(0))
+    key_pos_1S = ops.range(_i64(0), ops.squeeze(total, _i64(0)), _i64(1), "i64")
+    seen = ops.less_equal(ops.unsqueeze(key_pos_1S, _i64([0, 1, 2])),
+                          ops.unsqueeze(params["position_ids"], _i64([1, 3])))
+    mask = ops.select(seen, _const(0.0, ov.Type.f32), _const(-np.inf, ov.Type.f32))
+    sinks = []
+    for i, ((heads, kv_heads, head), (wq, wk, wv, wo)) in enumerate(zip(spec.layers, weights)):
+        def split(t: ov.Node, n: int) -> ov.Node:
+            return ops.transpose(ops.reshape(t, _i64([0, 0, n, head]), special_zero=True), _i64([0, 2, 1, 3]))
+
+        q_BHLD = split(ops.matmul(x, ops.constant(wq), False, False), heads)
+        kv = []
+        for kind, w in (("key", wk), ("value", wv)):
+            new_BHkvLD = split(ops.matmul(x, ops.constant(w), False, False), kv_heads)
+            info = VariableInfo()
+            info.data_shape = ov.PartialShape([-1, kv_heads, -1, head])
+            info.data_type = ov.Type.f32
+            info.variable_id = f"past_key_values.{i}.{kind}present.{i}.{kind}"
+            variable = Variable(info)
+            init = ops.broadcast(_const(0.0, ov.Type.f32), ops.concat([batch, _i64([kv_heads, 0, head])], 0))
+            cache_BHkvSD = ops.concat([ops.gather(ops.read_value(init, variable), params["beam_idx"], _i64(0)),
+                                       new_BHkvLD], 2)
+            sinks.append(ops.assign(cache_BHkvSD, variable))
+            if kv_heads < heads:
+                length = ops.gather(ops.shape_of(cache_BHkvSD), _i64([2]), _i64(0))
+                expanded = ops.broadcast(ops.unsqueeze(cache_BHkvSD, _i64(2)),
+                                         ops.concat([batch, _i64([kv_heads, heads // kv_heads]), length, _i64([head])], 0))
+                cache_BHkvSD = ops.reshape(expanded, ops.concat([batch, _i64([heads]), length, _i64([head])], 0), False)
+            kv.append(cache_BHkvSD)
+        attention = ops.scaled_dot_product_attention(q_BHLD, kv[0], kv[1], mask, _const(1.0, ov.Type.f32),
+                                                     causal=False)
+        attention.set_friendly_name(f"layers.{i}.self_attn.sdpa")
+        merged = ops.reshape(ops.transpose(attention, _i64([0, 2, 1, 3])), _i64([0, 0, heads * head]), special_zero=True)
+        x = ops.add(x, ops.matmul(merged, ops.constant(wo), False, False))
+    result = ops.result(x)
+    result.output(0).set_names({HEADS_STACK_OUTPUT})
+    return ov.Model([result], sinks, list(params.values()), "heads_stack")
+
+
+def heads_stack_reference(spec: HeadsStackSpec, tokens: list[int]) -> np.ndarray:
+    """Float64 output [len(tokens), hidden] of :func:`build_heads_stack` for one sequence, from the
+    operation specifications (every position of the sequence, as a prefill of all of it computes it)."""
+    emb, weights = heads_stack_weights(spec)
+    n = len(tokens)
+    x = emb[tokens].astype(np.float64) + 0.01 * np.arange(n)[:, None]
+    for (heads, kv_heads, head), (wq, wk, wv, wo) in zip(spec.layers, weights):
+        q = (x @ wq).reshape(n, heads, head).transpose(1, 0, 2)
+        k = (x @ wk).reshape(n, kv_heads, head).transpose(1, 0, 2)
+        v = (x @ wv).reshape(n, kv_heads, head).transpose(1, 0, 2)
+        rep = heads // kv_heads
+        attention = sdpa_reference(q, np.repeat(k, rep, axis=0), np.repeat(v, rep, axis=0), causal=True, scale=1.0)
+        x = x + attention.transpose(1, 0, 2).reshape(n, heads * head) @ wo
+    return x

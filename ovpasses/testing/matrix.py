@@ -1,9 +1,12 @@
 """Run one exported LLM fixture one way, under whichever OpenVINO this interpreter has.
 
     python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|decomposed --path core|stateful|paged
+                                      [--prompt default|long]
 
 prints one JSON object: the runtime, whether the tokens equal transformers' (reference.json), the
-error if it failed, and the fused SDPA count (core path). ``decomposed`` is the blunt alternative to
+error if it failed, and the fused SDPA count (core path). ``--prompt long`` uses the reference's
+``long_prompt`` (a prompt longer than the sliding window; only fixtures exported with
+``--long-prompt-length`` have one). ``decomposed`` is the blunt alternative to
 ovpasses' plan: every SDPA decomposed by ScaledDotProductAttentionDecomposition.
 ``tools/runtime_matrix.py`` runs this in one subprocess per cell and per runtime virtual environment,
 so that a crash of one runtime (some segfault) costs one cell only.
@@ -57,10 +60,25 @@ def load(fixture: Path, mode: str) -> ov.Model:
     return apply_mode(ov.Core().read_model(fixture / "openvino_model.xml"), mode)
 
 
-def run_cell(fixture: Path, mode: str, path: str) -> dict:
+PROMPTS = ("default", "long")
+
+
+def reference_tokens(fixture: Path, prompt: str = "default") -> tuple[list[int], list[int]]:
+    """(prompt ids, transformers' greedy tokens) of ``fixture``'s reference.json for ``prompt``."""
     reference = json.loads((fixture / "reference.json").read_text())
-    prompt, expected = reference["prompt_ids"], reference["generated_ids"]
-    result = {"runtime": ov.get_version().split("-")[0], "fixture": fixture.name, "mode": mode, "path": path}
+    if prompt == "long":
+        if "long_prompt" not in reference:
+            raise ValueError(f"{fixture.name}/reference.json has no long_prompt (export with --long-prompt-length)")
+        reference = reference["long_prompt"]
+    elif prompt != "default":
+        raise ValueError(f"unknown prompt {prompt!r}; one of {', '.join(PROMPTS)}")
+    return reference["prompt_ids"], reference["generated_ids"]
+
+
+def run_cell(fixture: Path, mode: str, path: str, prompt_kind: str = "default") -> dict:
+    prompt, expected = reference_tokens(fixture, prompt_kind)
+    result = {"runtime": ov.get_version().split("-")[0], "fixture": fixture.name, "mode": mode, "path": path,
+              "prompt": prompt_kind}
     start = time.perf_counter()
     try:
         model = load(fixture, mode)
@@ -112,8 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("fixture", type=Path)
     parser.add_argument("--mode", choices=["unmodified", "rewritten", "decomposed"], required=True)
     parser.add_argument("--path", choices=["core", "stateful", "paged"], required=True)
+    parser.add_argument("--prompt", choices=PROMPTS, default="default")
     args = parser.parse_args(argv)
-    print(json.dumps(run_cell(args.fixture, args.mode, args.path)), flush=True)
+    print(json.dumps(run_cell(args.fixture, args.mode, args.path, args.prompt)), flush=True)
     return 0
 
 
