@@ -106,35 +106,9 @@ def test_llm_pipeline_decodes_the_reference_from_the_rewritten_folder(rewritten,
 
 OPTIMUM = """
 import json, sys, torch
-from optimum.intel import OVModelForCausalLM
-folder, reference = sys.argv[1], json.loads(open(sys.argv[2]).read())
-model = OVModelForCausalLM.from_pretrained(folder, device="CPU", ov_config=json.loads(sys.argv[3]))
-ids = torch.tensor([reference["prompt_ids"]])
-n = len(reference["generated_ids"])
-out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n, do_sample=False)
-print(json.dumps(out[0, ids.shape[1]:].tolist()))
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not EXPORT_PYTHON.exists(), reason="needs .venvs/export (bash tools/venv.sh export)")
-def test_optimum_intel_generates_the_reference_from_the_rewritten_folder(rewritten, tmp_path):
-    folder, reference = rewritten
-    ref_file = tmp_path / "reference.json"
-    ref_file.write_text(json.dumps(reference))
-    proc = subprocess.run([str(EXPORT_PYTHON), "-c", OPTIMUM, str(folder), str(ref_file), json.dumps(EXACT)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == reference["generated_ids"]
-
-
-OPTIMUM_VLM = """
-import json, sys, numpy as np, torch
-from PIL import Image
-from transformers import AutoProcessor
-from optimum.intel import OVModelForVisualCausalLM
-folder, reference = sys.argv[1], json.loads(open(sys.argv[2]).read())
-model = OVModelForVisualCausalLM.from_pretrained(folder, device="CPU", ov_config=json.loads(sys.argv[3]))
+import optimum.intel
+model_class, folder, reference = getattr(optimum.intel, sys.argv[1]), sys.argv[2], json.loads(open(sys.argv[3]).read())
+model = model_class.from_pretrained(folder, device="CPU", ov_config=json.loads(sys.argv[4]))
 ids = torch.tensor([reference["prompt_ids"]])
 n = len(reference["generated_ids"])
 out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
@@ -143,13 +117,25 @@ print(json.dumps(out[0, ids.shape[1]:].tolist()))
 """
 
 
+def optimum_generate(model_class: str, folder: Path, reference: dict, tmp_path: Path) -> list[int]:
+    """Greedy tokens of optimum-intel's ``model_class`` on ``folder`` (in .venvs/export: it needs torch)."""
+    ref_file = tmp_path / "reference.json"
+    ref_file.write_text(json.dumps(reference))
+    proc = subprocess.run([str(EXPORT_PYTHON), "-c", OPTIMUM, model_class, str(folder), str(ref_file),
+                           json.dumps(EXACT)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not EXPORT_PYTHON.exists(), reason="needs .venvs/export (bash tools/venv.sh export)")
+def test_optimum_intel_generates_the_reference_from_the_rewritten_folder(rewritten, tmp_path):
+    folder, reference = rewritten
+    assert optimum_generate("OVModelForCausalLM", folder, reference, tmp_path) == reference["generated_ids"]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not EXPORT_PYTHON.exists(), reason="needs .venvs/export (bash tools/venv.sh export)")
 def test_optimum_intel_generates_the_vlm_reference_from_the_rewritten_folder(rewritten_vlm, tmp_path):
     reference = json.loads((VLM / "reference.json").read_text())
-    ref_file = tmp_path / "reference.json"
-    ref_file.write_text(json.dumps(reference))
-    proc = subprocess.run([str(EXPORT_PYTHON), "-c", OPTIMUM_VLM, str(rewritten_vlm), str(ref_file), json.dumps(EXACT)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == reference["generated_ids"]
+    assert optimum_generate("OVModelForVisualCausalLM", rewritten_vlm, reference, tmp_path) == reference["generated_ids"]

@@ -969,6 +969,7 @@ def verify(out_dir: Path, device: str = "CPU", precision: str = "exact") -> bool
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from ov_greedy import fixture_cases, run_core
     from ovpasses.check import EXACT_CPU_CONFIG
+    from ovpasses.genai_check import token_collector
 
     ref = json.loads((out_dir / "reference.json").read_text())
     vlm = (out_dir / "openvino_language_model.xml").exists()
@@ -990,20 +991,6 @@ def verify(out_dir: Path, device: str = "CPU", precision: str = "exact") -> bool
         log("openvino_genai not importable: skipping pipeline checks")
         return ok
 
-    class Collect(genai.StreamerBase):
-        """Keeps every generated token id (VLMPipeline's results carry text only)."""
-
-        def __init__(self):
-            super().__init__()
-            self.ids: list[int] = []
-
-        def write(self, token):
-            self.ids += [int(t) for t in token] if isinstance(token, (list, tuple)) else [int(token)]
-            return genai.StreamingStatus.RUNNING
-
-        def end(self):
-            pass
-
     def run_pipe(case, **kw):
         cfg = genai.GenerationConfig()
         cfg.max_new_tokens = len(case["expected"])
@@ -1011,7 +998,7 @@ def verify(out_dir: Path, device: str = "CPU", precision: str = "exact") -> bool
         cfg.do_sample = False
         if vlm:
             pipe = genai.VLMPipeline(str(out_dir), device, **kw, **props)
-            streamer = Collect()
+            streamer = token_collector()
             images = [ov.Tensor(case["image"][None])] if case["image"] is not None else []
             pipe.generate(case["prompt_text"], images=images, generation_config=cfg, streamer=streamer)
             return streamer.ids
