@@ -18,7 +18,9 @@ import openvino as ov
 from openvino.passes import Manager
 
 from ovpasses.analysis import stateful_fusion as why
+from ovpasses.analysis.attention_kinds import AttentionKind, attention_kinds
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
+from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
 from ovpasses.analysis.stateful_fusion import FusionVerdict, predict_fusion
 from ovpasses.devices import normalize_device, resolve_device
 from ovpasses.errors import OvpassesError, UnsupportedRuntimeError
@@ -168,6 +170,8 @@ class RewriteSummary:
     actions: dict[str, str]
     passes: list[PassReport] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
+    kinds: dict[str, AttentionKind] = field(default_factory=dict)   # per SDPA, its attention kind
+    findings: list[Finding] = field(default_factory=list)            # the sharing lint's
 
     @property
     def changed(self) -> bool:
@@ -214,6 +218,7 @@ class RewriteSummary:
             "passes": [{"name": p.name, "changed": list(p.changed), "seconds": round(p.seconds, 6)}
                        for p in self.passes],
             "unhandled": list(self.analysis.unhandled),
+            "lint": [f.to_dict() for f in self.findings],
         }
 
     def __str__(self) -> str:
@@ -238,6 +243,8 @@ class RewriteSummary:
                 lines.append(f"  layer {self.analysis.layer(name)} as left: {fusion[name].reason}")
         for message in self.analysis.unhandled:
             lines.append(f"not handled: {message}")
+        for finding in self.findings:
+            lines.append(f"warning: KV sharing: {finding.message}")
         return "\n".join(lines)
 
 
@@ -312,6 +319,8 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
         sdpa_nodes = analysis.sdpa_nodes(ordered)
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
+    kinds = attention_kinds(sdpa_nodes)
+    findings = lint_kv_sharing(analysis, kinds)
     decisions = plan_with_reasons(analysis, profile)
     actions = {name: decision.action for name, decision in decisions.items()}
     barrier_names = {n for n, a in actions.items() if a == BARRIER}
@@ -350,7 +359,8 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     if SharedKVCacheDetection.NAME in selected:
         _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
     summary = RewriteSummary(profile, analysis, actions, reports,
-                             reasons={name: decision.reason for name, decision in decisions.items()})
+                             reasons={name: decision.reason for name, decision in decisions.items()},
+                             kinds=kinds, findings=findings)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import deque
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Literal
 
 import networkx as nx
@@ -174,6 +174,18 @@ class KVSharingAnalysis:
                 g.add_edge(("variable", vid), ("sdpa", name),
                            role="owner" if name == cache.owner else "borrower", ports=ports)
         return g
+
+    @classmethod
+    def from_dict(cls, data: dict) -> KVSharingAnalysis:
+        """The analysis back from :meth:`to_dict` (or an ``ovpass.inspect/1`` report); fields it does not
+        know are ignored."""
+        def build(kind, entry):
+            names = {f.name for f in fields(kind)}
+            return kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in entry.items() if k in names})
+
+        caches = {v["variable_id"]: build(CacheInfo, v) for v in data["variables"]}
+        sdpa = {s["name"]: build(SDPAInfo, s) for s in data["sdpa"]}
+        return cls(caches=caches, sdpa=sdpa, unhandled=list(data.get("unhandled", ())))
 
     def to_dict(self) -> dict:
         return {
