@@ -85,7 +85,7 @@ def shared_concat(analysis: KVSharingAnalysis, name: str) -> str | None:
     for cache in _caches(analysis, name):
         readers = _on_path_readers(cache)
         if len(readers) > 5 and cache.owner in readers:
-            return (f"its cache Concat feeds {len(readers)} SDPAs (layer {analysis.layer(cache.owner)}'s cache and "
+            return (f"its cache Concat feeds {len(readers)} SDPAs (layer {analysis.layer(cache.owner)} and "
                     f"{len(readers) - 1} borrowers)")
         if len(readers) > 1:
             return f"its cache Concat feeds {len(readers)} SDPAs ({_layers(analysis, readers)})"
