@@ -337,7 +337,8 @@ class CheckReport:
                          f"{self.nonfinite_only_rewritten} only in the rewritten")
         for r in (self.original, self.rewritten):
             if r.fusion_disagreements:
-                lines.append(f"{r.label}: fused SDPAs differ from the prediction in {len(r.fusion_disagreements)}:")
+                count = len(r.fusion_disagreements)
+                lines.append(f"{r.label}: {count} SDPA{'s' if count > 1 else ''} fused otherwise than predicted:")
                 lines += [f"  {line}" for line in r.fusion_disagreements]
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)

@@ -636,6 +636,21 @@ def test_check_verdicts_and_exit_codes(tmp_path, case):
     assert "max |original - rewritten| = nan" not in text.stdout
 
 
+def test_check_lists_where_the_plugin_fused_otherwise_than_predicted(tmp_path):
+    """The prediction reads KV sharing, not the plugin's whole pattern: the builder's ShapeOf-driven GQA
+    broadcast (Broadcast in numpy mode) is not a form the CPU plugin's stateful fusion matches, so its
+    exclusive caches are predicted fused and are not (measured on 2026.0.0 and 2026.4.1). check says so."""
+    path = tmp_path / "gqa.xml"
+    ov.save_model(build_stack(StackSpec(k_source=(0, 1))), path, compress_to_fp16=False)
+    code, report = _check(path)
+    assert code == 0 and report["original"]["fused_sdpa_names"] == report["rewritten"]["fused_sdpa_names"] == []
+    assert len(report["original"]["fusion_disagreements"]) == 2
+    text = ovpass("check", path, "--steps", "1").stdout
+    assert "original: 2 SDPAs fused otherwise than predicted:" in text
+    assert ("  layers.0.self_attn.sdpa: predicted fused (fused: exclusive cache; the one ShapeOf on its Concat is "
+            "allowed), but the compiled model did not fuse it") in text.splitlines()
+
+
 @pytest.mark.parametrize("device", ["cpu", "Cpu", " CPU "])
 def test_check_takes_any_case_of_device(ir, device):
     code, report = _check(ir, "--device", device)
