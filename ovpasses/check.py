@@ -21,6 +21,7 @@ import numpy as np
 import openvino as ov
 from openvino.passes import Manager
 
+from ovpasses._ov import SDPA_TYPE
 from ovpasses.check_inputs import LLM_INPUTS, InputSource, InputUnknownError, make_feeds  # noqa: F401
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
@@ -50,6 +51,31 @@ def count_fused_sdpa(compiled: ov.CompiledModel) -> int:
     return count_layer_type(compiled, "ScaledDotProductAttention")
 
 
+def fused_sdpa_names(compiled: ov.CompiledModel, sdpa_names: Iterable[str]) -> list[str]:
+    """The names among ``sdpa_names`` (friendly names of the IR's SDPA nodes) that the compiled model fused
+    into a ScaledDotProductAttention kernel: each runtime-model node of that layerType records the
+    original layers it stands for in its rt_info ``originalLayersNames`` (comma-separated)."""
+    wanted = set(sdpa_names)
+    fused: set[str] = set()
+    for node in compiled.get_runtime_model().get_ordered_ops():
+        rt = node.get_rt_info()
+        if "layerType" in rt and rt["layerType"].astype(str) == "ScaledDotProductAttention" \
+                and "originalLayersNames" in rt:
+            fused.update(n for n in rt["originalLayersNames"].astype(str).split(",") if n in wanted)
+    return sorted(fused)
+
+
+def fusion_disagreements(predicted: dict, fused: list[str] | None) -> list[str]:
+    """One line per SDPA where ``fused`` (:func:`fused_sdpa_names`) differs from ``predicted`` (name ->
+    :class:`~ovpasses.analysis.stateful_fusion.FusionVerdict`)."""
+    if fused is None:
+        return []
+    got = set(fused)
+    return [f"{name}: predicted {'fused' if verdict.expected else 'not fused'} ({verdict.reason}), "
+            f"but the compiled model {'fused' if name in got else 'did not fuse'} it"
+            for name, verdict in predicted.items() if verdict.expected != (name in got)]
+
+
 @dataclass
 class RunResult:
     """How one model fared: whether it compiled and how many steps it ran, with the outputs it gave."""
@@ -60,6 +86,10 @@ class RunResult:
     steps_total: int = 0
     error: str | None = None
     fused_sdpa: int | None = None
+    # friendly names of the model's SDPA nodes that the compiled model fused (fused_sdpa_names)
+    fused_sdpa_names: list[str] | None = None
+    # SDPAs whose fusion differs from the prediction (RewriteSummary.fusion), one line each
+    fusion_disagreements: list[str] = field(default_factory=list)
     compile_seconds: float | None = None
     outputs: list[list[np.ndarray]] = field(default_factory=list, repr=False)
 
@@ -87,6 +117,8 @@ def run_steps(core: ov.Core, model: ov.Model, device: str, config: dict, feeds: 
         result.compile_seconds = round(time.perf_counter() - start, 3)
         result.compiled = True
         result.fused_sdpa = count_fused_sdpa(compiled)
+        result.fused_sdpa_names = fused_sdpa_names(
+            compiled, (n.get_friendly_name() for n in model.get_ordered_ops() if n.get_type_name() == SDPA_TYPE))
         request = compiled.create_infer_request()
         request.reset_state()
         for feed in feeds:
@@ -271,6 +303,11 @@ class CheckReport:
             lines.append(f"NaN or infinity: {self.nonfinite_same} places in both (they agree), "
                          f"{self.nonfinite_only_original} only in the original, "
                          f"{self.nonfinite_only_rewritten} only in the rewritten")
+        for r in (self.original, self.rewritten):
+            if r.fusion_disagreements:
+                count = len(r.fusion_disagreements)
+                lines.append(f"{r.label}: {count} SDPA{'s' if count > 1 else ''} fused otherwise than predicted:")
+                lines += [f"  {line}" for line in r.fusion_disagreements]
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)
 
@@ -319,6 +356,10 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
         unknown = None
         original = run_steps(core, model, device, config, feeds, "original")
         rewritten = run_steps(core, rewritten_model, device, config, feeds, "rewritten")
+        if device.split(".")[0] == "CPU":   # the prediction is of the CPU plugin's stateful fusion
+            original.fusion_disagreements = fusion_disagreements(summary.fusion(unmodified=True),
+                                                                 original.fused_sdpa_names)
+            rewritten.fusion_disagreements = fusion_disagreements(summary.fusion(), rewritten.fused_sdpa_names)
     installed = installed_version()
     names = [o.get_any_name() if o.get_names() else f"output {i}" for i, o in enumerate(model.outputs)]
     comparison = compare_outputs(original.outputs, rewritten.outputs, names)

@@ -101,13 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = subs.add_parser(
         "inspect", help="print the KV-sharing map: which SDPA reads which cache, and the planned action",
         description="Print which ScaledDotProductAttention reads which KV cache variable, who owns and who "
-                    "borrows each cache, and what 'ovpass rewrite' would do to each SDPA on the runtime. "
-                    "json follows the schema 'ovpass.inspect/1' (README.md); dot is Graphviz text. For an "
-                    "export folder, each IR in it that holds stateful attention is reported (json: schema "
-                    "'ovpass.inspect-folder/1', a list of 'ovpass.inspect/1' reports).",
+                    "borrows each cache, what 'ovpass rewrite' would do to each SDPA on the runtime, whether the "
+                    "CPU plugin is expected to fuse each one into its stateful kernel and why, and what the KV "
+                    "sharing lint finds (borrowers of another attention kind, caches no Assign writes). json "
+                    "follows the schema 'ovpass.inspect/1' (README.md); dot is Graphviz text (needs the graphviz "
+                    "package: pip install 'ovpasses[dot]'). For an export folder, each IR in it that holds "
+                    "stateful attention is reported (json: schema 'ovpass.inspect-folder/1', a list of "
+                    "'ovpass.inspect/1' reports).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", metavar="IN.xml|DIR")
     p.add_argument("--format", choices=("text", "json", "dot"), default="text", help="output format (default text)")
+    p.add_argument("--verbose", action="store_true",
+                   help="text: add each SDPA's full name, its cache variables and each shared cache's readers")
     _add_common(p)
 
     p = subs.add_parser(
@@ -251,7 +256,7 @@ def cmd_inspect(args) -> int:
         if name is not None and args.format == "text":
             print(f"{'' if index == 0 else chr(10)}== {name} ==")
         sys.stdout.write(inspect_report.inspect_dot(report) if args.format == "dot" else
-                         inspect_report.inspect_text(report))
+                         inspect_report.inspect_text(report, verbose=args.verbose))
     return EXIT_OK
 
 

@@ -19,9 +19,13 @@ from dataclasses import dataclass, field
 import openvino as ov
 from openvino.passes import Manager
 
+from ovpasses.analysis import stateful_fusion as why
 from ovpasses.analysis.attention_heads import AttentionHeads, attention_heads, head_layouts
+from ovpasses.analysis.attention_kinds import AttentionKind, attention_kinds
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
+from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask, find_sliding_window_masks
+from ovpasses.analysis.stateful_fusion import FusionVerdict, predict_fusion
 from ovpasses.devices import normalize_device, resolve_device
 from ovpasses.errors import OvpassesError, UnsupportedRuntimeError
 from ovpasses.io import read_ir
@@ -174,8 +178,16 @@ def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: 
     return out
 
 
-def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, str]:
-    """Per SDPA (friendly name), what the pipeline does on ``profile``. Pure: reads the analysis only.
+@dataclass(frozen=True)
+class Decision:
+    """What the pipeline plans for one SDPA, and why (the reason comes from the predicate that decided)."""
+
+    action: str
+    reason: str
+
+
+def plan_with_reasons(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, Decision]:
+    """Per SDPA (friendly name), what the pipeline does on ``profile`` and why. Pure: reads the analysis only.
 
     * A cache that some reader reaches off the Assign's path (its own Gather/Concat on the ReadValue)
       crashes when its owner is fused (measured on 2026.0.0 and 2026.4.1 with the builder's
@@ -191,25 +203,32 @@ def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, str]
       of fusion by other means would break openvino_genai's PagedAttention conversion.
     * On affected runtimes, a ShapeOf on an exclusive cache's Concat makes the fused kernel lose its
       state; computing that shape from the Concat inputs keeps the cache fused and whole.
+
+    Each condition is a predicate of :mod:`ovpasses.analysis.stateful_fusion` that returns its reason;
+    the fusion prediction asks the same predicates.
     """
-    actions: dict[str, str] = {}
-    off_path = {name for cache in analysis.caches.values() if cache.off_path_readers for name in cache.sdpa}
-    unanalysed = {name for cache in analysis.caches.values() if cache.unanalysed_readers for name in cache.sdpa}
-    for name, info in analysis.sdpa.items():
-        caches = [analysis.caches[v] for v in info.kv_variables]
-        if info.status == "stateless":
-            actions[name] = STATELESS
-        elif name in off_path:
-            actions[name] = BARRIER
-        elif name in unanalysed:
-            actions[name] = UNANALYSED
-        elif info.status == "shared":
-            actions[name] = NATIVE_UNFUSED
-        elif profile.decompose_cache_shapeof and any(c.concat_shape_consumers for c in caches):
-            actions[name] = SHAPEOF
+    decisions: dict[str, Decision] = {}
+    for name in analysis.sdpa:
+        if reason := why.reads_no_cache(analysis, name):
+            decisions[name] = Decision(STATELESS, reason)
+        elif reason := why.off_path_reader(analysis, name):
+            decisions[name] = Decision(BARRIER, reason)
+        elif reason := why.unanalysed_reader(analysis, name):
+            decisions[name] = Decision(UNANALYSED, reason)
+        elif reason := why.shared_concat(analysis, name):
+            decisions[name] = Decision(NATIVE_UNFUSED, reason)
+        elif (reason := why.concat_shapeof(analysis, name)) and profile.decompose_cache_shapeof:
+            decisions[name] = Decision(SHAPEOF, f"{reason}: on this runtime the fused kernel loses its state to it")
         else:
-            actions[name] = NATIVE
-    return actions
+            decisions[name] = Decision(NATIVE, "exclusive cache" + (f"; {reason}, which this runtime handles"
+                                                                    if reason else ""))
+    return decisions
+
+
+def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, str]:
+    """Per SDPA (friendly name), what the pipeline does on ``profile``: the actions of
+    :func:`plan_with_reasons`. Pure: reads the analysis only."""
+    return {name: decision.action for name, decision in plan_with_reasons(analysis, profile).items()}
 
 
 @dataclass
@@ -219,9 +238,9 @@ class PassReport:
     seconds: float
 
 
-@dataclass
+@dataclass(repr=False)
 class RewriteSummary:
-    """What :func:`rewrite` detected and changed."""
+    """What :func:`rewrite` detected and changed, and why (``reasons``: the plan's reason per SDPA)."""
 
     profile: RuntimeProfile
     analysis: KVSharingAnalysis
@@ -230,10 +249,42 @@ class RewriteSummary:
     masks: list[SlidingWindowMask] = field(default_factory=list)   # as found before the rewrite
     mask_actions: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+    kinds: dict[str, AttentionKind] = field(default_factory=dict)   # per SDPA, its attention kind
+    findings: list[Finding] = field(default_factory=list)            # the sharing lint's
 
     @property
     def changed(self) -> bool:
         return any(p.changed for p in self.passes)
+
+    def __repr__(self) -> str:
+        counts = self.analysis.status_counts()
+        return (f"RewriteSummary(runtime {self.profile.version_string} {self.profile.name}, {len(self.actions)} SDPA: "
+                f"exclusive={counts['exclusive']} shared={counts['shared']} stateless={counts['stateless']}, "
+                f"changed {sum(len(p.changed) for p in self.passes)} nodes)")
+
+    def not_applied(self) -> dict[str, list[str]]:
+        """Per pass that was not selected, the SDPAs it would have changed (in topological order)."""
+        out: dict[str, list[str]] = {}
+        for name, action in self.actions.items():
+            if action.startswith(SKIPPED_PREFIX):
+                out.setdefault(action[len(SKIPPED_PREFIX):].split(" ", 1)[0], []).append(name)
+        return out
+
+    def fusion(self, unmodified: bool = False) -> dict[str, FusionVerdict]:
+        """Per SDPA, whether the CPU plugin is expected to fuse it into its stateful kernel, and why: in the
+        model as the rewrite leaves it, or (``unmodified``) as it was before. See
+        :func:`ovpasses.analysis.stateful_fusion.predict_fusion`."""
+        inserted = {n for p in self.passes if p.name == DisableStatefulSDPAFusion.NAME for n in p.changed}
+        shapeof_moved = any(p.changed for p in self.passes if p.name == KVCacheShapeOfDecomposition.NAME)
+        verdicts = {}
+        for name, action in self.actions.items():
+            barrier = action == BARRIER and not (unmodified and name in inserted)
+            verdicts[name] = predict_fusion(
+                self.analysis, name, barrier=barrier, decomposed=action == DECOMPOSE and not unmodified,
+                shapeof_moved=action == SHAPEOF and shapeof_moved and not unmodified,
+                shapeof_loses_state=self.profile.decompose_cache_shapeof)
+        return verdicts
 
     def to_dict(self) -> dict:
         return {
@@ -243,11 +294,13 @@ class RewriteSummary:
             "caches": len(self.analysis.caches),
             "shared_caches": sum(c.shared for c in self.analysis.caches.values()),
             "actions": dict(self.actions),
+            "reasons": dict(self.reasons),
             "passes": [{"name": p.name, "changed": list(p.changed), "seconds": round(p.seconds, 6)}
                        for p in self.passes],
             "unhandled": list(self.analysis.unhandled),
             "sliding_window_masks": self.masks_to_dicts(),
             "warnings": list(self.warnings),
+            "lint": [f.to_dict() for f in self.findings],
         }
 
     def masks_to_dicts(self) -> list[dict]:
@@ -266,11 +319,21 @@ class RewriteSummary:
             lines.append(f"{p.name}: {len(p.changed)} changed" + (f" ({', '.join(p.changed[:3])}"
                                                                   f"{', ...' if len(p.changed) > 3 else ''})"
                                                                   if p.changed else ""))
+        fusion = self.fusion()
+        for pass_, names in self.not_applied().items():
+            planned = self.actions[names[0]].split("planned: ", 1)[-1]
+            layers = ", ".join(str(self.analysis.layer(n)) for n in names)
+            lines.append(f"not applied ({pass_} not selected): layer{'s' if len(names) > 1 else ''} {layers}; "
+                         f"planned: {planned}")
+            for name in names:
+                lines.append(f"  layer {self.analysis.layer(name)} as left: {fusion[name].reason}")
         for mask in self.masks_to_dicts():
             lines.append(f"sliding-window mask {mask['select']} (window {mask['window']}, {len(mask['sdpa'])} SDPA): "
                          f"{mask['action']}")
         for message in self.analysis.unhandled:
             lines.append(f"not handled: {message}")
+        for finding in self.findings:
+            lines.append(f"warning: KV sharing: {finding.message}")
         for message in self.warnings:
             lines.append(f"warning: {message}")
         return "\n".join(lines)
@@ -297,6 +360,7 @@ PASSES: dict[str, tuple[type, str]] = {
 }
 PIPELINE_PASSES = tuple(PASSES)
 SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
+SKIPPED_PREFIX = "not applied (pass "
 
 
 def selected_passes(passes: str | Iterable[str] | None) -> frozenset[str]:
@@ -350,7 +414,10 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
         sdpa_nodes = analysis.sdpa_nodes(ordered)
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
-    actions = plan(analysis, profile)
+    kinds = attention_kinds(sdpa_nodes)
+    findings = lint_kv_sharing(analysis, kinds)
+    decisions = plan_with_reasons(analysis, profile)
+    actions = {name: decision.action for name, decision in decisions.items()}
     masks = find_sliding_window_masks(sdpa_nodes.values())
     mask_actions = mask_plan(masks, profile)
     warnings = paged_warnings(profile, analysis, attention_heads(sdpa_nodes), masks)
@@ -400,7 +467,9 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
                     mask_actions[name] = SKIPPED.format(pass_=SlidingWindowMaskSliceInsertion.NAME, action=MASK_SLICE)
     if SharedKVCacheDetection.NAME in selected:
         _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
-    summary = RewriteSummary(profile, analysis, actions, reports, masks, mask_actions, warnings)
+    summary = RewriteSummary(profile, analysis, actions, reports, masks, mask_actions, warnings,
+                             reasons={name: decision.reason for name, decision in decisions.items()},
+                             kinds=kinds, findings=findings)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 

@@ -460,22 +460,96 @@ def test_inspect_json_matches_the_analysis(ir):
     assert actions[LAYER0.replace("layers.0", "layers.1")] == NATIVE
 
 
-def test_inspect_text_and_dot(ir):
+def test_inspect_text_is_one_row_per_layer_with_full_names_only_when_verbose(ir):
     text = ovpass("inspect", ir)
     assert text.returncode == 0, text.stderr
-    assert "fixed profile" in text.stdout and "shared caches:" in text.stdout and LAYER0 in text.stdout
+    lines = text.stdout.splitlines()
+    assert "fixed profile" in lines[0] and "expected fused: 2 of 8" in lines[1]
+    header = next(i for i, line in enumerate(lines) if line.split()[:4] == ["layer", "kind", "head", "status"])
+    rows = [line.split() for line in lines[header + 1: header + 9]]
+    assert [int(r[0]) for r in rows] == list(range(8))
+    assert rows[0][1:6] == ["sliding", "16", "16", "exclusive", "own"] and rows[0][6] == "yes"
+    assert rows[4][1:7] == ["sliding", "16", "16", "shared", "layer", "2"] and rows[4][7] == "no"
+    assert "its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)" in lines[header + 5]
+    assert "  layer 2: layers 4, 5, 6 (K/V)" in lines and "KV sharing lint: no findings" in lines
+    assert LAYER0 not in text.stdout
+    verbose = ovpass("inspect", ir, "--verbose").stdout
+    assert LAYER0 in verbose and "past_key_values.0.keypresent.0.key" in verbose
 
+
+def test_inspect_text_stays_readable_at_35_layers():
+    """Issue 15: the shared-cache lines reached 1,707 characters at 35 layers, each entry repeating a
+    95-character SDPA name."""
+    result = ovpass("inspect", REPO / "tests" / "fixtures" / "gemma4" / "e2b35" / "openvino_model.xml")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(map(len, lines)) <= 120, max(lines, key=len)
+    assert "  layer 13: layers 15, 16, 17, 18, 20, 21, 22, 23, 25, 26, 27, 28, 30, 31, 32, 33 (K/V)" in lines
+    assert "/ScaledDotProductAttention" not in result.stdout
+
+
+def test_inspect_json_says_why_each_sdpa_is_fused(ir):
+    report = json.loads(ovpass("inspect", ir, "--format", "json", "--runtime", AFFECTED).stdout)
+    by_layer = {s["layer"]: s for s in report["sdpa"]}
+    assert by_layer[0]["kind"] == {"label": "sliding 16", "mask": "sliding", "window": 16, "head_size": 16,
+                                   "v_head_size": 16, "causal": False}
+    assert by_layer[3]["kind"]["label"] == "full" and by_layer[3]["kind"]["head_size"] == 32
+    assert by_layer[0]["fusion"] == {"expected": True, "reason": "fused after rewrite: the ShapeOf on its Concat "
+                                                                 "is computed from the inputs"}
+    assert by_layer[0]["fusion_unmodified"]["expected"] is True
+    assert "loses its state" in by_layer[0]["fusion_unmodified"]["reason"]
+    assert by_layer[4]["fusion"] == by_layer[4]["fusion_unmodified"] == {
+        "expected": False, "reason": "not fused: its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)"}
+    assert by_layer[4]["reason"] == "its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)"
+    assert report["fused_expected"] == report["fused_expected_unmodified"] == 2 and report["lint"] == []
+
+
+def _dot_edges(source: str) -> list[str]:
+    return [line.strip() for line in source.splitlines() if " -> " in line and "style=invis" not in line]
+
+
+def test_inspect_dot_groups_borrowers_under_their_owner(ir):
     dot = ovpass("inspect", ir, "--format", "dot")
     assert dot.returncode == 0, dot.stderr
     lines = dot.stdout.strip().splitlines()
     assert lines[0] == "digraph kv_sharing {" and lines[-1] == "}"
     report = json.loads(ovpass("inspect", ir, "--format", "json").stdout)
-    edges = [line for line in lines if " -> " in line]
-    assert len(edges) == sum(len(v["sdpa"]) for v in report["variables"])
-    assert sum("borrower" in e and "style=dashed" in e for e in edges) == sum(
-        len(v["borrowers"]) for v in report["variables"])
-    assert sum("owner" in e and "style=solid" in e for e in edges) == sum(
-        v["owner"] is not None for v in report["variables"])
+    edges = _dot_edges(dot.stdout)
+    # one edge per cache owner and reader (K and V of one owner are one cache node)
+    readers = {(v["owner"], name) for v in report["variables"] for name in v["sdpa"]}
+    assert len(edges) == len(readers) == 8
+    assert sum("style=dashed" in e for e in edges) == 4 and sum("style=solid" in e for e in edges) == 4
+    assert sum(line.strip().startswith("subgraph cluster_cache") for line in lines) == 4
+    assert "subgraph cluster_legend" in dot.stdout
+    assert f'tooltip="{LAYER0}' in dot.stdout     # full names only as tooltips
+    assert f'label="{LAYER0}' not in dot.stdout
+
+
+@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot binary is not installed "
+                                                        "(apt-get install graphviz)")
+@pytest.mark.parametrize("fixture", ["tiny8", "e2b35"])
+def test_inspect_dot_renders(tmp_path, fixture):
+    source = ovpass("inspect", REPO / "tests" / "fixtures" / "gemma4" / fixture / "openvino_model.xml",
+                    "--format", "dot")
+    assert source.returncode == 0, source.stderr
+    for fmt, magic in (("png", b"\x89PNG"), ("svg", b"<?xml")):
+        rendered = subprocess.run(["dot", f"-T{fmt}"], input=source.stdout.encode(), capture_output=True, timeout=120)
+        assert rendered.returncode == 0 and rendered.stdout.startswith(magic), rendered.stderr.decode()
+        assert rendered.stderr == b"", rendered.stderr.decode()    # no warnings either
+
+
+def test_rewrite_text_prints_what_a_restricted_run_left_out(ir):
+    """Issue 15: a --passes run that left the crash in place printed like success; only JSON showed the
+    SDPAs left 'not applied'."""
+    result = ovpass("rewrite", ir, "--dry-run", "--runtime", AFFECTED, "--passes", "SharedKVCacheDetection")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert ("not applied (KVCacheShapeOfDecomposition not selected): layer 0; planned: cache ShapeOf computed "
+            "from the Concat inputs, so the plugin can fuse it") in lines
+    assert any(line.startswith("  layer 0 as left: fused, but a ShapeOf reads the Concat of layer 0's K cache")
+               and "loses its state" in line for line in lines)
+    full = ovpass("rewrite", ir, "--dry-run", "--runtime", AFFECTED).stdout
+    assert "not applied" not in full
 
 
 # ------------------------------------------------------------------------------------------ check
@@ -492,6 +566,9 @@ def test_check_on_the_installed_runtime_gives_equal_outputs(ir):
     assert report["original"]["ran"] and report["rewritten"]["ran"]
     assert report["max_abs_diff"] == 0.0 and report["outputs_equal"]
     assert report["original"]["fused_sdpa"] == report["rewritten"]["fused_sdpa"] > 0
+    layers01 = sorted([LAYER0, LAYER0.replace("layers.0", "layers.1")])
+    assert report["original"]["fused_sdpa_names"] == report["rewritten"]["fused_sdpa_names"] == layers01
+    assert report["original"]["fusion_disagreements"] == report["rewritten"]["fusion_disagreements"] == []
     assert report["config"] == {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
     assert report["original"]["steps_total"] == 3
 
@@ -559,6 +636,21 @@ def test_check_verdicts_and_exit_codes(tmp_path, case):
     text = ovpass("check", path, "--steps", "1")
     assert text.returncode == exit_code and f"verdict: {verdict_code.upper()}" in text.stdout
     assert "max |original - rewritten| = nan" not in text.stdout
+
+
+def test_check_lists_where_the_plugin_fused_otherwise_than_predicted(tmp_path):
+    """The prediction reads KV sharing, not the plugin's whole pattern: the builder's ShapeOf-driven GQA
+    broadcast (Broadcast in numpy mode) is not a form the CPU plugin's stateful fusion matches, so its
+    exclusive caches are predicted fused and are not (measured on 2026.0.0 and 2026.4.1). check says so."""
+    path = tmp_path / "gqa.xml"
+    ov.save_model(build_stack(StackSpec(k_source=(0, 1))), path, compress_to_fp16=False)
+    code, report = _check(path)
+    assert code == 0 and report["original"]["fused_sdpa_names"] == report["rewritten"]["fused_sdpa_names"] == []
+    assert len(report["original"]["fusion_disagreements"]) == 2
+    text = ovpass("check", path, "--steps", "1").stdout
+    assert "original: 2 SDPAs fused otherwise than predicted:" in text
+    assert ("  layers.0.self_attn.sdpa: predicted fused (fused: exclusive cache; the one ShapeOf on its Concat is "
+            "allowed), but the compiled model did not fuse it") in text.splitlines()
 
 
 @pytest.mark.parametrize("device", ["cpu", "Cpu", " CPU "])

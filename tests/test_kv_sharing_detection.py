@@ -10,7 +10,10 @@ import pytest
 from openvino import opset13 as ops
 from openvino.passes import Manager
 
-from ovpasses.analysis import RT_OWNER_OF, RT_STATUS, RT_VARIABLES, analyze_kv_sharing
+import networkx as nx
+
+from ovpasses.analysis import RT_OWNER_OF, RT_STATUS, RT_VARIABLES, KVSharingAnalysis, analyze_kv_sharing
+from ovpasses.analysis.kv_sharing import layer_indices
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.testing.graphs import (
     LOOP_NAME,
@@ -84,6 +87,7 @@ def test_detection_on_fixture_equals_export_config(fixture):
 
     by_layer = {layer_of(name): info for name, info in analysis.sdpa.items()}
     assert sorted(by_layer) == sorted(source), "one SDPA per decoder layer"
+    assert all(info.layer == layer for layer, info in by_layer.items())
     assert {layer: info.status for layer, info in by_layer.items()} == {
         layer: "shared" if len(readers[src]) > 1 else "exclusive" for layer, src in source.items()}
     for entry in truth["layers"]:
@@ -154,3 +158,17 @@ def test_cache_read_by_a_loop_is_not_exclusive(loop_reads):
     variable = next(v for v in analysis.to_dict()["variables"] if v["variable_id"] == spec.variable_id("key"))
     assert variable["unanalysed_readers"] == (LOOP_NAME,) and variable["shared"] is True
     assert analysis.graph().nodes[("variable", spec.variable_id("key"))]["shared"]
+
+
+def test_analysis_round_trips_through_its_dictionary():
+    """inspect's DOT output rebuilds the analysis' networkx graph from the JSON report."""
+    analysis = analyze_kv_sharing(build_stack(StackSpec(k_source=(0, 1, 0, None), borrow_path="own_concat")))
+    again = KVSharingAnalysis.from_dict(json.loads(json.dumps(analysis.to_dict())))
+    assert again.caches == analysis.caches and again.sdpa == analysis.sdpa
+    assert nx.utils.graphs_equal(again.graph(), analysis.graph())
+
+
+def test_layer_index_falls_back_to_the_topological_position():
+    assert layer_indices(["a.layers.3.sdpa", "b.layers.7.sdpa"]) == {"a.layers.3.sdpa": 3, "b.layers.7.sdpa": 7}
+    assert layer_indices(["attn_a", "layers.1.x"]) == {"attn_a": 0, "layers.1.x": 1}
+    assert layer_indices(["layers.1.x", "layers.1.y"]) == {"layers.1.x": 0, "layers.1.y": 1}

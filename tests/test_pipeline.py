@@ -111,3 +111,16 @@ def test_compile_model_gpu():
     # f32 on GPU: its kernels reorder sums and use fast exp in Softmax; not measured here (no Intel GPU)
     compiled = ovpasses.compile_model(build_stack(SPEC), "GPU", {"INFERENCE_PRECISION_HINT": "f32"})
     assert_matches_reference(run_stack(compiled, SPEC, STEPS), SPEC, STEPS, atol=1e-4)
+
+
+def test_reasons_come_with_the_plan_and_reprs_are_short():
+    summary = ovpasses.rewrite(build_stack(SPEC))
+    assert summary.reasons[SPEC.sdpa_name(1)] == ("layer 1's K cache is also read off the Assign's path by layer 2 "
+                                                 "(its own Gather/Concat on the ReadValue)")
+    assert summary.reasons[SPEC.sdpa_name(3)] == "reads no cache"
+    assert summary.to_dict()["reasons"] == summary.reasons
+    # issue 15: repr() was a one-line dump of whole dataclasses
+    assert repr(summary).startswith("RewriteSummary(runtime ") and len(repr(summary)) < 150
+    assert "CacheInfo" not in repr(summary) and "SDPAInfo" not in repr(summary.analysis)
+    assert repr(summary.analysis) == ("KVSharingAnalysis(4 caches (2 shared), 4 SDPA: exclusive=1 shared=2 "
+                                      "stateless=1, unhandled=0)")

@@ -36,12 +36,12 @@ case $kind in
     dev)
         make_venv .venvs/dev "dev-$NEWEST_OV-$(sha1sum pyproject.toml | cut -c1-12)" \
             "openvino==$NEWEST_OV" "openvino-genai==$NEWEST_OV.0" "openvino-tokenizers==$NEWEST_OV.0" \
-            ";" -e ".[test,bench]"
+            ";" -e ".[test,bench,dot]"
         ;;
     ov)
         v=${2:?usage: tools/venv.sh ov VERSION (e.g. 2026.0.0)}
         make_venv ".venvs/ov-$v" "ov-$v-$(sha1sum pyproject.toml | cut -c1-12)" \
-            "openvino==$v" "openvino-genai==$v.0" "openvino-tokenizers==$v.0" numpy networkx filelock pytest hypothesis \
+            "openvino==$v" "openvino-genai==$v.0" "openvino-tokenizers==$v.0" numpy networkx filelock graphviz pytest hypothesis \
             ";" --no-deps -e .
         ;;
     export)

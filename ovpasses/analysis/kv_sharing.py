@@ -42,8 +42,9 @@ part of the graph that cache data reaches, visiting each node of that part once.
 from __future__ import annotations
 
 import logging
+import re
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Literal
 
 import networkx as nx
@@ -106,15 +107,39 @@ class SDPAInfo:
     status: Status
     owner_of: tuple[str, ...]
     order: int                         # topological index in the model
+    # the decoder layer: the number after "layers." in the friendly name where every SDPA's name has a
+    # distinct one (exporters name them "__module.model.layers.4.self_attn/..."), else the SDPA's
+    # position among the SDPAs in topological order (see layer_indices)
+    layer: int = -1
 
 
-@dataclass
+@dataclass(repr=False)
 class KVSharingAnalysis:
     """The result of :func:`analyze_kv_sharing`: plain data, one source of truth for passes and reports."""
 
     caches: dict[str, CacheInfo]
     sdpa: dict[str, SDPAInfo]
     unhandled: list[str] = field(default_factory=list)
+
+    def __repr__(self) -> str:
+        counts = self.status_counts()
+        return (f"KVSharingAnalysis({len(self.caches)} caches ({sum(c.shared for c in self.caches.values())} "
+                f"shared), {len(self.sdpa)} SDPA: exclusive={counts['exclusive']} shared={counts['shared']} "
+                f"stateless={counts['stateless']}, unhandled={len(self.unhandled)})")
+
+    def layer(self, name: str) -> int:
+        """The decoder-layer index of the SDPA ``name`` (:attr:`SDPAInfo.layer`)."""
+        return self.sdpa[name].layer
+
+    def cache_label(self, vid: str) -> str:
+        """A short name for cache ``vid``: ``layer 2's K cache`` (the owner's layer; K or V as its readers
+        read it), or the variable id where no SDPA owns it."""
+        cache = self.caches[vid]
+        if cache.owner is None:
+            return f"cache {vid}"
+        kind = "K" if cache.key_readers and not cache.value_readers else \
+            "V" if cache.value_readers and not cache.key_readers else "K/V"
+        return f"layer {self.layer(cache.owner)}'s {kind} cache"
 
     @property
     def shared_sdpa(self) -> list[str]:
@@ -149,6 +174,18 @@ class KVSharingAnalysis:
                 g.add_edge(("variable", vid), ("sdpa", name),
                            role="owner" if name == cache.owner else "borrower", ports=ports)
         return g
+
+    @classmethod
+    def from_dict(cls, data: dict) -> KVSharingAnalysis:
+        """The analysis back from :meth:`to_dict` (or an ``ovpass.inspect/1`` report); fields it does not
+        know are ignored."""
+        def build(kind, entry):
+            names = {f.name for f in fields(kind)}
+            return kind(**{k: tuple(v) if isinstance(v, list) else v for k, v in entry.items() if k in names})
+
+        caches = {v["variable_id"]: build(CacheInfo, v) for v in data["variables"]}
+        sdpa = {s["name"]: build(SDPAInfo, s) for s in data["sdpa"]}
+        return cls(caches=caches, sdpa=sdpa, unhandled=list(data.get("unhandled", ())))
 
     def to_dict(self) -> dict:
         return {
@@ -307,10 +344,31 @@ def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns,
                                         "(node.set_friendly_name) before running it")
         sdpa[name] = SDPAInfo(name=name, kv_variables=read, status=status,
                               owner_of=tuple(owner_of.get(node, ())), order=order[node])
+    layers = layer_indices(list(sdpa))
+    sdpa = {name: replace(info, layer=layers[name]) for name, info in sdpa.items()}
     unhandled = _unhandled_messages(opaque, holds_state_or_attention, caches, sdpa)
     for message in unhandled:
         log.warning("analyze_kv_sharing: %s", message)
     return KVSharingAnalysis(caches=caches, sdpa=sdpa, unhandled=unhandled)
+
+
+_LAYER_NUMBER = re.compile(r"(?:^|[^A-Za-z0-9])layers?[._/](\d+)(?![0-9])")
+
+
+def layer_indices(names: list[str]) -> dict[str, int]:
+    """The decoder-layer index of each SDPA of ``names`` (in topological order): the number after
+    ``layers.`` in the friendly name when every name has one and no two share it
+    (``__module.model.layers.4.self_attn/aten::scaled_dot_product_attention/...`` is layer 4), else the
+    position among ``names``."""
+    found = {}
+    for name in names:
+        match = _LAYER_NUMBER.search(name)
+        if match is None:
+            break
+        found[name] = int(match[1])
+    if len(found) == len(names) and len(set(found.values())) == len(names):
+        return found
+    return {name: index for index, name in enumerate(names)}
 
 
 def _unhandled_messages(opaque: dict[ov.Node, set[str]], holds_state_or_attention: list[ov.Node],

@@ -929,3 +929,133 @@ def heads_stack_reference(spec: HeadsStackSpec, tokens: list[int]) -> np.ndarray
         attention = sdpa_reference(q, np.repeat(k, rep, axis=0), np.repeat(v, rep, axis=0), causal=True, scale=1.0)
         x = x + attention.transpose(1, 0, 2).reshape(n, heads * head) @ wo
     return x
+
+
+# --------------------------------------------------------------------------------------------------
+# Layers of different attention kinds sharing caches: the graphs the sharing lint judges
+# --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LayerKindsSpec:
+    """A stateful stack whose layers differ in attention kind (sliding window or full, head size), with a
+    KV-sharing layout given as data: the exports that :mod:`ovpasses.analysis.sharing_lint` judges,
+    correct ones and each defect it reports. Gemma 3n and Gemma 4 alternate sliding-window and full
+    layers of different head sizes; a borrower must read a cache of its own kind::
+
+        attention_mask -> causal_BTS [& Greater(kv_pos, Add(q_pos, -window))] -> mask of each kind
+        layer i: q_BHTD(head_dims[src]) ; K/V: layer k_source[i]'s / v_source[i]'s cache
+                 ReadValue(v) -> Gather(beam_idx) -> Concat(past, new) -> Assign(v)   (no Assign: ``unwritten``)
+                 SDPA(q, K, V, mask of window[i]) -> o_proj -> + residual
+
+    ``window[i]`` is layer i's sliding window (None: full causal attention); each window's mask is built
+    once and shared by the layers of that window, as exporters do. ``head_dims[i]`` is the head size of
+    layer i's own K/V projections; a layer's Q takes the head size of the cache it reads K from, and its
+    output the head size of the cache it reads V from. ``k_source``/``v_source`` are as in
+    :class:`StackSpec` (``v_source`` None: as ``k_source``); every layer reads a cache. ``unwritten``
+    lists owner layers whose caches no Assign writes.
+
+    For the analysis only: several of these graphs are defects one would not run, so it has no
+    reference.
+    """
+
+    k_source: tuple[int, ...] = (0, 1, 0, 1)
+    v_source: tuple[int, ...] | None = None
+    window: tuple[int | None, ...] | None = None     # default: even layers sliding 4, odd layers full
+    head_dims: tuple[int, ...] | None = None          # default: 4 on sliding layers, 8 on full layers
+    unwritten: tuple[int, ...] = ()
+    heads: int = 2
+    hidden: int = 16
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.k_source)
+
+    @property
+    def windows(self) -> tuple[int | None, ...]:
+        return self.window if self.window is not None else tuple(4 if i % 2 == 0 else None
+                                                                 for i in range(self.num_layers))
+
+    @property
+    def heads_dims(self) -> tuple[int, ...]:
+        return self.head_dims if self.head_dims is not None else tuple(4 if w is not None else 8 for w in self.windows)
+
+    @property
+    def v_sources(self) -> tuple[int, ...]:
+        return self.k_source if self.v_source is None else self.v_source
+
+    def __post_init__(self) -> None:
+        n = self.num_layers
+        if len(self.v_sources) != n or len(self.windows) != n or len(self.heads_dims) != n:
+            raise ValueError("k_source, v_source, window and head_dims need one entry per layer")
+        for kind, sources in (("K", self.k_source), ("V", self.v_sources)):
+            for i, src in enumerate(sources):
+                if src is None or not 0 <= src <= i or sources[src] != src:
+                    raise ValueError(f"layer {i} reads its {kind} from layer {src}, which owns no {kind} cache "
+                                     "at or before it")
+
+
+def build_layer_kinds(spec: LayerKindsSpec) -> ov.Model:
+    """The model of ``spec``. Inputs ``inputs_embeds`` [B, T, hidden], ``attention_mask`` [B, past + T],
+    ``beam_idx`` [B]; output ``hidden_out``. SDPA and variable names as :class:`StackSpec` gives them."""
+    from openvino.op.util import Variable, VariableInfo
+
+    f32 = ov.Type.f32
+    rng = np.random.default_rng(0)
+    H, hidden = spec.heads, spec.hidden
+    x_p = _param("inputs_embeds", [-1, -1, hidden], (0, 1), f32)
+    am_p = _param("attention_mask", [-1, -1], (0, 1), ov.Type.i64)
+    beam = _param("beam_idx", [-1], (0,), ov.Type.i32)
+
+    # positions: kv_pos [0, S), q_pos [S - T, S)
+    total_S = ops.gather(ops.shape_of(am_p, "i64"), _i64(1), _i64(0))
+    new_T = ops.gather(ops.shape_of(x_p, "i64"), _i64(1), _i64(0))
+    kv_pos_11S = ops.unsqueeze(ops.range(_i64(0), total_S, _i64(1), "i64"), _i64([0, 1]))
+    q_pos_1T1 = ops.unsqueeze(ops.range(ops.subtract(total_S, new_T), total_S, _i64(1), "i64"), _i64([0, 2]))
+    padding_B11S = ops.unsqueeze(ops.convert(am_p, ov.Type.boolean), _i64([1, 2]))
+    causal_1TS = ops.less_equal(kv_pos_11S, q_pos_1T1)
+    masks: dict[int | None, ov.Output] = {}
+    for window in dict.fromkeys(spec.windows):
+        keep = causal_1TS
+        if window is not None:
+            keep = ops.logical_and(keep, ops.greater(kv_pos_11S, ops.add(q_pos_1T1, _i64(-window))))
+        masks[window] = ops.logical_and(padding_B11S, keep).output(0)    # [B, 1, T, S]
+
+    def proj(x: ov.Output, cols: int) -> ov.Output:
+        return ops.matmul(x, _const(rng.standard_normal((hidden, cols)) / np.sqrt(hidden), f32), False, False).output(0)
+
+    def heads_BHTD(t: ov.Output, d: int) -> ov.Output:
+        return ops.transpose(ops.reshape(t, _i64([0, 0, H, d]), special_zero=True), _i64([0, 2, 1, 3])).output(0)
+
+    x = x_p.output(0)
+    sinks, caches = [], {}
+    for i in range(spec.num_layers):
+        for kind in ("key", "value"):
+            if (spec.k_source if kind == "key" else spec.v_sources)[i] != i:
+                continue
+            d = spec.heads_dims[i]
+            info = VariableInfo()
+            info.data_shape = ov.PartialShape([-1, H, -1, d])
+            info.data_type = f32
+            info.variable_id = StackSpec.variable_id(i, kind)
+            var = Variable(info)
+            batch = ops.gather(ops.shape_of(x_p, "i64"), _i64([0]), _i64(0))
+            rv = ops.read_value(ops.broadcast(_const(0.0, f32), ops.concat([batch, _i64([H, 0, d])], 0)), var)
+            rv.set_friendly_name(info.variable_id)
+            past_BHSD = ops.gather(rv, beam, _i64(0))
+            cache_BHSD = ops.concat([past_BHSD, heads_BHTD(proj(x, H * d), d)], 2)
+            cache_BHSD.set_friendly_name(f"layers.{i}.self_attn.{kind}_cache")
+            if i not in spec.unwritten:
+                sinks.append(ops.assign(cache_BHSD, var))
+            caches[(i, kind)] = cache_BHSD.output(0)
+        dq, dv = spec.heads_dims[spec.k_source[i]], spec.heads_dims[spec.v_sources[i]]
+        q_BHTD = heads_BHTD(proj(x, H * dq), dq)
+        sdpa = ops.scaled_dot_product_attention(q_BHTD, caches[(spec.k_source[i], "key")],
+                                                caches[(spec.v_sources[i], "value")], masks[spec.windows[i]],
+                                                causal=False)
+        sdpa.set_friendly_name(StackSpec.sdpa_name(i))
+        attn = ops.reshape(ops.transpose(sdpa, _i64([0, 2, 1, 3])), _i64([0, 0, H * dv]), special_zero=True)
+        o_proj = _const(rng.standard_normal((H * dv, hidden)) / np.sqrt(H * dv), f32)
+        x = ops.add(x, ops.matmul(attn, o_proj, False, False)).output(0)
+    out = ops.result(x)
+    out.output(0).set_names({STACK_OUTPUT})
+    return ov.Model([out], sinks, [x_p, am_p, beam], "layer_kinds")
