@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import openvino as ov
 
-from ovpasses.pipeline import rewrite
+from ovpasses.pipeline import run_pipeline
 
 
 def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
-    """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``.
+    """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``,
+    and the operations ``runtime`` cannot read as exported with what the rewrite does about each.
 
     Runs the pipeline on a clone (the actions are the ones the rewrite really takes, including the
-    fallback to decomposition); ``model`` is not changed. The result follows the schema documented in
-    README.md (``"schema": "ovpass.inspect/1"``).
+    fallback to decomposition and the refusal of an operation it cannot replace); ``model`` is not
+    changed. The result follows the schema documented in README.md (``"schema": "ovpass.inspect/1"``).
     """
-    summary = rewrite(model.clone(), runtime)
+    summary = run_pipeline(model.clone(), runtime)
     data = summary.analysis.to_dict()
     for sdpa in data["sdpa"]:
         sdpa["action"] = summary.actions[sdpa["name"]]
@@ -31,6 +32,8 @@ def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
         "variables": sorted(data["variables"], key=lambda v: v["variable_id"]),
         "sdpa": data["sdpa"],
         "unhandled": data["unhandled"],
+        "unreadable_ops": [a.to_dict() for a in summary.op_versions],
+        "readable": summary.readable,
     }
 
 
@@ -87,4 +90,14 @@ def inspect_text(report: dict) -> str:
             lines.append(line)
     for message in report["unhandled"]:
         lines.append(f"not handled: {message}")
+    ops = report.get("unreadable_ops", [])
+    if ops:
+        verdict = ("the rewritten IR is readable there" if report["readable"] else
+                   "ovpass rewrite refuses: the rewritten IR would not be readable there")
+        lines += ["", f"operations openvino {report['runtime']} cannot read as exported ({verdict}):"]
+        for op in ops:
+            where = f" in {op['where']}" if op["where"] else ""
+            first = f"first read by {op['first_read']}" if op["first_read"] else "no measured release reads it"
+            lines.append(f"  {op['type']} ({op['opset']}, {first}) '{op['name']}'{where}")
+            lines.append(f"    action: {op['action']}")
     return "\n".join(lines) + "\n"

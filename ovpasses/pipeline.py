@@ -4,6 +4,11 @@
 rewrites a clone and hands it to the CPU or GPU plugin. What changes depends on the runtime profile
 (see :func:`profile_for`, the facts in :mod:`ovpasses.runtimes` and the table in README.md), chosen
 from ``openvino.get_version()`` unless ``runtime`` names a release.
+
+The pipeline also makes the IR readable by the target: operations newer than the target reads
+(:mod:`ovpasses.analysis.op_versions`) are constant-folded or converted into older operations where
+that is exact (:func:`lower_op_versions`), and otherwise :func:`rewrite` refuses with
+:class:`~ovpasses.errors.UnreadableOperationError`.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ import openvino as ov
 from openvino.passes import Manager
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
+from ovpasses.analysis.op_versions import UnreadableOp, analyze_op_versions, op_version
 from ovpasses.devices import normalize_device, resolve_device
-from ovpasses.errors import OvpassesError, UnsupportedRuntimeError
+from ovpasses.errors import OvpassesError, UnreadableOperationError, UnsupportedRuntimeError
 from ovpasses.io import read_ir
+from ovpasses.passes.convert_one_hot16_to_one_hot1 import ConvertOneHot16ToOneHot1
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
+from ovpasses.passes.erfinv_constant_folding import ErfInvConstantFolding
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
@@ -29,9 +37,11 @@ from ovpasses.runtimes import (
     FIRST_FIXED,
     NEWEST_KNOWN,
     OLDEST_SUPPORTED,
+    OPSETS_MEASURED_ON,
     Version,
     installed_version,
     parse_release,
+    reads_op,
     version_string,
 )
 
@@ -142,6 +152,49 @@ class PassReport:
     seconds: float
 
 
+@dataclass(frozen=True)
+class OpVersionAction:
+    """One operation the target could not read as exported, and what the pipeline did about it."""
+
+    op: UnreadableOp
+    action: str          # what was done, or "refused: <why>"
+    handled: bool        # the rewritten model no longer holds it
+
+    def to_dict(self) -> dict:
+        return {**self.op.to_dict(), "action": self.action, "handled": self.handled}
+
+
+@dataclass
+class OpVersionLowering:
+    """What :func:`lower_op_versions` did: per operation the target could not read, its action."""
+
+    target: Version
+    actions: list[OpVersionAction] = field(default_factory=list)
+    passes: list[PassReport] = field(default_factory=list)
+
+    @property
+    def refused(self) -> list[OpVersionAction]:
+        return [a for a in self.actions if not a.handled]
+
+    def error_message(self) -> str:
+        """The one-paragraph message of :class:`UnreadableOperationError` for the refused operations."""
+        refused = self.refused
+        target = version_string(self.target)
+        parts = []
+        for item in refused[:5]:
+            first = item.op.first_read_string
+            reads = (f"openvino {first} is the first release that reads it" if first else
+                     "no release that ovpasses has measured reads it")
+            parts.append(f"{item.op.describe()}: {item.action.removeprefix('refused: ')}; {reads}")
+        more = f"; and {len(refused) - 5} more" if len(refused) > 5 else ""
+        firsts = [a.op.first_read for a in refused if a.op.first_read is not None]
+        advice = (f"prepare the IR for openvino {version_string(max(firsts))} or newer (--runtime), or run it there"
+                  if len(firsts) == len(refused) else "run it on the runtime that exported it")
+        return (f"openvino {target} cannot read {len(refused)} operation{'s' if len(refused) > 1 else ''} of this "
+                f"model, and ovpasses cannot replace {'them' if len(refused) > 1 else 'it'} by operations that "
+                f"{target} reads: {'; '.join(parts)}{more}. {advice[0].upper()}{advice[1:]}")
+
+
 @dataclass
 class RewriteSummary:
     """What :func:`rewrite` detected and changed."""
@@ -150,10 +203,17 @@ class RewriteSummary:
     analysis: KVSharingAnalysis
     actions: dict[str, str]
     passes: list[PassReport] = field(default_factory=list)
+    # operations the target could not read as exported (none for the installed runtime), and what was done
+    op_versions: list[OpVersionAction] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
         return any(p.changed for p in self.passes)
+
+    @property
+    def readable(self) -> bool:
+        """Whether the target runtime reads the rewritten model (every operation it could not read was replaced)."""
+        return all(a.handled for a in self.op_versions)
 
     def to_dict(self) -> dict:
         return {
@@ -166,6 +226,8 @@ class RewriteSummary:
             "passes": [{"name": p.name, "changed": list(p.changed), "seconds": round(p.seconds, 6)}
                        for p in self.passes],
             "unhandled": list(self.analysis.unhandled),
+            "unreadable_ops": [a.to_dict() for a in self.op_versions],
+            "readable": self.readable,
         }
 
     def __str__(self) -> str:
@@ -182,6 +244,10 @@ class RewriteSummary:
                                                                   if p.changed else ""))
         for message in self.analysis.unhandled:
             lines.append(f"not handled: {message}")
+        measured = self.profile.version in OPSETS_MEASURED_ON
+        for item in self.op_versions:
+            verb = "cannot read" if measured else "is not known to read"   # between measured releases
+            lines.append(f"{self.profile.version_string} {verb} {item.op.describe()}: {item.action}")
         return "\n".join(lines)
 
 
@@ -199,8 +265,17 @@ PASSES: dict[str, tuple[type, str]] = {
     KVCacheShapeOfDecomposition.NAME: (
         KVCacheShapeOfDecomposition,
         "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"),
+    ErfInvConstantFolding.NAME: (
+        ErfInvConstantFolding,
+        "targets before 2026.2: replaces ErfInv (opset17) of a Constant by its value, computed in float64"),
+    ConvertOneHot16ToOneHot1.NAME: (
+        ConvertOneHot16ToOneHot1,
+        "targets before 2025.4: OneHot-16 as the OneHot-1 (and opset1 index arithmetic) that computes the same"),
 }
 PIPELINE_PASSES = tuple(PASSES)
+# Passes that replace operations the target cannot read, each by the (type, opset) it replaces
+LOWERING_PASSES: tuple[type, ...] = (ErfInvConstantFolding, ConvertOneHot16ToOneHot1)
+NO_LOWERING = "ovpasses has no constant folding or exact decomposition into older operations for it"
 SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
 
 
@@ -239,7 +314,24 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     analysis always runs (the plan needs it); naming SharedKVCacheDetection also writes its verdict
     into the SDPAs' runtime info. Without the barrier pass, the SDPAs planned for it are decomposed
     when ScaledDotProductAttentionDecomposition is named.
+
+    When ``runtime`` names a release that cannot read some operation of the model (an ErfInv on
+    2026.1, say), the operation is replaced where that is exact (:func:`lower_op_versions`); an
+    operation that cannot be replaced raises :class:`UnreadableOperationError` naming it, its opset,
+    the target and the first release that reads it. The model has been rewritten by then (in place,
+    as always); the CLI writes nothing.
     """
+    summary = run_pipeline(model, runtime, passes)
+    if not summary.readable:
+        lowering = OpVersionLowering(summary.profile.version, summary.op_versions)
+        raise UnreadableOperationError(lowering.error_message())
+    return summary
+
+
+def run_pipeline(model: ov.Model, runtime: str | None = None,
+                 passes: str | Iterable[str] | None = None) -> RewriteSummary:
+    """:func:`rewrite` without the refusal: the summary says which operations the target still cannot
+    read (``summary.readable``, ``summary.op_versions``). ``ovpass inspect`` reports from it."""
     profile = profile_for(runtime)
     selected = selected_passes(passes)
     reports: list[PassReport] = []
@@ -291,9 +383,48 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
                     actions[name] = SKIPPED.format(pass_=KVCacheShapeOfDecomposition.NAME, action=SHAPEOF)
     if SharedKVCacheDetection.NAME in selected:
         _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
-    summary = RewriteSummary(profile, analysis, actions, reports)
+    lowering = lower_op_versions(model, profile.version, selected)
+    summary = RewriteSummary(profile, analysis, actions, reports + lowering.passes, lowering.actions)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
+
+
+def lower_op_versions(model: ov.Model, target: Version, selected: frozenset[str] | None = None) -> OpVersionLowering:
+    """Replace, in place, the operations of ``model`` that release ``target`` cannot read, where that is
+    exact: each pass of :data:`LOWERING_PASSES` (those in ``selected``; default all) runs when the model
+    holds an operation it replaces that ``target`` cannot read, and only on such operations.
+
+    Returns, per operation ``target`` could not read as exported, what was done, or why it was refused
+    (the reason comes from the pass whose pattern did not take it). Raises nothing: :func:`rewrite`
+    turns refusals into :class:`UnreadableOperationError`. The installed runtime reads whatever it
+    could build, so for it nothing is found and nothing runs.
+    """
+    selected = frozenset(PIPELINE_PASSES) if selected is None else selected
+    before = analyze_op_versions(model, target)
+    lowering = OpVersionLowering(target)
+    if before.readable:
+        return lowering
+    unreadable = lambda node: not reads_op(target, node.get_type_name(), op_version(node))  # noqa: E731
+    found = before.versions()
+    for pass_class in LOWERING_PASSES:
+        if pass_class.NAME in selected and found & set(pass_class.OPS):
+            start = time.perf_counter()
+            lowering_pass = pass_class(unreadable)
+            _run(model, lowering_pass)
+            lowering.passes.append(PassReport(pass_class.NAME, list(lowering_pass.replaced), time.perf_counter() - start))
+    # the truth is what is left: an operation still there was refused, whatever the passes reported
+    left = {(op.name, op.type, op.opset, op.where) for op in analyze_op_versions(model, target).unreadable}
+    for op in before.unreadable:
+        owner = next((p for p in LOWERING_PASSES if (op.type, op.opset) in p.OPS), None)
+        if (op.name, op.type, op.opset, op.where) not in left:
+            lowering.actions.append(OpVersionAction(op, owner.ACTION if owner else "replaced", True))
+        elif owner is None:
+            lowering.actions.append(OpVersionAction(op, f"refused: {NO_LOWERING}", False))
+        elif owner.NAME not in selected:
+            lowering.actions.append(OpVersionAction(op, f"refused: pass {owner.NAME} not selected", False))
+        else:
+            lowering.actions.append(OpVersionAction(op, f"refused: {owner.why_not(op)}", False))
+    return lowering
 
 
 def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,
