@@ -861,7 +861,9 @@ def build_newer_ops(spec: NewerOpsSpec) -> ov.Model:
 
     def erfinv_of(x: ov.Output) -> ov.Output:
         if spec.erfinv == "parameter":
-            return opset17.erfinv(x).output(0)
+            node = opset17.erfinv(x)
+            node.set_friendly_name("erfinv")
+            return node.output(0)
         values = np.array(spec.erfinv_values, et.to_dtype())
         if spec.erfinv == "f16_constant":
             source = ops.convert(ops.constant(values.astype(np.float16)), et)
