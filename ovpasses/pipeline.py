@@ -13,6 +13,7 @@ that is exact (:func:`lower_op_versions`), and otherwise :func:`rewrite` refuses
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -396,12 +397,15 @@ def lower_op_versions(model: ov.Model, target: Version, selected: frozenset[str]
 
     Returns, per operation ``target`` could not read as exported, what was done, or why it was refused
     (the reason comes from the pass whose pattern did not take it). Raises nothing: :func:`rewrite`
-    turns refusals into :class:`UnreadableOperationError`. The installed runtime reads whatever it
-    could build, so for it nothing is found and nothing runs.
+    turns refusals into :class:`UnreadableOperationError`. The installed runtime, and any release at
+    least as new, reads whatever the installed one could build: for those nothing is looked at.
     """
     selected = frozenset(PIPELINE_PASSES) if selected is None else selected
-    before = analyze_op_versions(model, target)
     lowering = OpVersionLowering(target)
+    with contextlib.suppress(UnsupportedRuntimeError):   # a local build's version: look
+        if target >= installed_version():
+            return lowering
+    before = analyze_op_versions(model, target)
     if before.readable:
         return lowering
     unreadable = lambda node: not reads_op(target, node.get_type_name(), op_version(node))  # noqa: E731

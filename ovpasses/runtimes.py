@@ -176,3 +176,20 @@ def reads_op(runtime: Version, type_name: str, opset: str) -> bool:
         return True
     first = first_release_reading(type_name, opset)
     return first is not None and runtime >= first
+
+
+def op_types_to_check() -> frozenset[str] | None:
+    """The operation types whose versions :func:`reads_op` can find unreadable in a model that the
+    installed runtime built: those of :data:`OPS_FIRST_READ`, since every other (type, opset) that a
+    measured release registers is read by every measured release. None (check every operation) when the
+    installed runtime is newer than every measured one, or its version cannot be read: it may hold
+    operation versions that no release was measured on."""
+    try:
+        if installed_version() <= NEWEST_KNOWN:
+            return _SUSPECT_TYPES
+    except UnsupportedRuntimeError:
+        pass
+    return None
+
+
+_SUSPECT_TYPES = frozenset(t for t, _ in OPS_FIRST_READ)

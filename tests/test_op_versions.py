@@ -282,3 +282,14 @@ def test_plugin_erfinv_differs_from_the_specification_in_the_tails():
     want = np.array([erfinv_reference(float(v)) for v in x])
     assert abs(got[0] - want[0]) < 4e-7
     assert abs(got[1] - want[1]) > 1e-3
+
+
+def test_looking_only_at_the_suspect_types_finds_what_a_full_walk_finds(monkeypatch):
+    """The analysis reads the version of the types some release does not read; with the installed
+    runtime newer than every measured one it reads every node's: both must find the same."""
+    import ovpasses.analysis.op_versions as op_versions
+    model = build_newer_ops(NewerOpsSpec(one_hot="normalize", in_loop_body=True))
+    quick = analyze_op_versions(model, parse_release(OLDEST))
+    monkeypatch.setattr(op_versions, "op_types_to_check", lambda: None)
+    full = analyze_op_versions(model, parse_release(OLDEST))
+    assert quick.unreadable == full.unreadable and len(full.unreadable) == 2

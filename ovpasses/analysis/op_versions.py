@@ -13,7 +13,10 @@ are walked too: an operation the target cannot read makes the file unreadable wh
 node visited once.
 
 Operations whose version is not an opset (``extension``: openvino_tokenizers' operations, which a
-runtime reads when the extension is loaded) are not judged.
+runtime reads when the extension is loaded) are not judged. Only the types that some measured release
+does not read in some version are looked at closely (:func:`~ovpasses.runtimes.op_types_to_check`;
+every type when the installed runtime is newer than every measured one): reading a node's version
+costs about 2 µs, its type name a fraction of that.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import openvino as ov
 
-from ovpasses.runtimes import Version, first_release_reading, reads_op, version_string
+from ovpasses.runtimes import Version, first_release_reading, op_types_to_check, reads_op, version_string
 
 SUBGRAPH_OPS = {"Loop", "TensorIterator", "If"}
 _OPSET = re.compile(r"opset\d+")
@@ -94,11 +97,15 @@ def _bodies(node: ov.Node) -> list[ov.Model]:
 def analyze_op_versions(model: ov.Model, target: Version) -> OpVersionAnalysis:
     """The operations of ``model`` (bodies included) that release ``target`` cannot read from an IR file."""
     analysis = OpVersionAnalysis(target)
+    suspects = op_types_to_check()
     pending: list[tuple[ov.Model, str]] = [(model, "")]
     while pending:
         graph, where = pending.pop(0)
         for node in graph.get_ordered_ops():
-            type_name, opset = node.get_type_name(), op_version(node)
+            type_name = node.get_type_name()
+            if suspects is not None and type_name not in suspects and type_name not in SUBGRAPH_OPS:
+                continue
+            opset = op_version(node)
             if not reads_op(target, type_name, opset):
                 analysis.unreadable.append(UnreadableOp(
                     node.get_friendly_name(), type_name, opset, first_release_reading(type_name, opset),
