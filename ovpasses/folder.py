@@ -129,8 +129,8 @@ class FolderSummary:
             for item in model.op_versions:
                 lines.append(f"{model.file}: cannot be read as exported: {item.op.describe()}: {item.action}")
         rest = [m.file for m in self.models if m.summary is None and not m.op_versions] + self.copied
-        lines.append(f"copied unchanged: {len(rest)} file(s)" + (f" ({', '.join(rest[:6])}"
-                                                                 f"{', ...' if len(rest) > 6 else ''})" if rest else ""))
+        listed = f" ({', '.join(rest[:6])}{', ...' if len(rest) > 6 else ''})" if rest else ""
+        lines.append(f"copied unchanged: {len(rest)} file(s){listed}")
         return "\n".join(lines)
 
 

@@ -178,22 +178,27 @@ class OpVersionLowering:
         return [a for a in self.actions if not a.handled]
 
     def error_message(self) -> str:
-        """The one-paragraph message of :class:`UnreadableOperationError` for the refused operations."""
-        refused = self.refused
-        target = version_string(self.target)
-        parts = []
-        for item in refused[:5]:
-            first = item.op.first_read_string
-            reads = (f"openvino {first} is the first release that reads it" if first else
-                     "no release that ovpasses has measured reads it")
-            parts.append(f"{item.op.describe()}: {item.action.removeprefix('refused: ')}; {reads}")
-        more = f"; and {len(refused) - 5} more" if len(refused) > 5 else ""
-        firsts = [a.op.first_read for a in refused if a.op.first_read is not None]
-        advice = (f"prepare the IR for openvino {version_string(max(firsts))} or newer (--runtime), or run it there"
-                  if len(firsts) == len(refused) else "run it on the runtime that exported it")
-        return (f"openvino {target} cannot read {len(refused)} operation{'s' if len(refused) > 1 else ''} of this "
-                f"model, and ovpasses cannot replace {'them' if len(refused) > 1 else 'it'} by operations that "
-                f"{target} reads: {'; '.join(parts)}{more}. {advice[0].upper()}{advice[1:]}")
+        return refusal_message(self.target, self.refused)
+
+
+def refusal_message(target: Version, refused: list[OpVersionAction]) -> str:
+    """The message of :class:`UnreadableOperationError`: each refused operation (the first five), why,
+    and the first release that reads it."""
+    shown = version_string(target)
+    parts = []
+    for item in refused[:5]:
+        first = item.op.first_read_string
+        reads = (f"openvino {first} is the first release that reads it" if first else
+                 "no release that ovpasses has measured reads it")
+        parts.append(f"{item.op.describe()}: {item.action.removeprefix('refused: ')}; {reads}")
+    more = f"; and {len(refused) - 5} more" if len(refused) > 5 else ""
+    firsts = [a.op.first_read for a in refused if a.op.first_read is not None]
+    advice = (f"Prepare the IR for openvino {version_string(max(firsts))} or newer (--runtime), or run it there"
+              if len(firsts) == len(refused) else "Run it on the runtime that exported it")
+    count = f"{len(refused)} operation{'s' if len(refused) > 1 else ''}"
+    return (f"openvino {shown} cannot read {count} of this model, and ovpasses cannot replace "
+            f"{'them' if len(refused) > 1 else 'it'} by operations that {shown} reads: {'; '.join(parts)}{more}. "
+            f"{advice}")
 
 
 @dataclass
@@ -324,8 +329,8 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     """
     summary = run_pipeline(model, runtime, passes)
     if not summary.readable:
-        lowering = OpVersionLowering(summary.profile.version, summary.op_versions)
-        raise UnreadableOperationError(lowering.error_message())
+        raise UnreadableOperationError(refusal_message(summary.profile.version,
+                                                       [a for a in summary.op_versions if not a.handled]))
     return summary
 
 
@@ -415,7 +420,8 @@ def lower_op_versions(model: ov.Model, target: Version, selected: frozenset[str]
             start = time.perf_counter()
             lowering_pass = pass_class(unreadable)
             _run(model, lowering_pass)
-            lowering.passes.append(PassReport(pass_class.NAME, list(lowering_pass.replaced), time.perf_counter() - start))
+            lowering.passes.append(PassReport(pass_class.NAME, list(lowering_pass.replaced),
+                                              time.perf_counter() - start))
     # the truth is what is left: an operation still there was refused, whatever the passes reported
     left = {(op.name, op.type, op.opset, op.where) for op in analyze_op_versions(model, target).unreadable}
     for op in before.unreadable:

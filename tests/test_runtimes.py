@@ -111,7 +111,8 @@ def old_runtime(version: str, default: bool = False):
     """A parameter for an older runtime's venv: skipped where the venv is missing; 2026.0.0 is in the
     default run (tools/test.sh makes its venv), the others carry the ``matrix`` mark."""
     python = ROOT / ".venvs" / f"ov-{version}" / "bin" / "python"
-    marks = [pytest.mark.skipif(not python.exists(), reason=f"needs .venvs/ov-{version} (bash tools/venv.sh ov {version})")]
+    marks = [pytest.mark.skipif(not python.exists(),
+                                reason=f"needs .venvs/ov-{version} (bash tools/venv.sh ov {version})")]
     return pytest.param(version, marks=marks if default else [*marks, pytest.mark.matrix], id=version)
 
 

@@ -224,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
             record.append(facts)
             print(f"{facts['runtime']}: python opset{facts['python_opsets']}, reader opsets "
                   f"{facts['reader_opsets'][0]}-{facts['reader_opsets'][-1]}, IR versions {facts['ir_versions_read']} "
-                  f"(writes {facts['save_model_ir_version']}), {len(facts['not_read'])} of {facts['probed']} op versions "
+                  f"(writes {facts['save_model_ir_version']}), {len(facts['not_read'])} of {facts['probed']} "
+                  "op versions "
                   f"not read, {len(facts['crashed'])} probes crashed, saved by newest: {facts['saved_by_newest']}",
                   file=sys.stderr, flush=True)
     # one row per op version that some measured runtime does not read

@@ -76,7 +76,8 @@ def run_worker(cmd: list[str], timeout: int, labels: dict) -> dict:
 def prepare(fixture: Path, runtime: str, folder: Path, timeout: int) -> dict | None:
     """Rewrite ``fixture`` for ``runtime`` under the newest runtime into ``folder``; None when that worked,
     else the failure as a cell's fields."""
-    version = subprocess.run([str(venv_python("newest", False)), "-c", "import openvino; print(openvino.get_version())"],
+    newest = str(venv_python("newest", False))
+    version = subprocess.run([newest, "-c", "import openvino; print(openvino.get_version())"],
                              capture_output=True, text=True, check=True).stdout.split("-")[0].strip()
     target = version if runtime == "newest" else runtime
     cmd = [str(venv_python("newest", False)), "-m", "ovpasses.cli", "rewrite", str(fixture), "-o", str(folder),
