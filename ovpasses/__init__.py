@@ -1,15 +1,18 @@
 """ovpasses: OpenVINO graph transformations for models whose KV caches are shared between layers."""
 
-from ovpasses.analysis import KVSharingAnalysis, analyze_kv_sharing
+from ovpasses.analysis import KVSharingAnalysis, OpVersionAnalysis, analyze_kv_sharing, analyze_op_versions
 from ovpasses.errors import (
     DeviceNotAvailableError,
     OvpassesError,
     PassInvariantError,
+    UnreadableOperationError,
     UnsupportedModelError,
     UnsupportedRuntimeError,
 )
 from ovpasses.passes import (
+    ConvertOneHot16ToOneHot1,
     DisableStatefulSDPAFusion,
+    ErfInvConstantFolding,
     KVCacheShapeOfDecomposition,
     ScaledDotProductAttentionDecomposition,
     SharedKVCacheDetection,
@@ -20,10 +23,13 @@ from ovpasses.pipeline import RewriteSummary, RuntimeProfile, compile_model, pla
 __version__ = "0.1.0"
 
 __all__ = [
+    "ConvertOneHot16ToOneHot1",
     "DeviceNotAvailableError",
     "DisableStatefulSDPAFusion",
+    "ErfInvConstantFolding",
     "KVCacheShapeOfDecomposition",
     "KVSharingAnalysis",
+    "OpVersionAnalysis",
     "OvpassesError",
     "PassInvariantError",
     "RewriteSummary",
@@ -31,9 +37,11 @@ __all__ = [
     "ScaledDotProductAttentionDecomposition",
     "SharedKVCacheDetection",
     "SlidingWindowMaskSliceInsertion",
+    "UnreadableOperationError",
     "UnsupportedModelError",
     "UnsupportedRuntimeError",
     "analyze_kv_sharing",
+    "analyze_op_versions",
     "compile_model",
     "plan",
     "profile_for",

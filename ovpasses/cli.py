@@ -43,7 +43,8 @@ exit codes:
 Run 'ovpass COMMAND --help' for the options of a command.
 """
 
-RUNTIME_HELP = ("the OpenVINO release to prepare the IR for (its profile is applied): 'auto' (default: the "
+RUNTIME_HELP = ("the OpenVINO release to prepare the IR for (its profile is applied, and operations it cannot "
+                "read are replaced where that is exact, else the rewrite refuses): 'auto' (default: the "
                 f"installed runtime, {ov.get_version().split('-')[0]}) or a release such as 2026.0 or 2026.4.1; "
                 f"releases {runtimes.version_string(runtimes.OLDEST_SUPPORTED[:2])} and newer")
 

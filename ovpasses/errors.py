@@ -19,3 +19,8 @@ class DeviceNotAvailableError(OvpassesError):
 
 class UnsupportedRuntimeError(OvpassesError):
     """The runtime named (or installed) is not an OpenVINO release ovpasses prepares IRs for."""
+
+
+class UnreadableOperationError(OvpassesError):
+    """The model holds an operation that the target runtime cannot read from an IR file, and no pass can
+    replace it by operations the target reads (see :mod:`ovpasses.analysis.op_versions`)."""

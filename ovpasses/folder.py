@@ -10,6 +10,13 @@ place, so the target is the old folder or the new one, whole.
 
 Which IRs hold stateful attention is read from the XML's layer types, without building the model:
 the tokenizer IRs need openvino_tokenizers' extension to be read at all.
+
+For a named target (``--runtime 2026.0``), every IR is made readable there: the rewritten IRs by the
+pipeline itself, and an IR without stateful attention that holds an operation the target cannot read
+(from its XML's layer versions) by :func:`ovpasses.pipeline.lower_op_versions` alone. An operation
+that cannot be replaced refuses the whole folder, naming the file. Tokenizer IRs converted by a newer
+openvino_tokenizers than the target's are copied as they are, with a warning: openvino_genai releases
+before it crash when they load them (:data:`ovpasses.runtimes.TOKENIZERS_CRASH_OLDER_GENAI`).
 """
 
 from __future__ import annotations
@@ -26,8 +33,10 @@ from pathlib import Path
 import openvino as ov
 
 from ovpasses import commit, io
-from ovpasses.errors import OvpassesError
-from ovpasses.pipeline import RewriteSummary, rewrite
+from ovpasses.analysis.op_versions import unreadable_versions
+from ovpasses.errors import OvpassesError, UnreadableOperationError
+from ovpasses.pipeline import OpVersionAction, RewriteSummary, lower_op_versions, profile_for, rewrite, selected_passes
+from ovpasses.runtimes import TOKENIZERS_CRASH_OLDER_GENAI, Version, parse_release, version_string
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +84,22 @@ def stateful_irs(folder: str | os.PathLike) -> list[str]:
 
 @dataclass
 class FolderModel:
-    """One IR of the folder and what the pipeline did to it (None: copied as it is)."""
+    """One IR of the folder and what the pipeline did to it (None: copied as it is, or, with
+    ``op_versions``, only the operations the target cannot read replaced)."""
 
     file: str
     summary: RewriteSummary | None
     seconds: float = 0.0
+    op_versions: list[OpVersionAction] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         data = {"file": self.file, "rewritten": self.summary is not None, "seconds": round(self.seconds, 3)}
         if self.summary is not None:
             data["summary"] = self.summary.to_dict()
             data["changed"] = self.summary.changed
+        elif self.op_versions:
+            data["unreadable_ops"] = [a.to_dict() for a in self.op_versions]
+            data["changed"] = True
         return data
 
 
@@ -100,7 +114,7 @@ class FolderSummary:
 
     @property
     def changed(self) -> bool:
-        return any(m.summary is not None and m.summary.changed for m in self.models)
+        return any(m.summary is not None and m.summary.changed or bool(m.op_versions) for m in self.models)
 
     def to_dict(self) -> dict:
         return {"schema": "ovpass.rewrite-folder/1", "input": self.source, "output": self.target,
@@ -109,13 +123,14 @@ class FolderSummary:
     def __str__(self) -> str:
         lines = []
         for model in self.models:
-            if model.summary is None:
-                continue
-            lines.append(f"{model.file}:")
-            lines += [f"  {line}" for line in str(model.summary).splitlines()]
-        rest = [m.file for m in self.models if m.summary is None] + self.copied
-        lines.append(f"copied unchanged: {len(rest)} file(s)" + (f" ({', '.join(rest[:6])}"
-                                                                 f"{', ...' if len(rest) > 6 else ''})" if rest else ""))
+            if model.summary is not None:
+                lines.append(f"{model.file}:")
+                lines += [f"  {line}" for line in str(model.summary).splitlines()]
+            for item in model.op_versions:
+                lines.append(f"{model.file}: cannot be read as exported: {item.op.describe()}: {item.action}")
+        rest = [m.file for m in self.models if m.summary is None and not m.op_versions] + self.copied
+        listed = f" ({', '.join(rest[:6])}{', ...' if len(rest) > 6 else ''})" if rest else ""
+        lines.append(f"copied unchanged: {len(rest)} file(s){listed}")
         return "\n".join(lines)
 
 
@@ -149,8 +164,11 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
     """Rewrite every IR of ``source`` that holds stateful attention and write the folder to ``target``.
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
-    ``source`` itself. Files other than those IRs are copied byte for byte, sub-folders included;
-    ovpass's own lock, journal and temporary files are not copied.
+    ``source`` itself. An IR without stateful attention that holds an operation the target runtime
+    cannot read gets only those operations replaced (:func:`~ovpasses.pipeline.lower_op_versions`).
+    Files other than those IRs are copied byte for byte, sub-folders included; ovpass's own lock,
+    journal and temporary files are not copied. :class:`UnreadableOperationError`, naming the file,
+    when an IR holds an operation the target cannot read and ovpasses cannot replace.
     """
     source = Path(source)
     destination = source if in_place else (Path(target) if target is not None else None)
@@ -161,6 +179,9 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
     summary = FolderSummary(str(source), None if destination is None else str(destination))
     irs = {p.name for p in ir_files_in(source)}
     stateful = stateful_irs(source)
+    target = profile_for(runtime).version
+    selected = None if passes is None else selected_passes(passes)
+    _warn_newer_tokenizers(source, sorted(irs), target)
 
     staging = None if destination is None else destination.parent / commit.temp_name()
     try:
@@ -171,10 +192,26 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
             log.info("rewriting %s (%d/%d)", name, index, len(stateful))
             start = time.perf_counter()
             model = io.read_ir(source / name)
-            result = rewrite(model, runtime, passes)
+            try:
+                result = rewrite(model, runtime, passes)
+            except UnreadableOperationError as exc:
+                raise UnreadableOperationError(f"{source / name}: {exc}") from None
             if staging is not None:
                 io.save_ir(model, staging / name, mode_from=source / name)
             summary.models.append(FolderModel(name, result, time.perf_counter() - start))
+            done |= {name, io.weights_path(Path(name)).name}
+        # IRs without stateful attention that hold an operation the target cannot read: only that changes
+        for name in sorted(irs - set(stateful)):
+            if not unreadable_versions(source / name, target):
+                continue
+            start = time.perf_counter()
+            model = io.read_ir(source / name)
+            lowering = lower_op_versions(model, target, selected)
+            if lowering.refused:
+                raise UnreadableOperationError(f"{source / name}: {lowering.error_message()}")
+            if staging is not None:
+                io.save_ir(model, staging / name, mode_from=source / name)
+            summary.models.append(FolderModel(name, None, time.perf_counter() - start, lowering.actions))
             done |= {name, io.weights_path(Path(name)).name}
         for entry in sorted(source.iterdir()):
             if entry.name in done or entry.name.startswith((commit.TEMP_PREFIX, commit.BACKUP_PREFIX)) \
@@ -197,6 +234,31 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
         if staging is not None and staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return summary
+
+
+def _tokenizers_version(xml_path: Path) -> Version | None:
+    """The openvino_tokenizers release that converted a tokenizer IR (its ``openvino_tokenizers_version``
+    runtime info, ``2026.4.1.0-738-...``), or None when the IR does not say."""
+    with contextlib.suppress(ET.ParseError, OSError, OvpassesError):
+        for _event, element in ET.iterparse(xml_path, events=("start",)):
+            if element.tag == "openvino_tokenizers_version":
+                return parse_release(".".join(element.get("value", "").split("-")[0].split(".")[:3]))
+    return None
+
+
+def _warn_newer_tokenizers(source: Path, irs: list[str], target: Version) -> None:
+    """One warning naming the tokenizer IRs of ``source`` that a release newer than ``target`` converted."""
+    newer = {}
+    for name in irs:
+        converted = _tokenizers_version(source / name)
+        if converted is not None and converted[:2] > target[:2]:
+            newer[name] = converted
+    if newer and TOKENIZERS_CRASH_OLDER_GENAI:
+        log.warning("%s: converted by openvino_tokenizers %s, which openvino_genai %s cannot load (measured: genai "
+                    "releases older than the converter segfault; ovpasses.runtimes); they are copied as they are: "
+                    "convert the tokenizer again with openvino_tokenizers %s, or give genai token ids",
+                    ", ".join(newer), ", ".join(sorted({version_string(v) for v in newer.values()})),
+                    version_string(target[:2]), version_string(target[:2]))
 
 
 def _copy(entry: Path, target: Path) -> None:

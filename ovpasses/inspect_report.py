@@ -16,22 +16,24 @@ import openvino as ov
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.errors import OvpassesError
-from ovpasses.pipeline import rewrite
+from ovpasses.pipeline import rewrite, run_pipeline
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
 
 
 def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
-    """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``.
+    """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``,
+    and the operations ``runtime`` cannot read as exported with what the rewrite does about each.
 
     Runs the pipeline on a clone (the actions are the ones the rewrite really takes, including the
-    fallback to decomposition); ``model`` is not changed. The result follows the schema documented in
-    README.md (``"schema": "ovpass.inspect/1"``). Per SDPA, ``fusion`` is whether the CPU plugin is
-    expected to fuse it into its stateful kernel in the model as the rewrite leaves it, and
-    ``fusion_unmodified`` the same for the model as it is, each with its reason.
+    fallback to decomposition and the refusal of an operation it cannot replace); ``model`` is not
+    changed. The result follows the schema documented in README.md (``"schema": "ovpass.inspect/1"``).
+    Per SDPA, ``fusion`` is whether the CPU plugin is expected to fuse it into its stateful kernel in the
+    model as the rewrite leaves it, and ``fusion_unmodified`` the same for the model as it is, each with
+    its reason.
     """
-    summary = rewrite(model.clone(), runtime)
+    summary = run_pipeline(model.clone(), runtime)
     data = summary.analysis.to_dict()
     fusion, unmodified = summary.fusion(), summary.fusion(unmodified=True)
     for sdpa in data["sdpa"]:
@@ -54,6 +56,8 @@ def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
         "sliding_window_masks": summary.masks_to_dicts(),
         "warnings": list(summary.warnings),
         "lint": [f.to_dict() for f in summary.findings],
+        "unreadable_ops": [a.to_dict() for a in summary.op_versions],
+        "readable": summary.readable,
     }
 
 
@@ -141,6 +145,16 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         lines.append(f"not handled: {message}")
     for message in report.get("warnings", []):
         lines.append(f"warning: {message}")
+    ops = report.get("unreadable_ops", [])
+    if ops:
+        verdict = ("the rewritten IR is readable there" if report["readable"] else
+                   "ovpass rewrite refuses: the rewritten IR would not be readable there")
+        lines += ["", f"operations openvino {report['runtime']} cannot read as exported ({verdict}):"]
+        for op in ops:
+            where = f" in {op['where']}" if op["where"] else ""
+            first = f"first read by {op['first_read']}" if op["first_read"] else "no measured release reads it"
+            lines.append(f"  {op['type']} ({op['opset']}, {first}) '{op['name']}'{where}")
+            lines.append(f"    action: {op['action']}")
     return "\n".join(lines) + "\n"
 
 

@@ -6,10 +6,16 @@ rewrites a clone and hands it to the CPU or GPU plugin. What changes depends on 
 from ``openvino.get_version()`` unless ``runtime`` names a release. Three plans, each pure over plain
 data: :func:`plan` per SDPA (the KV caches), :func:`mask_plan` per sliding-window mask
 (openvino_genai's paged path) and :func:`paged_warnings` for what no rewrite mends on that path.
+
+The pipeline also makes the IR readable by the target: operations newer than the target reads
+(:mod:`ovpasses.analysis.op_versions`) are constant-folded or converted into older operations where
+that is exact (:func:`lower_op_versions`), and otherwise :func:`rewrite` refuses with
+:class:`~ovpasses.errors.UnreadableOperationError`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -26,10 +32,13 @@ from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask, find_sliding_window_masks
 from ovpasses.analysis.stateful_fusion import FusionVerdict, predict_fusion
+from ovpasses.analysis.op_versions import UnreadableOp, analyze_op_versions, op_version
 from ovpasses.devices import normalize_device, resolve_device
-from ovpasses.errors import OvpassesError, UnsupportedRuntimeError
+from ovpasses.errors import OvpassesError, UnreadableOperationError, UnsupportedRuntimeError
 from ovpasses.io import read_ir
+from ovpasses.passes.convert_one_hot16_to_one_hot1 import ConvertOneHot16ToOneHot1
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
+from ovpasses.passes.erfinv_constant_folding import ErfInvConstantFolding
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
@@ -41,9 +50,11 @@ from ovpasses.runtimes import (
     PAGED_CPU_NEEDS_ONE_HEAD_SIZE,
     PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT,
     PAGED_WINDOW_NEEDS_SLICE,
+    OPSETS_MEASURED_ON,
     Version,
     installed_version,
     parse_release,
+    reads_op,
     version_string,
 )
 from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
@@ -238,6 +249,54 @@ class PassReport:
     seconds: float
 
 
+@dataclass(frozen=True)
+class OpVersionAction:
+    """One operation the target could not read as exported, and what the pipeline did about it."""
+
+    op: UnreadableOp
+    action: str          # what was done, or "refused: <why>"
+    handled: bool        # the rewritten model no longer holds it
+
+    def to_dict(self) -> dict:
+        return {**self.op.to_dict(), "action": self.action, "handled": self.handled}
+
+
+@dataclass(repr=False)
+class OpVersionLowering:
+    """What :func:`lower_op_versions` did: per operation the target could not read, its action."""
+
+    target: Version
+    actions: list[OpVersionAction] = field(default_factory=list)
+    passes: list[PassReport] = field(default_factory=list)
+
+    @property
+    def refused(self) -> list[OpVersionAction]:
+        return [a for a in self.actions if not a.handled]
+
+    def error_message(self) -> str:
+        return refusal_message(self.target, self.refused)
+
+
+def refusal_message(target: Version, refused: list[OpVersionAction]) -> str:
+    """The message of :class:`UnreadableOperationError`: each refused operation (the first five), why,
+    and the first release that reads it."""
+    shown = version_string(target)
+    parts = []
+    for item in refused[:5]:
+        first = item.op.first_read_string
+        reads = (f"openvino {first} is the first release that reads it" if first else
+                 "no release that ovpasses has measured reads it")
+        parts.append(f"{item.op.describe()}: {item.action.removeprefix('refused: ')}; {reads}")
+    more = f"; and {len(refused) - 5} more" if len(refused) > 5 else ""
+    firsts = [a.op.first_read for a in refused if a.op.first_read is not None]
+    advice = (f"Prepare the IR for openvino {version_string(max(firsts))} or newer (--runtime), or run it there"
+              if len(firsts) == len(refused) else "Run it on the runtime that exported it")
+    count = f"{len(refused)} operation{'s' if len(refused) > 1 else ''}"
+    return (f"openvino {shown} cannot read {count} of this model, and ovpasses cannot replace "
+            f"{'them' if len(refused) > 1 else 'it'} by operations that {shown} reads: {'; '.join(parts)}{more}. "
+            f"{advice}")
+
+
 @dataclass(repr=False)
 class RewriteSummary:
     """What :func:`rewrite` detected and changed, and why (``reasons``: the plan's reason per SDPA)."""
@@ -252,6 +311,8 @@ class RewriteSummary:
     reasons: dict[str, str] = field(default_factory=dict)
     kinds: dict[str, AttentionKind] = field(default_factory=dict)   # per SDPA, its attention kind
     findings: list[Finding] = field(default_factory=list)            # the sharing lint's
+    # operations the target could not read as exported (none for the installed runtime), and what was done
+    op_versions: list[OpVersionAction] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -286,6 +347,11 @@ class RewriteSummary:
                 shapeof_loses_state=self.profile.decompose_cache_shapeof)
         return verdicts
 
+    @property
+    def readable(self) -> bool:
+        """Whether the target runtime reads the rewritten model (every operation it could not read was replaced)."""
+        return all(a.handled for a in self.op_versions)
+
     def to_dict(self) -> dict:
         return {
             "runtime": self.profile.version_string,
@@ -301,6 +367,8 @@ class RewriteSummary:
             "sliding_window_masks": self.masks_to_dicts(),
             "warnings": list(self.warnings),
             "lint": [f.to_dict() for f in self.findings],
+            "unreadable_ops": [a.to_dict() for a in self.op_versions],
+            "readable": self.readable,
         }
 
     def masks_to_dicts(self) -> list[dict]:
@@ -336,6 +404,10 @@ class RewriteSummary:
             lines.append(f"warning: KV sharing: {finding.message}")
         for message in self.warnings:
             lines.append(f"warning: {message}")
+        measured = self.profile.version in OPSETS_MEASURED_ON
+        for item in self.op_versions:
+            verb = "cannot read" if measured else "is not known to read"   # between measured releases
+            lines.append(f"{self.profile.version_string} {verb} {item.op.describe()}: {item.action}")
         return "\n".join(lines)
 
 
@@ -357,8 +429,17 @@ PASSES: dict[str, tuple[type, str]] = {
         SlidingWindowMaskSliceInsertion,
         "2026.0 - 2026.2: no-op Slice after a sliding-window mask, so the paged (PagedAttention) converter keeps "
         "the window"),
+    ErfInvConstantFolding.NAME: (
+        ErfInvConstantFolding,
+        "targets before 2026.2: replaces ErfInv (opset17) of a Constant by its value, computed in float64"),
+    ConvertOneHot16ToOneHot1.NAME: (
+        ConvertOneHot16ToOneHot1,
+        "targets before 2025.4: OneHot-16 as the OneHot-1 (and opset1 index arithmetic) that computes the same"),
 }
 PIPELINE_PASSES = tuple(PASSES)
+# Passes that replace operations the target cannot read, each by the (type, opset) it replaces
+LOWERING_PASSES: tuple[type, ...] = (ErfInvConstantFolding, ConvertOneHot16ToOneHot1)
+NO_LOWERING = "ovpasses has no constant folding or exact decomposition into older operations for it"
 SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
 SKIPPED_PREFIX = "not applied (pass "
 
@@ -398,7 +479,24 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     analysis always runs (the plan needs it); naming SharedKVCacheDetection also writes its verdict
     into the SDPAs' runtime info. Without the barrier pass, the SDPAs planned for it are decomposed
     when ScaledDotProductAttentionDecomposition is named.
+
+    When ``runtime`` names a release that cannot read some operation of the model (an ErfInv on
+    2026.1, say), the operation is replaced where that is exact (:func:`lower_op_versions`); an
+    operation that cannot be replaced raises :class:`UnreadableOperationError` naming it, its opset,
+    the target and the first release that reads it. The model has been rewritten by then (in place,
+    as always); the CLI writes nothing.
     """
+    summary = run_pipeline(model, runtime, passes)
+    if not summary.readable:
+        raise UnreadableOperationError(refusal_message(summary.profile.version,
+                                                       [a for a in summary.op_versions if not a.handled]))
+    return summary
+
+
+def run_pipeline(model: ov.Model, runtime: str | None = None,
+                 passes: str | Iterable[str] | None = None) -> RewriteSummary:
+    """:func:`rewrite` without the refusal: the summary says which operations the target still cannot
+    read (``summary.readable``, ``summary.op_versions``). ``ovpass inspect`` reports from it."""
     profile = profile_for(runtime)
     selected = selected_passes(passes)
     reports: list[PassReport] = []
@@ -467,11 +565,54 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
                     mask_actions[name] = SKIPPED.format(pass_=SlidingWindowMaskSliceInsertion.NAME, action=MASK_SLICE)
     if SharedKVCacheDetection.NAME in selected:
         _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
-    summary = RewriteSummary(profile, analysis, actions, reports, masks, mask_actions, warnings,
+    lowering = lower_op_versions(model, profile.version, selected)
+    summary = RewriteSummary(profile, analysis, actions, reports + lowering.passes, masks, mask_actions, warnings,
                              reasons={name: decision.reason for name, decision in decisions.items()},
-                             kinds=kinds, findings=findings)
+                             kinds=kinds, findings=findings, op_versions=lowering.actions)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
+
+
+def lower_op_versions(model: ov.Model, target: Version, selected: frozenset[str] | None = None) -> OpVersionLowering:
+    """Replace, in place, the operations of ``model`` that release ``target`` cannot read, where that is
+    exact: each pass of :data:`LOWERING_PASSES` (those in ``selected``; default all) runs when the model
+    holds an operation it replaces that ``target`` cannot read, and only on such operations.
+
+    Returns, per operation ``target`` could not read as exported, what was done, or why it was refused
+    (the reason comes from the pass whose pattern did not take it). Raises nothing: :func:`rewrite`
+    turns refusals into :class:`UnreadableOperationError`. The installed runtime, and any release at
+    least as new, reads whatever the installed one could build: for those nothing is looked at.
+    """
+    selected = frozenset(PIPELINE_PASSES) if selected is None else selected
+    lowering = OpVersionLowering(target)
+    with contextlib.suppress(UnsupportedRuntimeError):   # a local build's version: look
+        if target >= installed_version():
+            return lowering
+    before = analyze_op_versions(model, target)
+    if before.readable:
+        return lowering
+    unreadable = lambda node: not reads_op(target, node.get_type_name(), op_version(node))  # noqa: E731
+    found = before.versions()
+    for pass_class in LOWERING_PASSES:
+        if pass_class.NAME in selected and found & set(pass_class.OPS):
+            start = time.perf_counter()
+            lowering_pass = pass_class(unreadable)
+            _run(model, lowering_pass)
+            lowering.passes.append(PassReport(pass_class.NAME, list(lowering_pass.replaced),
+                                              time.perf_counter() - start))
+    # the truth is what is left: an operation still there was refused, whatever the passes reported
+    left = {(op.name, op.type, op.opset, op.where) for op in analyze_op_versions(model, target).unreadable}
+    for op in before.unreadable:
+        owner = next((p for p in LOWERING_PASSES if (op.type, op.opset) in p.OPS), None)
+        if (op.name, op.type, op.opset, op.where) not in left:
+            lowering.actions.append(OpVersionAction(op, owner.ACTION if owner else "replaced", True))
+        elif owner is None:
+            lowering.actions.append(OpVersionAction(op, f"refused: {NO_LOWERING}", False))
+        elif owner.NAME not in selected:
+            lowering.actions.append(OpVersionAction(op, f"refused: pass {owner.NAME} not selected", False))
+        else:
+            lowering.actions.append(OpVersionAction(op, f"refused: {owner.why_not(op)}", False))
+    return lowering
 
 
 def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,

@@ -1,9 +1,11 @@
 """Facts about OpenVINO releases that ovpasses acts on, as data, each with the measurement behind it.
 
 The pipeline chooses its profile from :data:`OLDEST_SUPPORTED` and :data:`FIRST_FIXED`
-(:func:`ovpasses.pipeline.profile_for`), and the IR reader checks an IR's version against
-:data:`IR_VERSIONS_READ` before OpenVINO sees the file (:func:`ovpasses.io.check_ir_file`). Nothing
-else compares version numbers; a new measurement changes this module, not the passes.
+(:func:`ovpasses.pipeline.profile_for`), the IR reader checks an IR's version against
+:data:`IR_VERSIONS_READ` before OpenVINO sees the file (:func:`ovpasses.io.check_ir_file`), and the
+operation-version analysis asks :func:`reads_op` which operations a target runtime reads
+(:mod:`ovpasses.analysis.op_versions`). Nothing else compares version numbers; a new measurement
+changes this module, not the passes.
 """
 
 from __future__ import annotations
@@ -92,8 +94,47 @@ PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT: tuple[Version, Version | None] = ((2025, 2
 # the model ... Available frontends: ..." after the TensorFlow frontend printed parse errors of its own;
 # "abc" and "" fail with "stoll"; "10.5" and "-1" with "... is not an unsigned 64 bit integer".
 # ov.save_model writes 11 on both.
+# Measured again (2026-11-22, ``python tools/opset_facts.py``, benchmarks/results/opset_facts.json) on
+# every release of the runtime matrix, with the versions 1, 5-13: each reads 10 and 11 and writes 11.
 IR_VERSIONS_READ: tuple[int, ...] = (10, 11)
-IR_VERSIONS_MEASURED_ON: tuple[Version, ...] = ((2026, 0, 0), (2026, 4, 1))
+IR_VERSIONS_MEASURED_ON: tuple[Version, ...] = (
+    (2025, 2, 0), (2025, 4, 1), (2026, 0, 0), (2026, 1, 0), (2026, 2, 1), (2026, 3, 1), (2026, 4, 1))
+
+# Which operation versions each release's IR reader reads. An IR file names each layer's operation by
+# type and opset, ``<layer type="ErfInv" version="opset17">``: the opset of the operation's version
+# (ov::op::v17::ErfInv is written as opset17, v0 operations as opset1). A release refuses an opset it
+# does not know ("Cannot create ErfInv layer ... from unsupported opset: opset17") and an operation its
+# opset does not hold ("Opset opset16 doesn't contain the operation with type: OneHot").
+#
+# Measured 2026-11-22 with ``python tools/opset_facts.py`` (benchmarks/results/opset_facts.json), in
+# each runtime venv: the highest ``openvino.opsetN`` module (16 on 2025.2.0 - 2026.1.0, 17 on 2026.2.1 -
+# 2026.4.1), the opsets whose Parameter its reader reads (the same), and ``Core.read_model`` of a
+# one-layer IR ``<layer type=T version=opsetK>`` -> Result for each of the 237 (type, opsetK) pairs that
+# 2026.4.1 registers and reads; and IR files saved by 2026.4.1 with an ErfInv (opset17), a OneHot
+# (opset16) and an AvgPool (opset16), read by each release. Every pair not below is read by every
+# measured release.
+#
+# (type, opset) -> the first measured release that reads it. Releases before it refuse it.
+OPS_FIRST_READ: dict[tuple[str, str], Version] = {
+    ("AvgPool", "opset16"): (2025, 4, 1),        # AvgPool-16 (dilations); 2025.2's opset16 lacks it
+    ("OneHot", "opset16"): (2025, 4, 1),         # OneHot-16 (negative_indices_mode); likewise
+    ("ErfInv", "opset17"): (2026, 2, 1),         # Gemma 3n's activation sparsity exports it
+    ("GroupedMatMul", "opset17"): (2026, 3, 1),
+    ("RGBtoNV12", "opset17"): (2026, 4, 1),
+    ("BGRtoNV12", "opset17"): (2026, 4, 1),
+}
+# The highest opset whose operations a release reads; an opset above it is unknown to that release.
+HIGHEST_OPSET: dict[Version, int] = {
+    (2025, 2, 0): 16, (2025, 4, 1): 16, (2026, 0, 0): 16, (2026, 1, 0): 16,
+    (2026, 2, 1): 17, (2026, 3, 1): 17, (2026, 4, 1): 17,
+}
+OPSETS_MEASURED_ON: tuple[Version, ...] = tuple(HIGHEST_OPSET)
+
+# openvino_genai cannot load a tokenizer that a newer openvino_tokenizers converted: it segfaults.
+# Measured 2026-11-22: ``openvino_genai.Tokenizer(tests/fixtures/gemma3n/tiny8)`` (converted by
+# openvino_tokenizers 2026.4.1) in each runtime venv: 2025.2.0, 2025.4.1, 2026.0.0, 2026.1.0, 2026.2.1
+# and 2026.3.1 segfault, 2026.4.1 loads it. ``ovpass rewrite DIR --runtime OLD`` warns about such a folder.
+TOKENIZERS_CRASH_OLDER_GENAI: bool = True
 
 _RELEASE = re.compile(r"(\d{4})\.(\d+)(?:\.(\d+))?(?:-\S*)?")
 
@@ -136,3 +177,48 @@ def ir_versions_known(runtime: Version) -> bool:
     """Whether :data:`IR_VERSIONS_READ` is known to hold for ``runtime``: measured on two releases and
     taken for every supported one up to the newest known; a newer runtime may read other versions."""
     return OLDEST_SUPPORTED <= runtime <= NEWEST_KNOWN
+
+
+_OPSET = re.compile(r"opset(\d+)")
+
+
+def first_release_reading(type_name: str, opset: str) -> Version | None:
+    """The first measured release that reads operation ``type_name`` of ``opset`` (as an IR file names
+    it); None when no measured release reads it (an opset newer than every measured release's)."""
+    if (type_name, opset) in OPS_FIRST_READ:
+        return OPS_FIRST_READ[(type_name, opset)]
+    match = _OPSET.fullmatch(opset)
+    number = int(match.group(1)) if match else 0
+    return next((v for v, highest in HIGHEST_OPSET.items() if number <= highest), None)
+
+
+def reads_op(runtime: Version, type_name: str, opset: str) -> bool:
+    """Whether release ``runtime`` reads operation ``type_name`` of ``opset`` from an IR file.
+
+    From the measurements above: a release between two measured ones is taken to read what the older
+    of them reads (2025.3.0 as 2025.2.0, 2026.2.0 as 2026.1.0), the conservative side. A release newer
+    than :data:`NEWEST_KNOWN` is taken to read everything (what it reads was not measured; the profile
+    warns about it). Operations of a version that is not an opset (``extension``: openvino_tokenizers'
+    operations, read when that extension is loaded) are not judged here: True.
+    """
+    if runtime > NEWEST_KNOWN or _OPSET.fullmatch(opset) is None:
+        return True
+    first = first_release_reading(type_name, opset)
+    return first is not None and runtime >= first
+
+
+def op_types_to_check() -> frozenset[str] | None:
+    """The operation types whose versions :func:`reads_op` can find unreadable in a model that the
+    installed runtime built: those of :data:`OPS_FIRST_READ`, since every other (type, opset) that a
+    measured release registers is read by every measured release. None (check every operation) when the
+    installed runtime is newer than every measured one, or its version cannot be read: it may hold
+    operation versions that no release was measured on."""
+    try:
+        if installed_version() <= NEWEST_KNOWN:
+            return _SUSPECT_TYPES
+    except UnsupportedRuntimeError:
+        pass
+    return None
+
+
+_SUSPECT_TYPES = frozenset(t for t, _ in OPS_FIRST_READ)

@@ -25,6 +25,8 @@ from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, b
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
+GEMMA3N = REPO / "tests" / "fixtures" / "gemma3n" / "tiny8"
+ERFINV = "__module.model.layers.0.mlp/aten::erfinv/ErfInv"
 OVPASS = Path(sys.executable).with_name("ovpass")
 AFFECTED_OVPASS = REPO / ".venvs" / "ov-2026.0.0" / "bin" / "ovpass"
 AFFECTED = "2026.0"   # a runtime of the affected profile (2025.2 - 2026.1)
@@ -550,6 +552,73 @@ def test_rewrite_text_prints_what_a_restricted_run_left_out(ir):
                and "loses its state" in line for line in lines)
     full = ovpass("rewrite", ir, "--dry-run", "--runtime", AFFECTED).stdout
     assert "not applied" not in full
+
+
+# ------------------------------------------------------------------------------------------ --runtime OLD: op versions
+
+@pytest.fixture
+def gemma3n(tmp_path) -> Path:
+    """A private copy of the Gemma 3n IR: it holds ErfInv (opset17), which 2025.2 - 2026.1 cannot read."""
+    folder = tmp_path / "g3n"
+    folder.mkdir()
+    for suffix in (".xml", ".bin"):
+        shutil.copy(GEMMA3N / f"openvino_model{suffix}", folder / f"openvino_model{suffix}")
+    return folder / "openvino_model.xml"
+
+
+@pytest.mark.parametrize("runtime", ["2025.2", AFFECTED, "2026.1"])
+def test_rewrite_for_an_older_runtime_folds_what_it_cannot_read(gemma3n, tmp_path, runtime):
+    out = tmp_path / "out.xml"
+    result = ovpass("rewrite", gemma3n, "-o", out, "--runtime", runtime, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["readable"] and summary["profile"] == "affected"
+    [op] = summary["unreadable_ops"]
+    assert (op["name"], op["type"], op["opset"], op["first_read"], op["handled"]) == (
+        ERFINV, "ErfInv", "opset17", "2026.2.1", True)
+    assert {p["name"]: p["changed"] for p in summary["passes"]}["ErfInvConstantFolding"] == [ERFINV]
+    # the KV plan of the target profile applies as before
+    assert summary["actions"][LAYER0] == SHAPEOF
+    text = out.read_text()
+    assert 'version="opset17"' not in text and 'type="ErfInv"' not in text
+    # a rewritten IR rewrites to itself
+    again = ovpass("rewrite", out, "--in-place", "--runtime", runtime, "--format", "json")
+    assert again.returncode == 0 and not json.loads(again.stdout)["changed"]
+
+
+def test_rewrite_for_a_runtime_that_reads_erfinv_keeps_it(gemma3n, tmp_path):
+    out = tmp_path / "out.xml"
+    summary = json.loads(ovpass("rewrite", gemma3n, "-o", out, "--runtime", "2026.2.1", "--format", "json").stdout)
+    assert summary["unreadable_ops"] == [] and summary["readable"] and not summary["changed"]
+    assert 'type="ErfInv" version="opset17"' in out.read_text()
+
+
+def test_rewrite_refuses_an_op_it_cannot_replace_in_one_line(tmp_path):
+    from ovpasses.testing.graphs import NewerOpsSpec, build_newer_ops
+    source = tmp_path / "erfinv.xml"
+    ov.save_model(build_newer_ops(NewerOpsSpec(erfinv="parameter")), source, compress_to_fp16=False)
+    before = snapshot(tmp_path)
+    result = ovpass("rewrite", source, "-o", tmp_path / "out.xml", "--runtime", AFFECTED)
+    assert result.returncode == 2 and result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith("ovpass: error: openvino 2026.0.0 cannot read 1 operation of this model")
+    assert "ErfInv (opset17)" in line and "openvino 2026.2.1 is the first release that reads it" in line
+    assert snapshot(tmp_path) == before
+
+
+def test_inspect_lists_what_the_target_cannot_read_and_what_the_rewrite_does(gemma3n):
+    report = json.loads(ovpass("inspect", gemma3n, "--format", "json", "--runtime", AFFECTED).stdout)
+    assert report["schema"] == "ovpass.inspect/1" and report["readable"] is True
+    assert report["unreadable_ops"] == [{
+        "name": ERFINV, "type": "ErfInv", "opset": "opset17", "first_read": "2026.2.1", "constant_inputs": True,
+        "element_type": "f32", "where": "", "handled": True,
+        "action": "constant-folded: its input is a Constant (ErfInvConstantFolding)"}]
+    native = json.loads(ovpass("inspect", gemma3n, "--format", "json").stdout)
+    assert native["unreadable_ops"] == [] and native["readable"] is True
+    text = ovpass("inspect", gemma3n, "--runtime", AFFECTED).stdout
+    assert ("operations openvino 2026.0.0 cannot read as exported (the rewritten IR is readable there):\n"
+            f"  ErfInv (opset17, first read by 2026.2.1) '{ERFINV}'\n"
+            "    action: constant-folded: its input is a Constant (ErfInvConstantFolding)\n") in text
 
 
 # ------------------------------------------------------------------------------------------ check

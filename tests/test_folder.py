@@ -256,3 +256,63 @@ def test_bad_data_shapes_are_usage_errors(spec, message):
 def test_genai_needs_a_folder():
     result = ovpass("check", VLM / "openvino_language_model.xml", "--genai")
     assert result.returncode == 2 and "--genai runs openvino_genai on an export folder" in result.stderr
+
+
+# ------------------------------------------------------------------------------------------ --runtime OLD
+
+GEMMA3N = REPO / "tests" / "fixtures" / "gemma3n" / "tiny8"
+
+
+def test_a_gemma3n_folder_for_an_older_runtime(tmp_path):
+    """The language model loses its ErfInv (opset17); tokenizer IRs are copied, with one warning that
+    genai 2026.0 cannot load them."""
+    fixed = tmp_path / "fixed"
+    result = ovpass("rewrite", GEMMA3N, "-o", fixed, "--runtime", AFFECTED, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    [warning] = result.stderr.splitlines()
+    assert warning.startswith("ovpass: warning: openvino_detokenizer.xml, openvino_tokenizer.xml: converted by "
+                              "openvino_tokenizers 2026.4.1, which openvino_genai 2026.0 cannot load")
+    summary = json.loads(result.stdout)
+    [model] = [m for m in summary["models"] if m["rewritten"]]
+    assert model["file"] == "openvino_model.xml" and model["summary"]["readable"]
+    assert [op["type"] for op in model["summary"]["unreadable_ops"]] == ["ErfInv"]
+    assert 'version="opset17"' not in (fixed / "openvino_model.xml").read_text()
+    before, after = tree(GEMMA3N), tree(fixed)
+    assert [name for name in after if after[name] != before[name]] == ["openvino_model.bin", "openvino_model.xml"]
+    # the newest runtime needs nothing changed beyond the KV plan, and no warning
+    native = ovpass("rewrite", GEMMA3N, "-o", tmp_path / "native")
+    assert native.returncode == 0 and native.stderr == ""
+    assert 'type="ErfInv"' in (tmp_path / "native" / "openvino_model.xml").read_text()
+
+
+def _with_extra_ir(export: Path, spec) -> Path:
+    from ovpasses.testing.graphs import build_newer_ops
+    ov.save_model(build_newer_ops(spec), export / "openvino_extra_model.xml", compress_to_fp16=False)
+    return export / "openvino_extra_model.xml"
+
+
+def test_an_ir_without_stateful_attention_gets_only_its_unreadable_ops_replaced(export, tmp_path):
+    from ovpasses.testing.graphs import NewerOpsSpec
+    extra = _with_extra_ir(export, NewerOpsSpec(erfinv="none", one_hot="normalize"))
+    summary = rewrite_folder(export, tmp_path / "old", runtime="2025.2")
+    [lowered] = [m for m in summary.models if m.op_versions]
+    assert lowered.file == extra.name and lowered.summary is None and summary.changed
+    assert [(a.op.type, a.handled) for a in lowered.op_versions] == [("OneHot", True)]
+    assert 'version="opset16"' not in (tmp_path / "old" / extra.name).read_text()
+    assert "cannot be read as exported: OneHot (opset16) 'one_hot'" in str(summary)
+    # 2025.4.1 reads OneHot-16: the IR is copied byte for byte
+    newer = rewrite_folder(export, tmp_path / "newer", runtime="2025.4.1")
+    assert not any(m.op_versions for m in newer.models)
+    assert (tmp_path / "newer" / extra.name).read_bytes() == extra.read_bytes()
+
+
+def test_an_op_that_cannot_be_replaced_refuses_the_folder_naming_the_file(export, tmp_path):
+    from ovpasses.testing.graphs import NewerOpsSpec
+    extra = _with_extra_ir(export, NewerOpsSpec(erfinv="parameter"))
+    result = ovpass("rewrite", export, "-o", tmp_path / "out", "--runtime", AFFECTED)
+    assert result.returncode == 2
+    [error] = [line for line in result.stderr.splitlines() if line.startswith("ovpass: error:")]
+    assert error.startswith(f"ovpass: error: {extra}: openvino 2026.0.0 cannot read 1 operation of this model")
+    assert "ErfInv (opset17)" in error and "its input is not a Constant" in error
+    assert "2026.2.1 is the first release" in error
+    assert sorted(os.listdir(tmp_path)) == ["export"]

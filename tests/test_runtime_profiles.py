@@ -14,17 +14,23 @@ import ovpasses
 from ovpasses import OvpassesError, UnsupportedRuntimeError
 from ovpasses.runtimes import (
     FIRST_FIXED,
+    HIGHEST_OPSET,
     IR_VERSIONS_MEASURED_ON,
     IR_VERSIONS_READ,
     NEWEST_KNOWN,
     OLDEST_SUPPORTED,
+    OPS_FIRST_READ,
     RELEASES,
+    first_release_reading,
     installed_version,
+    parse_release,
+    reads_op,
 )
 from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "benchmarks" / "results" / "runtime_matrix.json"
+OPSET_FACTS = ROOT / "benchmarks" / "results" / "opset_facts.json"
 
 
 @pytest.mark.parametrize("runtime, version, profile", [
@@ -112,3 +118,44 @@ def test_ir_versions_read_as_measured(tmp_path, version):
     except RuntimeError:
         reads = False
     assert reads == (version in IR_VERSIONS_READ)
+
+
+def test_op_version_facts_agree_with_the_recorded_measurement():
+    """OPS_FIRST_READ and HIGHEST_OPSET against the record of tools/opset_facts.py: for every measured
+    release and every operation version some release does not read, reads_op says what was measured;
+    the IR versions too."""
+    record = json.loads(OPSET_FACTS.read_text())
+    rows = {parse_release(r["runtime"]): r for r in record["runtimes"]}
+    assert set(rows) == set(HIGHEST_OPSET) == set(IR_VERSIONS_MEASURED_ON)
+    judged = {tuple(p) for r in rows.values() for p in r["not_read"]} | set(OPS_FIRST_READ)
+    assert judged == set(OPS_FIRST_READ)   # every measured refusal is in the data
+    for version, row in rows.items():
+        assert HIGHEST_OPSET[version] == row["python_opsets"] == max(row["reader_opsets"])
+        assert row["reader_opsets"] == list(range(1, HIGHEST_OPSET[version] + 1))
+        assert tuple(row["ir_versions_read"]) == IR_VERSIONS_READ and row["save_model_ir_version"] == 11
+        not_read = {tuple(p) for p in row["not_read"]}
+        for type_name, opset in judged:
+            assert reads_op(version, type_name, opset) == ((type_name, opset) not in not_read), (version, type_name)
+        saved = {name.split("-")[0]: text == "read" for name, text in row["saved_by_newest"].items()}
+        assert saved == {t: reads_op(version, t, o) for t, o in OPS_FIRST_READ if t in saved}
+    # the first release that reads a version is the first measured one that does
+    for (type_name, opset), first in OPS_FIRST_READ.items():
+        readers = sorted(v for v, row in rows.items() if [type_name, opset] not in row["not_read"])
+        assert first == readers[0] and readers == [v for v in sorted(rows) if v >= first]
+
+
+@pytest.mark.parametrize("runtime, readable", [
+    ((2025, 2, 0), {"ErfInv": False, "OneHot": False, "Add": True}),
+    ((2025, 3, 0), {"ErfInv": False, "OneHot": False, "Add": True}),   # not measured: as 2025.2.0
+    ((2026, 0, 0), {"ErfInv": False, "OneHot": True, "Add": True}),
+    ((2026, 2, 0), {"ErfInv": False, "OneHot": True, "Add": True}),    # not measured: as 2026.1.0
+    ((2026, 2, 1), {"ErfInv": True, "OneHot": True, "Add": True}),
+    ((2099, 1, 0), {"ErfInv": True, "OneHot": True, "Add": True}),     # newer than measured: reads all
+])
+def test_reads_op_between_and_beyond_the_measured_releases(runtime, readable):
+    versions = {"ErfInv": "opset17", "OneHot": "opset16", "Add": "opset1"}
+    assert {t: reads_op(runtime, t, versions[t]) for t in readable} == readable
+    assert reads_op(runtime, "SomeExtensionOp", "extension")        # not an opset: not judged here
+    assert reads_op(runtime, "Future", "opset18") == (runtime > NEWEST_KNOWN)
+    assert first_release_reading("Future", "opset18") is None
+    assert first_release_reading("Add", "opset1") == OLDEST_SUPPORTED

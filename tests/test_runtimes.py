@@ -1,8 +1,9 @@
-"""The Gemma 4 fixtures and a synthetic regression on the newest and on an affected runtime (issues 3, 11).
+"""The Gemma 4 fixtures and a synthetic regression on the newest and on an affected runtime (issues 3,
+11), and the Gemma 3n fixture prepared under the newest runtime for older ones (issue 10).
 
 Each case runs in a subprocess under the runtime's own virtual environment (.venvs/dev for the
-newest, .venvs/ov-2026.0.0 for the affected one; tools/test.sh creates both), through
-``python -m ovpasses.testing.matrix``.
+newest, .venvs/ov-2026.0.0 for the affected one; tools/test.sh creates both; 2025.2.0 and 2026.1.0
+run where their venvs exist), through ``python -m ovpasses.testing.matrix``.
 """
 
 import json
@@ -14,6 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
+GEMMA3N = ROOT / "tests" / "fixtures" / "gemma3n" / "tiny8"
 NEWEST = Path(sys.executable)
 AFFECTED = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
 # fused stateful SDPA kernels on native 2026.4.1 (the exclusive caches: layers 0-1, and 0-12)
@@ -22,12 +24,14 @@ NATIVE_FUSED = {"tiny8": 2, "e2b35": 13, "tiny8u": 2}
 # so its paged tokens show whether the window and the KV sharing come through the conversion
 PAGED_FIXTURE, PAGED_WINDOW = "tiny8u", 16
 PROMPTS = ["default", "long"]   # 12 and 28 tokens
+GEMMA3N_FUSED = 2   # its exclusive caches: layers 0 and 1 (tiny8's layout)
 
 needs_affected = pytest.mark.skipif(not AFFECTED.exists(), reason="needs .venvs/ov-2026.0.0 (bash tools/venv.sh ov 2026.0.0)")
 
 
-def cell(python: Path, fixture: str, mode: str, path: str, prompt: str = "default") -> dict:
-    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(FIXTURES / fixture),
+def cell(python: Path, fixture: str | Path, mode: str, path: str, prompt: str = "default") -> dict:
+    folder = fixture if isinstance(fixture, Path) else FIXTURES / fixture
+    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(folder),
                            "--mode", mode, "--path", path, "--prompt", prompt],
                           capture_output=True, text=True, timeout=600, cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
@@ -128,3 +132,60 @@ def test_synthetic_shapeof_on_cache_concat_regression():
     assert out["rewritten"]["fused"] == 4
     # f32 end to end, 4 layers of O(1) activations: summation order only
     assert out["rewritten"]["max_abs_diff"] < 1e-4
+
+
+# ---------------------------------------------------------------- Gemma 3n: prepared under the newest runtime
+
+def old_runtime(version: str, default: bool = False):
+    """A parameter for an older runtime's venv: skipped where the venv is missing; 2026.0.0 is in the
+    default run (tools/test.sh makes its venv), the others carry the ``matrix`` mark."""
+    python = ROOT / ".venvs" / f"ov-{version}" / "bin" / "python"
+    marks = [pytest.mark.skipif(not python.exists(),
+                                reason=f"needs .venvs/ov-{version} (bash tools/venv.sh ov {version})")]
+    return pytest.param(version, marks=marks if default else [*marks, pytest.mark.matrix], id=version)
+
+
+OLD_RUNTIMES = [old_runtime("2026.0.0", default=True), old_runtime("2025.2.0"), old_runtime("2026.1.0")]
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """Gemma 3n rewritten by this (newest) runtime for an older one: ``ovpass rewrite DIR -o DIR2
+    --runtime VERSION``, once per version."""
+    from ovpasses.folder import rewrite_folder
+    folders: dict[str, Path] = {}
+
+    def get(version: str) -> Path:
+        if version not in folders:
+            folder = tmp_path_factory.mktemp("prepared") / version
+            rewrite_folder(GEMMA3N, folder, runtime=version)
+            folders[version] = folder
+        return folders[version]
+    return get
+
+
+@pytest.mark.parametrize("version", OLD_RUNTIMES)
+def test_gemma3n_as_exported_cannot_be_read_by_an_older_runtime(version):
+    result = cell(ROOT / ".venvs" / f"ov-{version}" / "bin" / "python", GEMMA3N, "unmodified", "core")
+    assert result["runtime"] == version and result["status"] == "failed"
+    assert "ErfInv" in result["error"] and "unsupported opset: opset17" in result["error"], result
+
+
+@pytest.mark.parametrize("path", ["core", "stateful"])
+@pytest.mark.parametrize("version", OLD_RUNTIMES)
+def test_gemma3n_prepared_under_the_newest_decodes_on_the_older_runtime(prepared, version, path):
+    """Rewritten here (2026.4.1) with --runtime VERSION, run under VERSION: transformers' 20 tokens through
+    ov.Core with every exclusive cache fused, and through genai's stateful LLMPipeline (SDPA backend)."""
+    result = cell(ROOT / ".venvs" / f"ov-{version}" / "bin" / "python", prepared(version), "unmodified", path)
+    assert result["runtime"] == version and result["status"] == "ok", result
+    if path == "core":
+        assert result["fused_sdpa"] == GEMMA3N_FUSED
+
+
+@pytest.mark.parametrize("path", ["core", "stateful"])
+def test_gemma3n_on_the_newest_runtime(path):
+    for mode in ("unmodified", "rewritten"):
+        result = cell(NEWEST, GEMMA3N, mode, path)
+        assert result["status"] == "ok", result
+        if path == "core":
+            assert result["fused_sdpa"] == GEMMA3N_FUSED

@@ -11,6 +11,9 @@ Three families:
   Loop also reads: a reader inside a body that the KV-sharing analysis does not look into.
 * :class:`HeadsStackSpec` / :func:`build_heads_stack` — a stateful decoder with LLM inputs
   (``input_ids``, ...) that the PagedAttention converter accepts, with a head layout per layer.
+* :class:`NewerOpsSpec` / :func:`build_newer_ops` — operations that older runtimes cannot read from an
+  IR file (ErfInv-17 on a Constant or on an input, OneHot-16), at the top level or in a Loop body.
+  Needs a runtime whose Python API has them (2026.2 and newer).
 
 Each builder has a matching input generator and a float64 reference built from
 :mod:`ovpasses.testing.reference`.
@@ -1059,3 +1062,126 @@ def build_layer_kinds(spec: LayerKindsSpec) -> ov.Model:
     out = ops.result(x)
     out.output(0).set_names({STACK_OUTPUT})
     return ov.Model([out], sinks, [x_p, am_p, beam], "layer_kinds")
+
+
+# ---------------------------------------------------------------- operations older runtimes cannot read
+
+ErfInvSource = Literal["none", "constant", "f16_constant", "parameter"]
+OneHotMode = Literal["none", "ignore_negative", "normalize"]
+
+
+@dataclass(frozen=True)
+class NewerOpsSpec:
+    """A small model with operations newer than some supported runtimes read.
+
+    Output ``erfinv``: ``x + ErfInv(c)`` with ``c`` the Constant ``erfinv_values`` (``constant``; through
+    a Convert from f16 with ``f16_constant``, as ``save_model(compress_to_fp16=True)`` writes it), or
+    ``ErfInv(x)`` (``parameter``). With ``in_loop_body`` that output is computed in the body of a Loop of
+    one iteration. Output ``one_hot``: OneHot-16 of input ``indices`` (i64 [n]) in the mode given, with
+    ``depth`` 4, ``on`` 1.5, ``off`` -2 (f32), at ``axis``.
+    """
+
+    erfinv: ErfInvSource = "constant"
+    erfinv_values: tuple[float, ...] = (0.9, -0.5, 0.0, 0.999, -1.0, 1.0, 1.5)
+    dtype: Literal["f32", "f16", "f64"] = "f32"
+    in_loop_body: bool = False
+    one_hot: OneHotMode = "none"
+    indices: int = 6
+    axis: int = -1
+
+    def with_(self, **changes) -> NewerOpsSpec:
+        return replace(self, **changes)
+
+
+ONE_HOT_DEPTH, ONE_HOT_ON, ONE_HOT_OFF = 4, 1.5, -2.0
+
+
+def build_newer_ops(spec: NewerOpsSpec) -> ov.Model:
+    from openvino import opset5, opset16, opset17  # noqa: PLC0415 - absent before 2026.2
+
+    et = {"f32": ov.Type.f32, "f16": ov.Type.f16, "f64": ov.Type.f64}[spec.dtype]
+    n = len(spec.erfinv_values)
+    results, params = [], []
+
+    def erfinv_of(x: ov.Output) -> ov.Output:
+        if spec.erfinv == "parameter":
+            node = opset17.erfinv(x)
+            node.set_friendly_name("erfinv")
+            return node.output(0)
+        values = np.array(spec.erfinv_values, et.to_dtype())
+        if spec.erfinv == "f16_constant":
+            source = ops.convert(ops.constant(values.astype(np.float16)), et)
+        else:
+            source = ops.constant(values)
+        node = opset17.erfinv(source)
+        node.set_friendly_name("erfinv")
+        return ops.add(x, node).output(0)
+
+    if spec.erfinv != "none":
+        x = ops.parameter([n], et, name="x")
+        params.append(x)
+        if spec.in_loop_body:
+            body_x = ops.parameter([n], et, name="body_x")
+            body_out = erfinv_of(body_x.output(0))
+            body = ov.Model([ops.constant(True).output(0), body_out], [body_x], "body")
+            loop = opset5.loop(ops.constant(np.int64(1)), ops.constant(True))
+            loop.set_friendly_name("loop")
+            loop.set_function(body)
+            loop.set_special_body_ports([-1, 0])
+            loop.set_invariant_input(body_x, x.output(0))
+            out = loop.get_iter_value(body_out, -1)
+        else:
+            out = erfinv_of(x.output(0))
+        result = ops.result(out)
+        result.output(0).get_tensor().set_names({"erfinv"})
+        results.append(result)
+    if spec.one_hot != "none":
+        indices = ops.parameter([spec.indices], ov.Type.i64, name="indices")
+        params.append(indices)
+        node = opset16.one_hot(indices, ops.constant(np.int64(ONE_HOT_DEPTH)), ops.constant(np.float32(ONE_HOT_ON)),
+                               ops.constant(np.float32(ONE_HOT_OFF)), spec.axis, spec.one_hot)
+        node.set_friendly_name("one_hot")
+        result = ops.result(node)
+        result.output(0).get_tensor().set_names({"one_hot"})
+        results.append(result)
+    return ov.Model(results, params, "newer_ops")
+
+
+NUMPY_FLOAT = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
+
+
+def newer_ops_inputs(spec: NewerOpsSpec, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feed = {}
+    if spec.erfinv == "parameter":
+        feed["x"] = np.array(spec.erfinv_values, NUMPY_FLOAT[spec.dtype])
+    elif spec.erfinv != "none":
+        feed["x"] = rng.standard_normal(len(spec.erfinv_values)).astype(NUMPY_FLOAT[spec.dtype])
+    if spec.one_hot != "none":
+        # in range, the last class, -1, -depth, below -depth, depth, in range again
+        feed["indices"] = np.resize(np.array([0, 3, -1, -4, -5, 4, 2], np.int64), spec.indices)
+    return feed
+
+
+def erfinv_constant_values(spec: NewerOpsSpec) -> np.ndarray:
+    """The values the ErfInv of a ``constant`` / ``f16_constant`` spec reads, in its element type."""
+    values = np.array(spec.erfinv_values, NUMPY_FLOAT[spec.dtype])
+    if spec.erfinv == "f16_constant":
+        values = values.astype(np.float16).astype(NUMPY_FLOAT[spec.dtype])
+    return values
+
+
+def newer_ops_reference(spec: NewerOpsSpec, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Float64 reference of :func:`build_newer_ops`, from the operation specifications."""
+    from ovpasses.testing.reference import erfinv_reference, one_hot_reference
+
+    out = {}
+    if spec.erfinv == "parameter":
+        out["erfinv"] = np.array([erfinv_reference(float(v)) for v in feed["x"]])
+    elif spec.erfinv != "none":
+        out["erfinv"] = feed["x"].astype(np.float64) + np.array(
+            [erfinv_reference(float(v)) for v in erfinv_constant_values(spec)])
+    if spec.one_hot != "none":
+        out["one_hot"] = one_hot_reference(feed["indices"], ONE_HOT_DEPTH, ONE_HOT_ON, ONE_HOT_OFF, spec.axis,
+                                           spec.one_hot)
+    return out

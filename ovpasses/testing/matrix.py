@@ -9,7 +9,10 @@ error if it failed, and the fused SDPA count (core path). ``--prompt long`` uses
 ``--long-prompt-length`` have one). ``decomposed`` is the blunt alternative to
 ovpasses' plan: every SDPA decomposed by ScaledDotProductAttentionDecomposition.
 ``tools/runtime_matrix.py`` runs this in one subprocess per cell and per runtime virtual environment,
-so that a crash of one runtime (some segfault) costs one cell only.
+so that a crash of one runtime (some segfault) costs one cell only. FIXTURE_DIR is any export folder
+with a ``reference.json``: a fixture, or one that ``ovpass rewrite DIR -o FIXTURE_DIR --runtime X``
+wrote under the newest runtime for runtime X (run it ``--mode unmodified`` under X: the runtime
+matrix's ``prepared`` mode).
 
 Paths: ``core`` is a greedy loop over ``ov.Core`` (compiled with f32 precision and an f32 KV cache,
 the settings under which CPU reproduces fp32 transformers); ``stateful`` and ``paged`` are

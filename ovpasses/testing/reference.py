@@ -42,3 +42,44 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
         shifted = x - np.max(x, axis=axis, keepdims=True)
         e = np.exp(shifted)
         return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def erfinv_reference(x: float) -> float:
+    """ErfInv-17 of one value in float64, by bisection on ``math.erf`` (``math.erfc`` where ``|x| > 0.5``):
+    the ``y`` with ``erf(y) = x``; ``erfinv(±1) = ±inf``; NaN for ``|x| > 1`` and NaN.
+
+    Bisection, not the Newton iteration ovpasses folds with: it halves ``[0, 30]`` until the two ends are
+    adjacent float64 values and returns the one whose ``erf`` is closer to ``|x|``.
+    """
+    import math
+
+    if math.isnan(x) or abs(x) > 1:
+        return math.nan
+    if abs(x) == 1:
+        return math.copysign(math.inf, x)
+    a, tail = abs(x), abs(x) > 0.5
+    rest = 1.0 - a   # exact for a >= 0.5
+
+    def residual(y: float) -> float:   # erf(y) - a, computed where it does not cancel
+        return rest - math.erfc(y) if tail else math.erf(y) - a
+
+    lo, hi = 0.0, 30.0
+    while True:
+        mid = (lo + hi) / 2
+        if mid <= lo or mid >= hi:
+            break
+        lo, hi = (mid, hi) if residual(mid) < 0 else (lo, mid)
+    return math.copysign(min((lo, hi), key=lambda y: abs(residual(y))), x)
+
+
+def one_hot_reference(indices: np.ndarray, depth: int, on_value, off_value, axis: int,
+                      negative_indices_mode: str = "ignore_negative") -> np.ndarray:
+    """OneHot-16 from its specification: ``on_value`` where ``indices == i`` at the new ``axis`` position,
+    ``off_value`` elsewhere; with ``normalize``, an index in ``[-depth, -1]`` counts as ``depth + index``."""
+    indices = np.asarray(indices)
+    if negative_indices_mode == "normalize":
+        indices = np.where((indices < 0) & (indices >= -depth), indices + depth, indices)
+    axis = axis % (indices.ndim + 1)
+    positions = np.arange(depth).reshape([-1 if d == axis else 1 for d in range(indices.ndim + 1)])
+    hit = np.expand_dims(indices, axis) == positions
+    return np.where(hit, on_value, off_value)
