@@ -395,9 +395,8 @@ class RewriteSummary:
                          f"planned: {planned}")
             for name in names:
                 lines.append(f"  layer {self.analysis.layer(name)} as left: {fusion[name].reason}")
-        for mask in self.masks_to_dicts():
-            lines.append(f"sliding-window mask {mask['select']} (window {mask['window']}, {len(mask['sdpa'])} SDPA): "
-                         f"{mask['action']}")
+        for mask in self.masks_to_dicts():   # the Select's name is in to_dict()
+            lines.append(f"sliding-window mask (window {mask['window']}, {len(mask['sdpa'])} SDPA): {mask['action']}")
         for message in self.analysis.unhandled:
             lines.append(f"not handled: {message}")
         for finding in self.findings:

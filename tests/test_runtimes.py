@@ -189,3 +189,29 @@ def test_gemma3n_on_the_newest_runtime(path):
         assert result["status"] == "ok", result
         if path == "core":
             assert result["fused_sdpa"] == GEMMA3N_FUSED
+
+
+PAGED_MENDED = [old_runtime("2026.0.0", default=True), old_runtime("2026.1.0"), old_runtime("2026.2.1")]
+
+
+@pytest.mark.parametrize("version", PAGED_MENDED)
+def test_gemma3n_prepared_paged_decodes_where_native_paged_is_wrong(prepared, version):
+    """Issue 11: continuous batching (PagedAttention) decodes Gemma 3n wrong on 2026.0 - 2026.2 natively
+    (from the 8th token, past its sliding window of 16). Prepared (the window mask followed by a no-op
+    Slice the old converter reads, one head size in every layer), it gives transformers' tokens."""
+    python = ROOT / ".venvs" / f"ov-{version}" / "bin" / "python"
+    result = cell(python, prepared(version), "unmodified", "paged")
+    assert result["runtime"] == version and result["status"] == "ok", result
+
+
+@pytest.mark.parametrize("version", ["2025.2", "2025.4"])
+def test_gemma3n_paged_on_runtimes_whose_kernel_ignores_the_window_is_said(version):
+    """Before 2026.0 the CPU PagedAttention ignores sliding windows: no rewrite mends that, so the
+    rewrite says so and points to the stateful path (measured: WRONG from the 8th token on 2025.2.0 and
+    2025.4.1, prepared or not; benchmarks/results/runtime_matrix_gemma3n.json)."""
+    import openvino as ov
+
+    from ovpasses import rewrite
+    summary = rewrite(ov.Core().read_model(GEMMA3N / "openvino_model.xml"), runtime=version)
+    assert any("ignores sliding windows" in w and 'ATTENTION_BACKEND="SDPA"' in w for w in summary.warnings), \
+        summary.warnings
