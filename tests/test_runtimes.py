@@ -215,3 +215,14 @@ def test_gemma3n_paged_on_runtimes_whose_kernel_ignores_the_window_is_said(versi
     summary = rewrite(ov.Core().read_model(GEMMA3N / "openvino_model.xml"), runtime=version)
     assert any("ignores sliding windows" in w and 'ATTENTION_BACKEND="SDPA"' in w for w in summary.warnings), \
         summary.warnings
+
+
+@needs_affected
+def test_vlm_language_model_rewritten_decodes_on_an_affected_runtime():
+    """The Gemma 4 VLM export (vlm8): unmodified, its language model loses its state on 2026.0; rewritten,
+    driven through the export's own embedding IRs, it decodes transformers' tokens with every
+    exclusive cache fused."""
+    unmodified = cell(AFFECTED, "vlm8", "unmodified", "core")
+    assert unmodified["status"] == "failed" and "null input states" in unmodified["error"], unmodified
+    rewritten = cell(AFFECTED, "vlm8", "rewritten", "core")
+    assert rewritten["status"] == "ok" and rewritten["fused_sdpa"] == 2, rewritten

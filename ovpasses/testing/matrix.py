@@ -84,13 +84,15 @@ def run_cell(fixture: Path, mode: str, path: str, prompt_kind: str = "default") 
               "prompt": prompt_kind}
     start = time.perf_counter()
     try:
-        model = load(fixture, mode)
-        if path == "core":
+        if (fixture / VLM_MODEL).exists():
+            tokens = _vlm(fixture, mode, path, prompt, len(expected), result)
+        elif path == "core":
+            model = load(fixture, mode)
             compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
             result["fused_sdpa"] = count_fused_sdpa(compiled)
             tokens = greedy_generate(compiled, prompt, len(expected))
         else:
-            tokens = _genai(model, fixture, path, prompt, len(expected))
+            tokens = _genai(load(fixture, mode), fixture, path, prompt, len(expected))
         result["tokens_match"] = tokens == expected
         result["status"] = "ok" if tokens == expected else "wrong tokens"
         if tokens != expected:
@@ -100,6 +102,40 @@ def run_cell(fixture: Path, mode: str, path: str, prompt_kind: str = "default") 
         result["error"] = (str(exc).strip().splitlines() or [repr(exc)])[-1][:300]
     result["seconds"] = round(time.perf_counter() - start, 2)
     return result
+
+
+VLM_MODEL = "openvino_language_model.xml"
+
+
+def _vlm(fixture: Path, mode: str, path: str, prompt: list[int], steps: int, result: dict) -> list[int]:
+    """A Gemma 4 image-text-to-text export (text prompt): its language model as the mode runs it, in a copy
+    of the folder; ``core`` through its embedding IRs (:func:`ovpasses.greedy.vlm_greedy`), ``stateful``
+    and ``paged`` through openvino_genai's VLMPipeline given the reference's ``prompt_text``."""
+    from ovpasses.greedy import vlm_greedy
+
+    with tempfile.TemporaryDirectory(prefix="ovpasses-vlm-") as tmp:
+        folder = Path(tmp) / fixture.name
+        shutil.copytree(fixture, folder)
+        model = apply_mode(ov.Core().read_model(fixture / VLM_MODEL), mode)
+        for suffix in (".xml", ".bin"):
+            (folder / VLM_MODEL).with_suffix(suffix).unlink()
+        ov.save_model(model, folder / VLM_MODEL, compress_to_fp16=False)
+        if path == "core":
+            tokens, result["fused_sdpa"] = vlm_greedy(folder, prompt, steps, "CPU", EXACT_CPU_CONFIG)
+            return tokens
+        import openvino_genai as genai
+
+        from ovpasses.genai_check import token_collector
+        kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
+        pipe = genai.VLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
+        config = genai.GenerationConfig()
+        config.max_new_tokens = config.min_new_tokens = steps
+        config.do_sample = False
+        streamer = token_collector()
+        text = json.loads((fixture / "reference.json").read_text())["prompt_text"]
+        pipe.generate(text, generation_config=config, streamer=streamer)
+        del pipe
+        return list(streamer.ids)
 
 
 def _genai(model: ov.Model, fixture: Path, path: str, prompt: list[int], steps: int) -> list[int]:
