@@ -12,6 +12,7 @@ from ovpasses.passes import (
     KVCacheShapeOfDecomposition,
     ScaledDotProductAttentionDecomposition,
     SharedKVCacheDetection,
+    SharedKVCacheUnsharing,
 )
 from ovpasses.pipeline import RewriteSummary, RuntimeProfile, compile_model, plan, profile_for, rewrite
 
@@ -28,6 +29,7 @@ __all__ = [
     "RuntimeProfile",
     "ScaledDotProductAttentionDecomposition",
     "SharedKVCacheDetection",
+    "SharedKVCacheUnsharing",
     "UnsupportedModelError",
     "analyze_kv_sharing",
     "compile_model",
