@@ -3,7 +3,9 @@
 ``rewrite(model)`` runs in place and returns a :class:`RewriteSummary`; ``compile_model(model)``
 rewrites a clone and hands it to the CPU or GPU plugin. What changes depends on the runtime profile
 (see :func:`profile_for` and the table in README.md), chosen from ``openvino.get_version()`` unless
-``runtime`` names a release.
+``runtime`` names a release. ``kv_sharing="unshare"`` (opt-in) first gives each borrower of a shared
+cache a cache of its own (:class:`~ovpasses.passes.SharedKVCacheUnsharing`), so that the plugin can fuse
+every layer, at the memory the copies cost.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import openvino as ov
 from openvino.passes import Manager
@@ -22,6 +24,7 @@ from ovpasses.errors import DeviceNotAvailableError, OvpassesError
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
+from ovpasses.passes.shared_kv_cache_unsharing import SharedKVCacheUnsharing, UnsharedCache, plan_unsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,10 @@ STATELESS = "none: reads no cache"
 SHAPEOF = "cache ShapeOf computed from the Concat inputs, so the plugin can fuse it"
 BARRIER = "kept out of stateful fusion (no-op Reshape on K/V)"
 DECOMPOSE = "decomposed (scale after MatMul(Q,K^T)): no other way to keep it out of fusion"
+UNSHARED = "reads a KV cache of its own (unshared), so the plugin can fuse it"
+
+# what rewrite(kv_sharing=...) does with caches that several SDPAs read
+KV_SHARING_MODES = ("keep", "unshare")
 
 
 @dataclass(frozen=True)
@@ -117,10 +124,19 @@ class RewriteSummary:
     analysis: KVSharingAnalysis
     actions: dict[str, str]
     passes: list[PassReport] = field(default_factory=list)
+    kv_sharing: str = "keep"
+    unshared: list[UnsharedCache] = field(default_factory=list)   # the variables kv_sharing="unshare" added
+    kept_shared: dict[str, str] = field(default_factory=dict)     # cache (for a borrower) -> why not unshared
 
     @property
     def changed(self) -> bool:
         return any(p.changed for p in self.passes)
+
+    @property
+    def extra_cache_bytes_per_token(self) -> int | None:
+        """KV-cache memory the unshared copies add per token of context at batch 1 (None: unknown)."""
+        sizes = [u.bytes_per_token for u in self.unshared]
+        return None if None in sizes else sum(sizes)
 
     def to_dict(self) -> dict:
         return {
@@ -133,6 +149,10 @@ class RewriteSummary:
             "passes": [{"name": p.name, "changed": list(p.changed), "seconds": round(p.seconds, 6)}
                        for p in self.passes],
             "unhandled": list(self.analysis.unhandled),
+            "kv_sharing": self.kv_sharing,
+            "unshared": [asdict(u) for u in self.unshared],
+            "kept_shared": dict(self.kept_shared),
+            "extra_cache_bytes_per_token": self.extra_cache_bytes_per_token,
         }
 
     def __str__(self) -> str:
@@ -147,13 +167,22 @@ class RewriteSummary:
             lines.append(f"{p.name}: {len(p.changed)} changed" + (f" ({', '.join(p.changed[:3])}"
                                                                   f"{', ...' if len(p.changed) > 3 else ''})"
                                                                   if p.changed else ""))
+        if self.kv_sharing != "keep":
+            lines.append(f"kv sharing: {self.kv_sharing}: {len(self.unshared)} caches added, "
+                         f"{_bytes(self.extra_cache_bytes_per_token)} per token of context (batch 1)")
+        for cache, reason in self.kept_shared.items():
+            lines.append(f"kept shared: {cache}: {reason}")
         for message in self.analysis.unhandled:
             lines.append(f"not handled: {message}")
         return "\n".join(lines)
 
 
+def _bytes(count: int | None) -> str:
+    return "an unknown number of bytes (a dynamic head dimension)" if count is None else f"{count} bytes"
+
+
 # the passes of the pipeline, in the order it runs them
-PIPELINE_PASSES = (SharedKVCacheDetection.NAME, DisableStatefulSDPAFusion.NAME,
+PIPELINE_PASSES = (SharedKVCacheDetection.NAME, SharedKVCacheUnsharing.NAME, DisableStatefulSDPAFusion.NAME,
                    ScaledDotProductAttentionDecomposition.NAME, KVCacheShapeOfDecomposition.NAME)
 SKIPPED = "not applied (pass {pass_} not selected); planned: {action}"
 
@@ -168,7 +197,8 @@ def selected_passes(passes: Iterable[str] | None) -> frozenset[str]:
     return selected
 
 
-def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] | None = None) -> RewriteSummary:
+def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] | None = None,
+            kv_sharing: str = "keep") -> RewriteSummary:
     """Run the pipeline on ``model`` in place for ``runtime`` (default: the installed one).
 
     ``passes`` (names from :data:`PIPELINE_PASSES`) restricts it: the plan is made as usual for the
@@ -177,6 +207,11 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
     analysis always runs (the plan needs it); naming SharedKVCacheDetection also writes its verdict
     into the SDPAs' runtime info. Without the barrier pass, the SDPAs planned for it are decomposed
     when ScaledDotProductAttentionDecomposition is named.
+
+    ``kv_sharing="unshare"`` first gives each borrower of a shared cache a cache of its own
+    (:class:`SharedKVCacheUnsharing`, planned by :func:`plan_unsharing`); the rest of the pipeline then
+    plans on the model as it is afterwards. The summary's ``analysis`` stays what was detected in the
+    input; ``unshared`` lists the caches added and what each costs per token.
     """
     profile = profile_for(runtime)
     selected = selected_passes(passes)
@@ -193,7 +228,37 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
         sdpa_nodes = analysis.sdpa_nodes(ordered)
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
+    if kv_sharing not in KV_SHARING_MODES:
+        raise OvpassesError(f"kv_sharing must be one of {', '.join(KV_SHARING_MODES)}, not {kv_sharing!r}")
+    detected, unshared, kept_shared, unshared_borrowers = analysis, [], {}, set()
+    if kv_sharing == "unshare":
+        unsharing = plan_unsharing(analysis)
+        kept_shared = dict(unsharing.refused)
+        if SharedKVCacheUnsharing.NAME in selected and unsharing.targets:
+            start = time.perf_counter()
+            unshare = SharedKVCacheUnsharing(unsharing.targets)
+            _run(model, unshare)
+            unshared, unshared_borrowers = unshare.unshared, {u.borrower for u in unshare.unshared}
+            kept_shared.update(unshare.skipped)
+            if unshared:   # the rest of the pipeline plans on the model as it is now
+                if SharedKVCacheDetection.NAME in selected:
+                    detection = SharedKVCacheDetection()
+                    _run(model, detection)
+                    analysis, sdpa_nodes = detection.analysis, detection.sdpa_nodes
+                else:
+                    ordered = model.get_ordered_ops()
+                    analysis = analyze_kv_sharing(model, ordered)
+                    sdpa_nodes = analysis.sdpa_nodes(ordered)
+            reports.append(PassReport(SharedKVCacheUnsharing.NAME, [u.variable_id for u in unshared],
+                                      time.perf_counter() - start))
+
     actions = plan(analysis, profile)
+    for name in unshared_borrowers:
+        if analysis.sdpa[name].status == "exclusive" and actions[name] == NATIVE:
+            actions[name] = UNSHARED
+    if kv_sharing == "unshare" and SharedKVCacheUnsharing.NAME not in selected:
+        for name in {b for borrowers in unsharing.targets.values() for b in borrowers}:
+            actions[name] = SKIPPED.format(pass_=SharedKVCacheUnsharing.NAME, action=UNSHARED)
     barrier_names = {n for n, a in actions.items() if a == BARRIER}
     # an earlier run's barrier already keeps these out: neither a second barrier nor the fallback
     taken: set[str] = _behind_barrier(sdpa_nodes, barrier_names)
@@ -229,14 +294,14 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
                     actions[name] = SKIPPED.format(pass_=KVCacheShapeOfDecomposition.NAME, action=SHAPEOF)
     if SharedKVCacheDetection.NAME in selected:
         _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
-    summary = RewriteSummary(profile, analysis, actions, reports)
+    summary = RewriteSummary(profile, detected, actions, reports, kv_sharing, unshared, kept_shared)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 
 
 def compile_model(model: ov.Model, device: str = "CPU", config: dict | None = None, runtime: str | None = None,
-                  core: ov.Core | None = None) -> ov.CompiledModel:
-    """Rewrite a clone of ``model`` for ``runtime`` and compile it on ``device`` (CPU or GPU)."""
+                  core: ov.Core | None = None, kv_sharing: str = "keep") -> ov.CompiledModel:
+    """Rewrite a clone of ``model`` for ``runtime`` (and ``kv_sharing``) and compile it on ``device`` (CPU or GPU)."""
     core = core or ov.Core()
     family = device.split(".")[0].split(":")[0].upper()
     if family not in ("CPU", "GPU"):
@@ -247,7 +312,7 @@ def compile_model(model: ov.Model, device: str = "CPU", config: dict | None = No
                                       f"{', '.join(available) or 'no devices'}. The GPU plugin needs an Intel GPU "
                                       "and its driver")
     clone = model.clone()
-    rewrite(clone, runtime)
+    rewrite(clone, runtime, kv_sharing=kv_sharing)
     return core.compile_model(clone, device, config or {})
 
 
