@@ -15,6 +15,7 @@ from pathlib import Path
 import ovpasses
 from ovpasses import folder, io, runner
 from ovpasses.errors import OvpassesError
+from ovpasses.pipeline import KV_SHARING_MODES
 
 EXIT_OK = 0
 EXIT_WORSE = 1
@@ -50,6 +51,9 @@ def _add_common(sub: argparse.ArgumentParser, runtime: bool = True) -> None:
                      help="show tracebacks and debug logging instead of one-line errors")
     if runtime:
         sub.add_argument("--runtime", default="auto", metavar="auto|VERSION", help=RUNTIME_HELP)
+        sub.add_argument("--kv-sharing", choices=KV_SHARING_MODES, default="keep",
+                         help="keep (default): shared KV caches stay shared; unshare: give each borrower a cache "
+                              "of its own, so the plugin fuses every layer, at extra cache memory per token")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -159,7 +163,7 @@ def cmd_rewrite(args) -> int:
         if not args.in_place:
             io.check_distinct_output(source, target)
     model = io.read_ir(source)
-    summary = ovpasses.rewrite(model, runtime, passes)
+    summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing)
     if not args.dry_run:
         io.write_ir(model, target)
     if args.format == "json":
@@ -183,7 +187,8 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
     if not (args.in_place or args.output or args.dry_run):
         raise OvpassesError("say where to write: -o NEW_FOLDER, --in-place, or --dry-run to write nothing")
     target = None if args.dry_run else source if args.in_place else Path(args.output)
-    summary = folder.rewrite_folder(source, target, runtime, passes, in_place=args.in_place and not args.dry_run)
+    summary = folder.rewrite_folder(source, target, runtime, passes, in_place=args.in_place and not args.dry_run,
+                                    kv_sharing=args.kv_sharing)
     if args.format == "json":
         print(json.dumps(summary.to_dict(), indent=2))
     else:
@@ -194,7 +199,7 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
 
 def cmd_inspect(args) -> int:
     runtime = _runtime(args)
-    report = runner.inspect_model(io.read_ir(args.input), runtime)
+    report = runner.inspect_model(io.read_ir(args.input), runtime, kv_sharing=args.kv_sharing)
     if args.format == "json":
         print(json.dumps(report, indent=2))
     elif args.format == "dot":
@@ -210,7 +215,8 @@ def cmd_check(args) -> int:
     model = io.read_ir(args.input)
     config = None if args.precision == "exact" else {}
     report = runner.check_model(model, device=args.device, steps=args.steps, runtime=runtime, config=config,
-                                passes=passes, prefill=args.prefill, atol=args.atol, rtol=args.rtol)
+                                passes=passes, prefill=args.prefill, atol=args.atol, rtol=args.rtol,
+                                kv_sharing=args.kv_sharing)
     print(report.to_json() if args.format == "json" else report)
     return EXIT_OK if report.ok else EXIT_WORSE
 

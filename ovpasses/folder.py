@@ -134,12 +134,13 @@ def check_folder_target(source: Path, target: Path, in_place: bool) -> None:
 
 
 def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, runtime: str | None = None,
-                   passes=None, in_place: bool = False) -> FolderSummary:
+                   passes=None, in_place: bool = False, kv_sharing: str = "keep") -> FolderSummary:
     """Rewrite every IR of ``source`` that holds stateful attention and write the folder to ``target``.
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
     ``source`` itself. Files other than those IRs are copied byte for byte, sub-folders included;
-    ovpass's own lock, journal and temporary files are not copied.
+    ovpass's own lock, journal and temporary files are not copied. ``kv_sharing`` is
+    :func:`~ovpasses.pipeline.rewrite`'s.
     """
     source = Path(source)
     destination = source if in_place else (Path(target) if target is not None else None)
@@ -163,7 +164,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
             log.info("rewriting %s (%d/%d)", name, index, len(stateful))
             start = time.perf_counter()
             model = io.read_ir(source / name)
-            result = rewrite(model, runtime, passes)
+            result = rewrite(model, runtime, passes, kv_sharing=kv_sharing)
             if staging is not None:
                 io.save_ir(model, staging / name, mode_from=source / name)
             summary.models.append(FolderModel(name, result, time.perf_counter() - start))

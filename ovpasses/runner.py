@@ -22,6 +22,7 @@ from ovpasses.passes import (
     KVCacheShapeOfDecomposition,
     ScaledDotProductAttentionDecomposition,
     SharedKVCacheDetection,
+    SharedKVCacheUnsharing,
 )
 from ovpasses.pipeline import rewrite, selected_passes
 
@@ -37,6 +38,9 @@ PASSES: dict[str, tuple[type, str]] = {
     SharedKVCacheDetection.NAME: (
         SharedKVCacheDetection,
         "analysis only: records per SDPA which KV caches it reads and whether another SDPA reads them too"),
+    SharedKVCacheUnsharing.NAME: (
+        SharedKVCacheUnsharing,
+        "--kv-sharing unshare only: gives each borrower of a shared cache a cache of its own, so every SDPA can fuse"),
     DisableStatefulSDPAFusion.NAME: (
         DisableStatefulSDPAFusion,
         "keeps SDPAs that read a cache off its Assign path out of the CPU stateful SDPA fusion (no-op Reshape)"),
@@ -70,14 +74,15 @@ def parse_passes(spec: str | Iterable[str] | None) -> frozenset[str] | None:
 
 # ---------------------------------------------------------------------------------------------- inspect
 
-def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
+def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str = "keep") -> dict:
     """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``.
 
     Runs the pipeline on a clone (the actions are the ones the rewrite really takes, including the
     fallback to decomposition); ``model`` is not changed. The result follows the schema documented in
-    README.md (``"schema": "ovpass.inspect/1"``).
+    README.md (``"schema": "ovpass.inspect/1"``). ``kv_sharing`` is :func:`~ovpasses.pipeline.rewrite`'s;
+    the report says which mode it planned for and, with ``unshare``, the caches it would add and their cost.
     """
-    summary = rewrite(model.clone(), runtime)
+    summary = rewrite(model.clone(), runtime, kv_sharing=kv_sharing)
     data = summary.analysis.to_dict()
     for sdpa in data["sdpa"]:
         sdpa["action"] = summary.actions[sdpa["name"]]
@@ -89,6 +94,10 @@ def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
         "variables": sorted(data["variables"], key=lambda v: v["variable_id"]),
         "sdpa": data["sdpa"],
         "unhandled": data["unhandled"],
+        "kv_sharing": summary.kv_sharing,
+        "unshared": [asdict(u) for u in summary.unshared],
+        "kept_shared": dict(summary.kept_shared),
+        "extra_cache_bytes_per_token": summary.extra_cache_bytes_per_token,
     }
 
 
@@ -143,6 +152,13 @@ def inspect_text(report: dict) -> str:
             if v["unanalysed_readers"]:
                 line += f"; also read by {', '.join(v['unanalysed_readers'])} (not analysed)"
             lines.append(line)
+    if report.get("kv_sharing", "keep") != "keep":
+        extra = report["extra_cache_bytes_per_token"]
+        lines += ["", f"kv sharing: {report['kv_sharing']}: {len(report['unshared'])} caches added, "
+                      f"{'unknown' if extra is None else extra} bytes per token of context (batch 1)"]
+        lines += [f"  {u['variable_id']}: for {u['borrower']}, {u['bytes_per_token']} bytes/token"
+                  for u in report["unshared"]]
+        lines += [f"  kept shared: {cache}: {reason}" for cache, reason in report["kept_shared"].items()]
     for message in report["unhandled"]:
         lines.append(f"not handled: {message}")
     return "\n".join(lines) + "\n"
@@ -352,7 +368,8 @@ class CheckReport:
 
 def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: str | None = None,
                 config: dict | None = None, passes: frozenset[str] | None = None, prefill: int = 8,
-                atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0, core: ov.Core | None = None) -> CheckReport:
+                atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0, core: ov.Core | None = None,
+                kv_sharing: str = "keep") -> CheckReport:
     """Compile ``model`` and a rewritten clone on ``device``; run both on the same prefill + decode inputs.
 
     ``config`` defaults to :data:`EXACT_CPU_CONFIG` on CPU and to the device defaults elsewhere.
@@ -368,7 +385,7 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
         config = dict(EXACT_CPU_CONFIG) if family == "CPU" else {}
     feeds = make_feeds(model, steps, prefill, seed)
     rewritten_model = model.clone()
-    summary = rewrite(rewritten_model, runtime, passes)
+    summary = rewrite(rewritten_model, runtime, passes, kv_sharing=kv_sharing)
     original = run_steps(core, model, device, config, feeds, "original")
     rewritten = run_steps(core, rewritten_model, device, config, feeds, "rewritten")
     report = CheckReport(summary.profile.version_string, summary.profile.name, device, config, steps, prefill,
