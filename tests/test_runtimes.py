@@ -1,4 +1,5 @@
-"""The Gemma 4 fixtures and a synthetic regression on the newest and on an affected runtime (issue 3).
+"""The Gemma 4 fixtures and a synthetic regression on the newest and on an affected runtime (issue 3),
+and the fixtures with unshared KV caches (issue 12).
 
 Each case runs in a subprocess under the runtime's own virtual environment (.venvs/dev for the
 newest, .venvs/ov-2026.0.0 for the affected one; tools/test.sh creates both), through
@@ -63,6 +64,31 @@ def test_affected_rewritten_decodes_with_every_exclusive_cache_fused(fixture, pa
     if path == "core":
         # not only "native minus the caches with extra consumers": every exclusive cache stays fused
         assert result["fused_sdpa"] == NATIVE_FUSED[fixture]
+
+
+def attention_layers(fixture: str) -> int:
+    """The fixture's decoder layers, each with one attention (transformers' config in reference.json)."""
+    return json.loads((FIXTURES / fixture / "reference.json").read_text())["config"]["num_hidden_layers"]
+
+
+@pytest.mark.parametrize("fixture", NATIVE_FUSED)
+@pytest.mark.parametrize("path", ["core", "stateful", "paged"])
+def test_newest_unshared_fuses_every_layer_and_decodes_like_transformers(fixture, path):
+    """kv_sharing="unshare" (issue 12): every borrower reads a cache of its own, so the plugin fuses
+    every attention layer, and ov.Core, genai stateful (SDPA backend) and genai paged still give
+    transformers' tokens."""
+    result = cell(NEWEST, fixture, "unshared", path)
+    assert result["status"] == "ok", result
+    if path == "core":
+        assert result["fused_sdpa"] == attention_layers(fixture) > NATIVE_FUSED[fixture]
+
+
+@needs_affected
+@pytest.mark.parametrize("fixture", NATIVE_FUSED)
+def test_affected_unshared_fuses_every_layer_and_decodes_like_transformers(fixture):
+    result = cell(AFFECTED, fixture, "unshared", "core")
+    assert result["runtime"].startswith("2026.0")
+    assert result["status"] == "ok" and result["fused_sdpa"] == attention_layers(fixture), result
 
 
 SYNTHETIC = """
