@@ -38,6 +38,9 @@ from outside it (beam_idx, the owner's new K/V, constants, shapes computed by a 
 with the owner, never copied. Exactly one node of the cone must match the cache pattern
 ``ReadValue -> [Convert] -> [Gather] -> Concat(past, new)``: it is what the new Assign stores.
 
+A cache whose ReadValue has no initialiser stays shared (:data:`NO_INITIALISER`: the CPU plugin cannot
+compile such a cache once it is exclusive), and so does one that a sub-graph operation reads.
+
 Which caches and borrowers to unshare is data the pass consumes (:func:`plan_unsharing` makes it
 from a :class:`~ovpasses.analysis.KVSharingAnalysis`). The new variable's id is
 ``<cache variable>/<borrower label>`` (:func:`borrower_labels`): deterministic, and a second run finds
@@ -68,6 +71,12 @@ RT_UNSHARED = "ovpasses_unshared_from"   # on each node the pass makes: the vari
 UNANALYSED = "a sub-graph operation (not analysed) also reads this cache"
 NO_OWNER = "no SDPA reads this cache on its Assign's path (no owner whose new K/V a copy could store)"
 SEVERAL_READ_VALUES = "the variable has several ReadValues"
+# Measured on 2026.0.0 and 2026.4.1 (tests/test_kv_cache_unsharing.py::test_cache_without_initialiser_stays_shared):
+# the CPU plugin compiles a shared cache whose ReadValue has no initialiser (it leaves it unfused), and
+# fails to compile the same cache once it is exclusive ("... contains less parent edges than 0"). A copy
+# would be exclusive, so such a cache stays shared.
+NO_INITIALISER = ("its ReadValue has no initialiser: the CPU plugin cannot compile an exclusive (fused) cache "
+                  "without one, and each copy would be exclusive")
 NO_CACHE_CONCAT = "its path from the ReadValue holds no Concat(past, new) of the cache"
 SEVERAL_CACHE_CONCATS = "its path from the ReadValue holds several Concat(past, new) of the cache"
 
@@ -85,9 +94,9 @@ class UnsharedCache:
     """One variable the pass added: a copy of ``source_variable`` that only ``borrower`` reads.
 
     ``bytes_per_token`` is what the copy adds per token of context at batch 1: the element size of the
-    variable times the product of its static dimensions other than the sequence (the Concat axis);
-    None when such a dimension other than the batch (dim 0) is dynamic. It counts the element type of
-    the IR; a plugin may store the cache in another precision (the CPU plugin's KV_CACHE_PRECISION).
+    variable times the product of its dimensions other than the batch (dim 0, counted as 1) and the
+    sequence (the Concat axis); None when one of them is dynamic. It counts the element type of the
+    IR; a plugin may store the cache in another precision (the CPU plugin's KV_CACHE_PRECISION).
     """
 
     variable_id: str
@@ -158,8 +167,8 @@ class SharedKVCacheUnsharing(ModelPass):
     A ModelPass, not a MatcherPass: it adds variables and sinks to the model, which a matcher callback
     cannot reach. It still finds the caches with a pattern (``_cache_concat_pattern``) and reads them
     through the pattern value map. ``unshared`` lists the variables it added; ``skipped`` says, per
-    ``"<variable> for <borrower>"``, why one planned copy was not made (the model is then left as it
-    was for that borrower).
+    ``"<variable> for <borrower>"`` (or per variable, when the reason holds for the whole cache), why a
+    planned copy was not made (the model is then left as it was for that borrower).
     """
 
     NAME = "SharedKVCacheUnsharing"
@@ -195,10 +204,12 @@ class SharedKVCacheUnsharing(ModelPass):
         for vid, borrowers in self.targets.items():
             rvs = read_values.get(vid, [])
             if len(rvs) != 1:
-                for borrower in borrowers:
-                    self.skipped[f"{vid} for {borrower}"] = SEVERAL_READ_VALUES if rvs else "no ReadValue of it"
+                self.skipped[vid] = SEVERAL_READ_VALUES if rvs else "the model has no ReadValue of it"
                 continue
             rv = rvs[0]
+            if rv.get_input_size() == 0:
+                self.skipped[vid] = NO_INITIALISER
+                continue
             region = _cache_region(rv)
             for borrower in borrowers:
                 node = sdpa.get(borrower)
@@ -245,8 +256,7 @@ class SharedKVCacheUnsharing(ModelPass):
         new_info.data_type = info.data_type
         new_info.variable_id = new_vid
         variable = Variable(new_info)
-        # the same initialiser input as the owner's ReadValue, or none where it has none
-        past_rv = ops.read_value(rv.input_value(0), variable) if rv.get_input_size() else ops.read_value(variable)
+        past_rv = ops.read_value(rv.input_value(0), variable)   # the same initialiser input as the owner's
         copies: dict[tuple[ov.Node, int], ov.Output] = {(rv, 0): past_rv.output(0)}
         made = [past_rv]
         try:
@@ -295,14 +305,11 @@ class SharedKVCacheUnsharing(ModelPass):
         rank = pshape.rank.get_length()
         axis %= rank
         size = info.data_type.size
-        for dim_index in range(rank):
+        for dim_index in range(1, rank):   # dim 0 is the batch: counted as 1
             if dim_index == axis:
                 continue
             dim = pshape[dim_index]
-            if dim.is_static:
-                size = size * dim.get_length() if size is not None else None
-            elif dim_index != 0:
-                size = None
+            size = size * dim.get_length() if size is not None and dim.is_static else None
         record = UnsharedCache(variable_id=new_vid, source_variable=vid, borrower=borrower.get_friendly_name(),
                                ports=ports, element_type=info.data_type.get_type_name(),
                                shape=str(info.data_shape), sequence_axis=axis, bytes_per_token=size)
