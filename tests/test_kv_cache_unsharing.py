@@ -19,6 +19,7 @@ from ovpasses._ov import runtime_version
 from ovpasses.folder import rewrite_folder
 from ovpasses.passes.shared_kv_cache_unsharing import (
     NO_INITIALISER,
+    SCALAR_MASK,
     UNANALYSED,
     SharedKVCacheUnsharing,
     borrower_labels,
@@ -210,6 +211,28 @@ def test_cache_without_initialiser_stays_shared():
     steps = stack_steps(spec, 3, 2)
     assert_matches_reference(run_stack(core.compile_model(model, "CPU", CONFIG), spec, steps), spec, steps,
                              atol=4 * 2.0**-10)
+
+
+def test_cache_read_with_a_scalar_mask_stays_shared():
+    """The builder passes a scalar 0 as the mask where an SDPA has a scale and no mask. Measured on
+    2026.0.0 and 2026.4.1: the fused stateful SDPA rejects a rank-0 mask, so an exclusive cache read
+    that way fails at the first inference, while the shared one runs unfused. Unshare leaves it shared."""
+    core = ov.Core()
+    exclusive = StackSpec(k_source=(0, 1), kv_heads=4, scale="explicit")
+    assert_fails(core.compile_model(build_stack(exclusive), "CPU", CONFIG), exclusive, stack_steps(exclusive, 2, 1),
+                 "attention_mask do not match q and k")
+
+    spec = SPEC.with_(k_source=(0, 0, 0), scale="explicit")
+    model = build_stack(spec)
+    summary = ovpasses.rewrite(model, kv_sharing="unshare")
+    assert not summary.changed
+    assert summary.kept_shared == {f"past_key_values.0.{kind}": SCALAR_MASK for kind in ("key", "value")}
+    steps = stack_steps(spec, 3, 2)
+    assert_matches_reference(run_stack(core.compile_model(model, "CPU", CONFIG), spec, steps), spec, steps)
+    with_mask = spec.with_(mask="float")   # a rank-4 mask: unshared and fused
+    model = build_stack(with_mask)
+    assert len(ovpasses.rewrite(model, kv_sharing="unshare").unshared) == 4
+    assert count_fused_sdpa(core.compile_model(model, "CPU", CONFIG)) == with_mask.num_layers
 
 
 def test_cache_read_by_a_loop_stays_shared():

@@ -38,8 +38,9 @@ from outside it (beam_idx, the owner's new K/V, constants, shapes computed by a 
 with the owner, never copied. Exactly one node of the cone must match the cache pattern
 ``ReadValue -> [Convert] -> [Gather] -> Concat(past, new)``: it is what the new Assign stores.
 
-A cache whose ReadValue has no initialiser stays shared (:data:`NO_INITIALISER`: the CPU plugin cannot
-compile such a cache once it is exclusive), and so does one that a sub-graph operation reads.
+A cache stays shared where a copy would turn a model that runs into one the CPU plugin cannot run
+(its ReadValue has no initialiser, :data:`NO_INITIALISER`; a reader takes a scalar mask,
+:data:`SCALAR_MASK`), and where a sub-graph operation reads it.
 
 Which caches and borrowers to unshare is data the pass consumes (:func:`plan_unsharing` makes it
 from a :class:`~ovpasses.analysis.KVSharingAnalysis`). The new variable's id is
@@ -77,6 +78,11 @@ SEVERAL_READ_VALUES = "the variable has several ReadValues"
 # would be exclusive, so such a cache stays shared.
 NO_INITIALISER = ("its ReadValue has no initialiser: the CPU plugin cannot compile an exclusive (fused) cache "
                   "without one, and each copy would be exclusive")
+# Measured on 2026.0.0 and 2026.4.1 (tests/test_kv_cache_unsharing.py::test_cache_read_with_a_scalar_mask_stays_shared):
+# the CPU plugin's fused stateful SDPA rejects a rank-0 attention mask at the first inference ("attention_mask
+# do not match q and k"); ranks 2 to 4 run. While the cache is shared no reader is fused and the model runs.
+SCALAR_MASK = ("an SDPA that reads it takes a scalar (rank-0) attention mask, which the CPU plugin's fused "
+               "stateful SDPA rejects, and every reader would be fused once the cache is unshared")
 NO_CACHE_CONCAT = "its path from the ReadValue holds no Concat(past, new) of the cache"
 SEVERAL_CACHE_CONCATS = "its path from the ReadValue holds several Concat(past, new) of the cache"
 
@@ -211,6 +217,9 @@ class SharedKVCacheUnsharing(ModelPass):
                 self.skipped[vid] = NO_INITIALISER
                 continue
             region = _cache_region(rv)
+            if any(_scalar_mask(reader) for reader in _readers(region)):
+                self.skipped[vid] = SCALAR_MASK
+                continue
             for borrower in borrowers:
                 node = sdpa.get(borrower)
                 if node is None:
@@ -347,6 +356,18 @@ def _cache_region(rv: ov.Node) -> set[ov.Node]:
                 region.add(consumer)
                 pending.append(consumer)
     return region
+
+
+def _readers(region: set[ov.Node]) -> list[ov.Node]:
+    """The SDPAs that read a node of ``region`` as K or V."""
+    return [target.get_node() for node in region for output in node.outputs()
+            for target in output.get_target_inputs()
+            if target.get_node().get_type_name() == SDPA_TYPE and target.get_index() in (KEY_PORT, VALUE_PORT)]
+
+
+def _scalar_mask(sdpa: ov.Node) -> bool:
+    rank = sdpa.get_input_partial_shape(3).rank if sdpa.get_input_size() > 3 else None
+    return rank is not None and rank.is_static and rank.get_length() == 0
 
 
 def _cone(sdpa: ov.Node, ports: Sequence[int], region: set[ov.Node], rv: ov.Node) -> set[ov.Node]:
