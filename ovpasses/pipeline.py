@@ -213,6 +213,7 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
     plans on the model as it is afterwards. The summary's ``analysis`` stays what was detected in the
     input; ``unshared`` lists the caches added and what each costs per token.
     """
+    _check_kv_sharing(kv_sharing)
     profile = profile_for(runtime)
     selected = selected_passes(passes)
     reports: list[PassReport] = []
@@ -228,37 +229,12 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
         sdpa_nodes = analysis.sdpa_nodes(ordered)
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
-    if kv_sharing not in KV_SHARING_MODES:
-        raise OvpassesError(f"kv_sharing must be one of {', '.join(KV_SHARING_MODES)}, not {kv_sharing!r}")
-    detected, unshared, kept_shared, unshared_borrowers = analysis, [], {}, set()
-    if kv_sharing == "unshare":
-        unsharing = plan_unsharing(analysis)
-        kept_shared = dict(unsharing.refused)
-        if SharedKVCacheUnsharing.NAME in selected and unsharing.targets:
-            start = time.perf_counter()
-            unshare = SharedKVCacheUnsharing(unsharing.targets)
-            _run(model, unshare)
-            unshared, unshared_borrowers = unshare.unshared, {u.borrower for u in unshare.unshared}
-            kept_shared.update(unshare.skipped)
-            if unshared:   # the rest of the pipeline plans on the model as it is now
-                if SharedKVCacheDetection.NAME in selected:
-                    detection = SharedKVCacheDetection()
-                    _run(model, detection)
-                    analysis, sdpa_nodes = detection.analysis, detection.sdpa_nodes
-                else:
-                    ordered = model.get_ordered_ops()
-                    analysis = analyze_kv_sharing(model, ordered)
-                    sdpa_nodes = analysis.sdpa_nodes(ordered)
-            reports.append(PassReport(SharedKVCacheUnsharing.NAME, [u.variable_id for u in unshared],
-                                      time.perf_counter() - start))
+    detected, unsharing = analysis, _Unsharing()
+    if kv_sharing == "unshare":   # the rest of the pipeline plans on the model as it is afterwards
+        analysis, sdpa_nodes, unsharing = _unshare(model, analysis, sdpa_nodes, selected, reports)
 
     actions = plan(analysis, profile)
-    for name in unshared_borrowers:
-        if analysis.sdpa[name].status == "exclusive" and actions[name] == NATIVE:
-            actions[name] = UNSHARED
-    if kv_sharing == "unshare" and SharedKVCacheUnsharing.NAME not in selected:
-        for name in {b for borrowers in unsharing.targets.values() for b in borrowers}:
-            actions[name] = SKIPPED.format(pass_=SharedKVCacheUnsharing.NAME, action=UNSHARED)
+    unsharing.update_actions(actions, analysis)
     barrier_names = {n for n, a in actions.items() if a == BARRIER}
     # an earlier run's barrier already keeps these out: neither a second barrier nor the fallback
     taken: set[str] = _behind_barrier(sdpa_nodes, barrier_names)
@@ -294,7 +270,8 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: Iterable[str] |
                     actions[name] = SKIPPED.format(pass_=KVCacheShapeOfDecomposition.NAME, action=SHAPEOF)
     if SharedKVCacheDetection.NAME in selected:
         _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
-    summary = RewriteSummary(profile, detected, actions, reports, kv_sharing, unshared, kept_shared)
+    summary = RewriteSummary(profile, detected, actions, reports, kv_sharing, unsharing.unshared,
+                             unsharing.kept_shared)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 
@@ -320,6 +297,58 @@ def _run(model: ov.Model, pass_) -> None:
     manager = Manager()
     manager.register_pass(pass_)
     manager.run_passes(model)
+
+
+def _check_kv_sharing(kv_sharing: str) -> None:
+    if kv_sharing not in KV_SHARING_MODES:
+        raise OvpassesError(f"kv_sharing must be one of {', '.join(KV_SHARING_MODES)}, not {kv_sharing!r}")
+
+
+@dataclass
+class _Unsharing:
+    """What the ``kv_sharing="unshare"`` step did (nothing, in ``keep``)."""
+
+    unshared: list[UnsharedCache] = field(default_factory=list)
+    kept_shared: dict[str, str] = field(default_factory=dict)
+    not_selected: set[str] = field(default_factory=set)   # borrowers planned for the pass when it is not selected
+
+    def update_actions(self, actions: dict[str, str], analysis: KVSharingAnalysis) -> None:
+        """A borrower that now reads an exclusive cache of its own is reported as unshared."""
+        for name in {u.borrower for u in self.unshared}:
+            if analysis.sdpa[name].status == "exclusive" and actions[name] == NATIVE:
+                actions[name] = UNSHARED
+        for name in self.not_selected:
+            actions[name] = SKIPPED.format(pass_=SharedKVCacheUnsharing.NAME, action=UNSHARED)
+
+
+def _unshare(model: ov.Model, analysis: KVSharingAnalysis, sdpa_nodes: dict[str, ov.Node],
+             selected: frozenset[str], reports: list[PassReport]):
+    """Plan and run :class:`SharedKVCacheUnsharing`; return the analysis and SDPA nodes of the model as it
+    is afterwards (a fresh detection when the pass changed it) and what the step did."""
+    planned = plan_unsharing(analysis)
+    step = _Unsharing(kept_shared=dict(planned.refused))
+    if SharedKVCacheUnsharing.NAME not in selected:
+        step.not_selected = {b for borrowers in planned.targets.values() for b in borrowers}
+        return analysis, sdpa_nodes, step
+    if not planned.targets:
+        return analysis, sdpa_nodes, step
+    start = time.perf_counter()
+    unshare = SharedKVCacheUnsharing(planned.targets)
+    _run(model, unshare)
+    step.unshared = unshare.unshared
+    step.kept_shared.update(unshare.skipped)
+    if step.unshared:
+        if SharedKVCacheDetection.NAME in selected:   # its runtime info must describe the model as it is now
+            detection = SharedKVCacheDetection()
+            _run(model, detection)
+            analysis, sdpa_nodes = detection.analysis, detection.sdpa_nodes
+        else:
+            ordered = model.get_ordered_ops()
+            analysis = analyze_kv_sharing(model, ordered)
+            sdpa_nodes = analysis.sdpa_nodes(ordered)
+    reports.append(PassReport(SharedKVCacheUnsharing.NAME, [u.variable_id for u in step.unshared],
+                              time.perf_counter() - start))
+    return analysis, sdpa_nodes, step
 
 
 def _behind_barrier(sdpa_nodes: dict[str, ov.Node], names: set[str]) -> set[str]:
