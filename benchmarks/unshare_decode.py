@@ -14,8 +14,8 @@ runs under the runtime's virtual environment and compiles with the plugin's defa
 Latency, paired: one process compiles both models, prefills ``context`` tokens into each, then decodes
 ``--decode`` tokens alternating one step of keep with one step of unshare, so that load from other
 processes on the machine hits both alike; per mode the figure is the median step, wall time (and the
-process's mean CPU time per step, all threads, beside it). ``--rounds`` such processes per cell; the table shows the
-median over them. The ratio is the median of the per-process ratios.
+process's mean CPU time per step, all threads, beside it). ``--rounds`` such processes per cell;
+the table shows the median over them. The ratio is the median of the per-process ratios.
 
 Memory, one process per mode (peak RSS counts one model only): prefill ``context`` tokens, decode 4.
 ``cache B/token`` is what the IR's cache variables hold per token of context at batch 1 (the element
