@@ -20,7 +20,7 @@ from ovpasses.folder import rewrite_folder
 from ovpasses.passes.shared_kv_cache_unsharing import (
     NO_INITIALISER,
     SCALAR_MASK,
-    UNANALYSED,
+    SUBGRAPH_READER,
     SharedKVCacheUnsharing,
     borrower_labels,
     plan_unsharing,
@@ -240,10 +240,10 @@ def test_cache_read_by_a_loop_stays_shared():
     nothing is known about how the body reads it, so it is not unshared, and the summary says why."""
     model = build_cache_loop(CacheLoopSpec())
     vid = CacheLoopSpec.variable_id("key")
-    assert plan_unsharing(analyze_kv_sharing(model)).refused == {vid: UNANALYSED}
+    assert plan_unsharing(analyze_kv_sharing(model)).refused == {vid: SUBGRAPH_READER}
     summary = ovpasses.rewrite(model, kv_sharing="unshare")
-    assert not summary.changed and summary.kept_shared == {vid: UNANALYSED}
-    assert f"kept shared: {vid}: {UNANALYSED}" in str(summary)
+    assert not summary.changed and summary.kept_shared == {vid: SUBGRAPH_READER}
+    assert f"kept shared: {vid}: {SUBGRAPH_READER}" in str(summary)
 
 
 def test_unsharing_pass_not_selected_is_reported():

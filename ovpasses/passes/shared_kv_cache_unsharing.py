@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 RT_UNSHARED = "ovpasses_unshared_from"   # on each node the pass makes: the variable it copies
 
 # why a cache is left shared, as the plan and the pass report it
-UNANALYSED = "a sub-graph operation (not analysed) also reads this cache"
+SUBGRAPH_READER = "a sub-graph operation (not analysed) also reads this cache"
 NO_OWNER = "no SDPA reads this cache on its Assign's path (no owner whose new K/V a copy could store)"
 SEVERAL_READ_VALUES = "the variable has several ReadValues"
 # Measured on 2026.0.0 and 2026.4.1 (tests/test_kv_cache_unsharing.py::test_cache_without_initialiser_stays_shared):
@@ -130,7 +130,7 @@ def plan_unsharing(analysis: KVSharingAnalysis) -> UnsharingPlan:
         if not cache.shared:
             continue
         if cache.unanalysed_readers:
-            refused[vid] = UNANALYSED
+            refused[vid] = SUBGRAPH_READER
         elif cache.owner is None:
             refused[vid] = NO_OWNER
         elif len(cache.read_values) != 1:
@@ -138,6 +138,9 @@ def plan_unsharing(analysis: KVSharingAnalysis) -> UnsharingPlan:
         elif cache.borrowers:
             targets[vid] = cache.borrowers
     return UnsharingPlan(targets, refused)
+
+
+_LAYER = re.compile(r"(?:^|[./])(layers?\.\d+)(?=[./]|$)")
 
 
 def borrower_labels(names: Iterable[str]) -> dict[str, str]:
@@ -151,8 +154,6 @@ def borrower_labels(names: Iterable[str]) -> dict[str, str]:
         counts[label] = counts.get(label, 0) + 1
     return {name: short[name] if name in short and counts[short[name]] == 1 else name for name in names}
 
-
-_LAYER = re.compile(r"(?:^|[./])(layers?\.\d+)(?=[./]|$)")
 
 
 def _cache_concat_pattern(variables: Mapping[str, object]) -> tuple[Matcher, WrapType]:
