@@ -17,6 +17,7 @@ from ovpasses.passes import (
     ScaledDotProductAttentionDecomposition,
     SharedKVCacheDetection,
     SlidingWindowMaskSliceInsertion,
+    SharedKVCacheUnsharing,
 )
 from ovpasses.pipeline import RewriteSummary, RuntimeProfile, compile_model, plan, profile_for, rewrite
 
@@ -38,6 +39,7 @@ __all__ = [
     "SharedKVCacheDetection",
     "SlidingWindowMaskSliceInsertion",
     "UnreadableOperationError",
+    "SharedKVCacheUnsharing",
     "UnsupportedModelError",
     "UnsupportedRuntimeError",
     "analyze_kv_sharing",

@@ -322,7 +322,7 @@ def check_tolerance(name: str, value: float) -> float:
 def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: str | None = None,
                 config: dict | None = None, passes: str | Iterable[str] | None = None, prefill: int = 8,
                 atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0, core: ov.Core | None = None,
-                source: InputSource | None = None) -> CheckReport:
+                source: InputSource | None = None, kv_sharing: str = "keep") -> CheckReport:
     """Compile ``model`` and a rewritten clone on ``device``; run both on the same prefill + decode inputs.
 
     ``config`` defaults to :data:`EXACT_CPU_CONFIG` on CPU and to the device defaults elsewhere. Both
@@ -345,7 +345,7 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     if config is None:
         config = dict(EXACT_CPU_CONFIG) if device.split(".")[0] == "CPU" else {}
     rewritten_model = model.clone()
-    summary = rewrite(rewritten_model, runtime, passes)
+    summary = rewrite(rewritten_model, runtime, passes, kv_sharing=kv_sharing)
     try:
         feeds = make_feeds(model, steps, prefill, seed, source)
     except InputUnknownError as exc:   # nothing can run on inputs nobody knows: inconclusive, saying why

@@ -19,6 +19,7 @@ import openvino as ov
 import ovpasses
 from ovpasses import check, check_inputs, devices, folder, genai_check, inspect_report, io, pipeline, runtimes
 from ovpasses.errors import OvpassesError
+from ovpasses.pipeline import KV_SHARING_MODES
 
 EXIT_OK = 0
 EXIT_WORSE = 1
@@ -62,6 +63,9 @@ def _add_common(sub: argparse.ArgumentParser, runtime: bool = True) -> None:
                      help="show tracebacks and debug logging instead of one-line errors")
     if runtime:
         sub.add_argument("--runtime", default="auto", metavar="auto|VERSION", help=RUNTIME_HELP)
+        sub.add_argument("--kv-sharing", choices=KV_SHARING_MODES, default="keep",
+                         help="keep (default): shared KV caches stay shared; unshare: give each borrower a cache "
+                              "of its own, so the plugin fuses every layer, at extra cache memory per token")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -206,7 +210,7 @@ def cmd_rewrite(args) -> int:
         if not args.in_place:
             io.check_distinct_output(source, target)
     model = io.read_ir(source)
-    summary = ovpasses.rewrite(model, runtime, passes)
+    summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing)
     if not args.dry_run:
         io.write_ir(model, target)
     if args.format == "json":
@@ -230,7 +234,8 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
     if not (args.in_place or args.output or args.dry_run):
         raise OvpassesError("say where to write: -o NEW_FOLDER, --in-place, or --dry-run to write nothing")
     target = None if args.dry_run else source if args.in_place else Path(args.output)
-    summary = folder.rewrite_folder(source, target, runtime, passes, in_place=args.in_place and not args.dry_run)
+    summary = folder.rewrite_folder(source, target, runtime, passes, in_place=args.in_place and not args.dry_run,
+                                    kv_sharing=args.kv_sharing)
     if args.format == "json":
         print(json.dumps(summary.to_dict(), indent=2))
     else:
@@ -243,7 +248,8 @@ def cmd_inspect(args) -> int:
     runtime = _runtime(args)
     source = Path(args.input)
     if os.path.isdir(source):
-        reports = [(name, inspect_report.inspect_model(io.read_ir(source / name), runtime))
+        reports = [(name, inspect_report.inspect_model(io.read_ir(source / name), runtime,
+                                                   kv_sharing=args.kv_sharing))
                    for name in folder.stateful_irs(source)]
     else:
         reports = [(None, inspect_report.inspect_model(io.read_ir(source), runtime))]
@@ -283,8 +289,9 @@ def cmd_check(args) -> int:
                                           check_inputs.Embedders.beside(path.parent, ov.Core(), device))
         reports.append((path.name, check.check_model(
             model, device=device, steps=args.steps, runtime=runtime, config=config, passes=passes,
-            prefill=args.prefill, atol=args.atol, rtol=args.rtol, source=inputs)))
-    genai_reports = _genai_check(source, runtime, passes, device) if args.genai else []
+            prefill=args.prefill, atol=args.atol, rtol=args.rtol, source=inputs,
+            kv_sharing=args.kv_sharing)))
+    genai_reports = _genai_check(source, runtime, passes, device, args.kv_sharing) if args.genai else []
     codes = [report.verdict_code for _, report in reports] + [r.verdict for r in genai_reports]
     worst = max(codes, key=VERDICT_ORDER.index)
     if args.format == "json":
@@ -306,13 +313,13 @@ def cmd_check(args) -> int:
     return CHECK_EXIT[worst]
 
 
-def _genai_check(source: Path, runtime, passes, device: str) -> list:
+def _genai_check(source: Path, runtime, passes, device: str, kv_sharing: str = "keep") -> list:
     """The folder and its rewritten copy (in a temporary folder) through openvino_genai."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ovpass-genai-") as tmp:
         rewritten = Path(tmp) / "rewritten"
-        folder.rewrite_folder(source, rewritten, runtime, passes)
+        folder.rewrite_folder(source, rewritten, runtime, passes, kv_sharing=kv_sharing)
         return genai_check.check_folders(source, rewritten, device=device)
 
 

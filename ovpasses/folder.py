@@ -160,7 +160,7 @@ def check_folder_target(source: Path, target: Path, in_place: bool) -> None:
 
 
 def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, runtime: str | None = None,
-                   passes=None, in_place: bool = False) -> FolderSummary:
+                   passes=None, in_place: bool = False, kv_sharing: str = "keep") -> FolderSummary:
     """Rewrite every IR of ``source`` that holds stateful attention and write the folder to ``target``.
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
@@ -169,6 +169,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
     Files other than those IRs are copied byte for byte, sub-folders included; ovpass's own lock,
     journal and temporary files are not copied. :class:`UnreadableOperationError`, naming the file,
     when an IR holds an operation the target cannot read and ovpasses cannot replace.
+    ``kv_sharing`` is :func:`~ovpasses.pipeline.rewrite`'s.
     """
     source = Path(source)
     destination = source if in_place else (Path(target) if target is not None else None)
@@ -193,7 +194,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
             start = time.perf_counter()
             model = io.read_ir(source / name)
             try:
-                result = rewrite(model, runtime, passes)
+                result = rewrite(model, runtime, passes, kv_sharing=kv_sharing)
             except UnreadableOperationError as exc:
                 raise UnreadableOperationError(f"{source / name}: {exc}") from None
             if staging is not None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 
 import networkx as nx
+from dataclasses import asdict
+
 import openvino as ov
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
@@ -22,7 +24,7 @@ ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers p
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
 
 
-def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
+def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str = "keep") -> dict:
     """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``,
     and the operations ``runtime`` cannot read as exported with what the rewrite does about each.
 
@@ -33,7 +35,7 @@ def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
     model as the rewrite leaves it, and ``fusion_unmodified`` the same for the model as it is, each with
     its reason.
     """
-    summary = run_pipeline(model.clone(), runtime)
+    summary = run_pipeline(model.clone(), runtime, kv_sharing=kv_sharing)
     data = summary.analysis.to_dict()
     fusion, unmodified = summary.fusion(), summary.fusion(unmodified=True)
     for sdpa in data["sdpa"]:
@@ -58,6 +60,10 @@ def inspect_model(model: ov.Model, runtime: str | None = None) -> dict:
         "lint": [f.to_dict() for f in summary.findings],
         "unreadable_ops": [a.to_dict() for a in summary.op_versions],
         "readable": summary.readable,
+        "kv_sharing": summary.kv_sharing,
+        "unshared": [asdict(u) for u in summary.unshared],
+        "kept_shared": dict(summary.kept_shared),
+        "extra_cache_bytes_per_token": summary.extra_cache_bytes_per_token,
     }
 
 
@@ -141,6 +147,13 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
     for mask in report.get("sliding_window_masks", []):   # the Select's long name only when verbose
         lines.append(f"sliding-window mask{' ' + mask['select'] if verbose else ''} (window {mask['window']}, "
                      f"{len(mask['sdpa'])} SDPA): {mask['action']}")
+    if report.get("kv_sharing", "keep") != "keep":
+        extra = report["extra_cache_bytes_per_token"]
+        lines += ["", f"kv sharing: {report['kv_sharing']}: {len(report['unshared'])} caches added, "
+                      f"{'unknown' if extra is None else extra} bytes per token of context (batch 1)"]
+        lines += [f"  {u['variable_id']}: for layer {by_name[u['borrower']]['layer'] if u['borrower'] in by_name else u['borrower']}, "
+                  f"{u['bytes_per_token']} bytes/token" for u in report["unshared"]]
+        lines += [f"  kept shared: {cache}: {reason}" for cache, reason in report["kept_shared"].items()]
     for message in report["unhandled"]:
         lines.append(f"not handled: {message}")
     for message in report.get("warnings", []):

@@ -11,6 +11,10 @@ The pipeline also makes the IR readable by the target: operations newer than the
 (:mod:`ovpasses.analysis.op_versions`) are constant-folded or converted into older operations where
 that is exact (:func:`lower_op_versions`), and otherwise :func:`rewrite` refuses with
 :class:`~ovpasses.errors.UnreadableOperationError`.
+
+``kv_sharing="unshare"`` (opt-in) first gives each borrower of a shared
+cache a cache of its own (:class:`~ovpasses.passes.SharedKVCacheUnsharing`), so that the plugin can fuse
+every layer, at the memory the copies cost.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import logging
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import openvino as ov
 from openvino.passes import Manager
@@ -41,6 +45,7 @@ from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusi
 from ovpasses.passes.erfinv_constant_folding import ErfInvConstantFolding
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
+from ovpasses.passes.shared_kv_cache_unsharing import SharedKVCacheUnsharing, UnsharedCache, plan_unsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.runtimes import (
     FIRST_FIXED,
@@ -71,6 +76,10 @@ STATELESS = "none: reads no cache"
 SHAPEOF = "cache ShapeOf computed from the Concat inputs, so the plugin can fuse it"
 BARRIER = "kept out of stateful fusion (no-op Reshape on K/V)"
 DECOMPOSE = "decomposed (scale after MatMul(Q,K^T)): no other way to keep it out of fusion"
+UNSHARED = "reads a KV cache of its own (unshared), so the plugin can fuse it"
+
+# what rewrite(kv_sharing=...) does with caches that several SDPAs read
+KV_SHARING_MODES = ("keep", "unshare")
 
 # actions, as reported per sliding-window mask
 MASK_SLICE = "Slice inserted: the paged converter reads the window from it"
@@ -313,6 +322,9 @@ class RewriteSummary:
     findings: list[Finding] = field(default_factory=list)            # the sharing lint's
     # operations the target could not read as exported (none for the installed runtime), and what was done
     op_versions: list[OpVersionAction] = field(default_factory=list)
+    kv_sharing: str = "keep"
+    unshared: list[UnsharedCache] = field(default_factory=list)   # the variables kv_sharing="unshare" added
+    kept_shared: dict[str, str] = field(default_factory=dict)     # cache (for a borrower) -> why not unshared
 
     @property
     def changed(self) -> bool:
@@ -352,6 +364,12 @@ class RewriteSummary:
         """Whether the target runtime reads the rewritten model (every operation it could not read was replaced)."""
         return all(a.handled for a in self.op_versions)
 
+    @property
+    def extra_cache_bytes_per_token(self) -> int | None:
+        """KV-cache memory the unshared copies add per token of context at batch 1 (None: unknown)."""
+        sizes = [u.bytes_per_token for u in self.unshared]
+        return None if None in sizes else sum(sizes)
+
     def to_dict(self) -> dict:
         return {
             "runtime": self.profile.version_string,
@@ -369,6 +387,10 @@ class RewriteSummary:
             "lint": [f.to_dict() for f in self.findings],
             "unreadable_ops": [a.to_dict() for a in self.op_versions],
             "readable": self.readable,
+            "kv_sharing": self.kv_sharing,
+            "unshared": [asdict(u) for u in self.unshared],
+            "kept_shared": dict(self.kept_shared),
+            "extra_cache_bytes_per_token": self.extra_cache_bytes_per_token,
         }
 
     def masks_to_dicts(self) -> list[dict]:
@@ -397,6 +419,11 @@ class RewriteSummary:
                 lines.append(f"  layer {self.analysis.layer(name)} as left: {fusion[name].reason}")
         for mask in self.masks_to_dicts():   # the Select's name is in to_dict()
             lines.append(f"sliding-window mask (window {mask['window']}, {len(mask['sdpa'])} SDPA): {mask['action']}")
+        if self.kv_sharing != "keep":
+            lines.append(f"kv sharing: {self.kv_sharing}: {len(self.unshared)} caches added, "
+                         f"{_bytes(self.extra_cache_bytes_per_token)} per token of context (batch 1)")
+        for cache, reason in self.kept_shared.items():
+            lines.append(f"kept shared: {cache}: {reason}")
         for message in self.analysis.unhandled:
             lines.append(f"not handled: {message}")
         for finding in self.findings:
@@ -410,11 +437,19 @@ class RewriteSummary:
         return "\n".join(lines)
 
 
+def _bytes(count: int | None) -> str:
+    return "an unknown number of bytes (a dynamic head dimension)" if count is None else f"{count} bytes"
+
+
 # The passes of the pipeline, in the order it runs them, with what each does in one line.
 PASSES: dict[str, tuple[type, str]] = {
     SharedKVCacheDetection.NAME: (
         SharedKVCacheDetection,
         "analysis only: records per SDPA which KV caches it reads and whether another SDPA reads them too"),
+    SharedKVCacheUnsharing.NAME: (
+        SharedKVCacheUnsharing,
+        "--kv-sharing unshare only: gives each borrower of a shared cache a cache of its own, so every SDPA can "
+        "fuse"),
     DisableStatefulSDPAFusion.NAME: (
         DisableStatefulSDPAFusion,
         "keeps SDPAs that read a cache off its Assign path out of the CPU stateful SDPA fusion (no-op Reshape)"),
@@ -468,7 +503,8 @@ def selected_passes(passes: str | Iterable[str] | None) -> frozenset[str]:
     return selected
 
 
-def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None) -> RewriteSummary:
+def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None,
+            kv_sharing: str = "keep") -> RewriteSummary:
     """Run the pipeline on ``model`` in place for ``runtime`` (default: the installed one).
 
     ``passes`` (names from :data:`PIPELINE_PASSES`: one name, ``"A,B"`` or a list; see
@@ -484,8 +520,13 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     operation that cannot be replaced raises :class:`UnreadableOperationError` naming it, its opset,
     the target and the first release that reads it. The model has been rewritten by then (in place,
     as always); the CLI writes nothing.
+
+    ``kv_sharing="unshare"`` first gives each borrower of a shared cache a cache of its own
+    (:class:`SharedKVCacheUnsharing`, planned by :func:`plan_unsharing`); the rest of the pipeline then
+    plans on the model as it is afterwards. The summary's ``analysis`` stays what was detected in the
+    input; ``unshared`` lists the caches added and what each costs per token.
     """
-    summary = run_pipeline(model, runtime, passes)
+    summary = run_pipeline(model, runtime, passes, kv_sharing)
     if not summary.readable:
         raise UnreadableOperationError(refusal_message(summary.profile.version,
                                                        [a for a in summary.op_versions if not a.handled]))
@@ -493,9 +534,10 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
 
 
 def run_pipeline(model: ov.Model, runtime: str | None = None,
-                 passes: str | Iterable[str] | None = None) -> RewriteSummary:
+                 passes: str | Iterable[str] | None = None, kv_sharing: str = "keep") -> RewriteSummary:
     """:func:`rewrite` without the refusal: the summary says which operations the target still cannot
     read (``summary.readable``, ``summary.op_versions``). ``ovpass inspect`` reports from it."""
+    _check_kv_sharing(kv_sharing)
     profile = profile_for(runtime)
     selected = selected_passes(passes)
     reports: list[PassReport] = []
@@ -511,10 +553,15 @@ def run_pipeline(model: ov.Model, runtime: str | None = None,
         sdpa_nodes = analysis.sdpa_nodes(ordered)
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
+    detected, unsharing = analysis, _Unsharing()
+    if kv_sharing == "unshare":   # the rest of the pipeline plans on the model as it is afterwards
+        analysis, sdpa_nodes, unsharing = _unshare(model, analysis, sdpa_nodes, selected, reports)
+
     kinds = attention_kinds(sdpa_nodes)
-    findings = lint_kv_sharing(analysis, kinds)
+    findings = lint_kv_sharing(detected, kinds)
     decisions = plan_with_reasons(analysis, profile)
     actions = {name: decision.action for name, decision in decisions.items()}
+    unsharing.update_actions(actions, analysis)
     masks = find_sliding_window_masks(sdpa_nodes.values())
     mask_actions = mask_plan(masks, profile)
     warnings = paged_warnings(profile, analysis, attention_heads(sdpa_nodes), masks)
@@ -565,9 +612,10 @@ def run_pipeline(model: ov.Model, runtime: str | None = None,
     if SharedKVCacheDetection.NAME in selected:
         _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
     lowering = lower_op_versions(model, profile.version, selected)
-    summary = RewriteSummary(profile, analysis, actions, reports + lowering.passes, masks, mask_actions, warnings,
+    summary = RewriteSummary(profile, detected, actions, reports + lowering.passes, masks, mask_actions, warnings,
                              reasons={name: decision.reason for name, decision in decisions.items()},
-                             kinds=kinds, findings=findings, op_versions=lowering.actions)
+                             kinds=kinds, findings=findings, op_versions=lowering.actions, kv_sharing=kv_sharing,
+                             unshared=unsharing.unshared, kept_shared=unsharing.kept_shared)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 
@@ -615,8 +663,8 @@ def lower_op_versions(model: ov.Model, target: Version, selected: frozenset[str]
 
 
 def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,
-                  runtime: str | None = None, core: ov.Core | None = None) -> ov.CompiledModel:
-    """Rewrite a clone of ``model`` for ``runtime`` and compile it on ``device`` (CPU or GPU).
+                  runtime: str | None = None, core: ov.Core | None = None, kv_sharing: str = "keep") -> ov.CompiledModel:
+    """Rewrite a clone of ``model`` for ``runtime`` (and ``kv_sharing``) and compile it on ``device`` (CPU or GPU).
 
     ``model`` is an ``ov.Model`` or, as for OpenVINO's own ``compile_model``, the path of an IR ``.xml``
     (read with :func:`ovpasses.io.read_ir`). ``device`` is any case in its family part (``"cpu"``,
@@ -634,7 +682,7 @@ def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", conf
     else:
         raise OvpassesError(f"compile_model takes an openvino.Model or the path of an IR .xml file, not "
                             f"{type(model).__name__}")
-    rewrite(clone, runtime)
+    rewrite(clone, runtime, kv_sharing=kv_sharing)
     return core.compile_model(clone, name, config or {})
 
 
@@ -642,6 +690,58 @@ def _run(model: ov.Model, pass_) -> None:
     manager = Manager()
     manager.register_pass(pass_)
     manager.run_passes(model)
+
+
+def _check_kv_sharing(kv_sharing: str) -> None:
+    if kv_sharing not in KV_SHARING_MODES:
+        raise OvpassesError(f"kv_sharing must be one of {', '.join(KV_SHARING_MODES)}, not {kv_sharing!r}")
+
+
+@dataclass
+class _Unsharing:
+    """What the ``kv_sharing="unshare"`` step did (nothing, in ``keep``)."""
+
+    unshared: list[UnsharedCache] = field(default_factory=list)
+    kept_shared: dict[str, str] = field(default_factory=dict)
+    not_selected: set[str] = field(default_factory=set)   # borrowers planned for the pass when it is not selected
+
+    def update_actions(self, actions: dict[str, str], analysis: KVSharingAnalysis) -> None:
+        """A borrower that now reads an exclusive cache of its own is reported as unshared."""
+        for name in {u.borrower for u in self.unshared}:
+            if analysis.sdpa[name].status == "exclusive" and actions[name] == NATIVE:
+                actions[name] = UNSHARED
+        for name in self.not_selected:
+            actions[name] = SKIPPED.format(pass_=SharedKVCacheUnsharing.NAME, action=UNSHARED)
+
+
+def _unshare(model: ov.Model, analysis: KVSharingAnalysis, sdpa_nodes: dict[str, ov.Node],
+             selected: frozenset[str], reports: list[PassReport]):
+    """Plan and run :class:`SharedKVCacheUnsharing`; return the analysis and SDPA nodes of the model as it
+    is afterwards (a fresh detection when the pass changed it) and what the step did."""
+    planned = plan_unsharing(analysis)
+    step = _Unsharing(kept_shared=dict(planned.refused))
+    if SharedKVCacheUnsharing.NAME not in selected:
+        step.not_selected = {b for borrowers in planned.targets.values() for b in borrowers}
+        return analysis, sdpa_nodes, step
+    if not planned.targets:
+        return analysis, sdpa_nodes, step
+    start = time.perf_counter()
+    unshare = SharedKVCacheUnsharing(planned.targets)
+    _run(model, unshare)
+    step.unshared = unshare.unshared
+    step.kept_shared.update(unshare.skipped)
+    if step.unshared:
+        if SharedKVCacheDetection.NAME in selected:   # its runtime info must describe the model as it is now
+            detection = SharedKVCacheDetection()
+            _run(model, detection)
+            analysis, sdpa_nodes = detection.analysis, detection.sdpa_nodes
+        else:
+            ordered = model.get_ordered_ops()
+            analysis = analyze_kv_sharing(model, ordered)
+            sdpa_nodes = analysis.sdpa_nodes(ordered)
+    reports.append(PassReport(SharedKVCacheUnsharing.NAME, [u.variable_id for u in step.unshared],
+                              time.perf_counter() - start))
+    return analysis, sdpa_nodes, step
 
 
 def _behind_barrier(sdpa_nodes: dict[str, ov.Node], names: set[str]) -> set[str]:

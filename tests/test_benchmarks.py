@@ -20,6 +20,8 @@ CASES = {
     "fused_kernels": (["--runtimes", "newest", "--fixtures", "tiny8"], "fused_kernels"),
     "decode_latency": (["--ir", str(TINY8), "--runtimes", "newest", "--rounds", "1", "--repeats", "1",
                         "--prefill", "8", "--decode", "2"], "decode_latency"),
+    "unshare_decode": (["--ir", str(TINY8), "--runtimes", "newest", "--rounds", "1", "--contexts", "8",
+                        "--decode", "2"], "unshare_decode"),
 }
 
 
@@ -40,3 +42,8 @@ def test_benchmark_script_runs(script, tmp_path):
     if script == "fused_kernels":
         fused = {row["mode"]: row.get("fused_sdpa") for row in data["rows"]}
         assert fused == {"unmodified": 2, "rewritten": 2, "decomposed": 0}
+    if script == "unshare_decode":
+        rows = {row["mode"]: row for row in data["rows"]}
+        assert (rows["keep"]["fused_sdpa"], rows["unshare"]["fused_sdpa"]) == (2, 8)
+        assert rows["unshare"]["cache_bytes_per_token"] > rows["keep"]["cache_bytes_per_token"]
+        assert rows["unshare"]["ratio_to_keep"] > 0 and rows["unshare"]["peak_rss_mib"] > 0

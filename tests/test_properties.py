@@ -32,8 +32,17 @@ from openvino.passes import Manager
 
 import ovpasses
 from ovpasses import OvpassesError, ScaledDotProductAttentionDecomposition, analyze_kv_sharing
+from ovpasses.passes.shared_kv_cache_unsharing import NO_INITIALISER, SCALAR_MASK
 from ovpasses.runtimes import FIRST_FIXED, installed_version
-from ovpasses.testing.graphs import STACK_OUTPUT, StackSpec, build_stack, run_stack, stack_reference, stack_steps
+from ovpasses.testing.graphs import (
+    STACK_OUTPUT,
+    StackSpec,
+    build_stack,
+    run_stack,
+    sharing_layout,
+    stack_reference,
+    stack_steps,
+)
 from ovpasses.testing.matrix import apply_mode
 from ovpasses.testing.strategies import register_profiles, stack_specs, step_counts
 
@@ -334,16 +343,91 @@ def test_affected_runtime_rewrite_decodes(spec, counts):
 @pytest.mark.skipif(AFFECTED, reason="this is the runtime the property runs under")
 @pytest.mark.skipif(not AFFECTED_VENV_PYTHON.exists(), reason=f"no {AFFECTED_VENV_PYTHON}")
 def test_affected_runtime_property_under_2026_0():
-    """Runs property 7 and the regressions under openvino 2026.0 in its own virtual environment."""
+    """Runs property 7, property 8 (unshare), the regressions and the unshare tests under openvino 2026.0
+    in its own virtual environment."""
     env = dict(os.environ, HYPOTHESIS_PROFILE=PROFILE)
     proc = subprocess.run(
         [str(AFFECTED_VENV_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
-         "tests/test_properties.py::test_affected_runtime_rewrite_decodes", "tests/test_regressions.py"],
+         "tests/test_properties.py::test_affected_runtime_rewrite_decodes",
+         "tests/test_properties.py::test_unshare_keeps_outputs_and_leaves_every_sdpa_exclusive",
+         "tests/test_regressions.py", "tests/test_kv_cache_unsharing.py"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=None if PROFILE == "thorough" else 900)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-6000:]
     assert re.search(r"\b\d+ passed", output), output[-3000:]
     assert not re.search(r"SKIPPED.*test_properties", output), "property 7 was skipped under 2026.0:\n" + output[-3000:]
+
+
+# --------------------------------------------------------------------------------------------------
+# 8. kv_sharing="unshare": same outputs, every SDPA exclusive, idempotent
+# --------------------------------------------------------------------------------------------------
+
+# half of the examples over every axis, half where every shared cache can be unshared (an initialiser
+# on each cache and no scalar mask), so that most examples with sharing make copies
+UNSHARABLE = (stack_specs(cache_type="f32", dtype="f32", scale="none")
+              | stack_specs(cache_type="f16", dtype="f16", mask=st.sampled_from(["bool", "float"])))
+
+
+@given(spec=stack_specs() | UNSHARABLE, counts=step_counts())
+@example(spec=OFF_PATH_F16, counts=(2, 1))
+@example(spec=StackSpec(k_source=sharing_layout(6, 3), gqa_form="bidirectional", mask="float", batch=2), counts=(3, 2))
+def test_unshare_keeps_outputs_and_leaves_every_sdpa_exclusive(spec, counts):
+    """Each borrower gets a cache of its own: the model stays the same function of its inputs over a
+    prefill and decode steps, a fresh analysis finds every SDPA that reads a cache exclusive (except
+    readers of a cache that stays shared because the plugin could not run it unshared, with the
+    reason), and a second rewrite (in memory and on the IR read back from its files) changes nothing."""
+    steps = stack_steps(spec, *counts)
+    model = build_stack(spec)
+    summary = ovpasses.rewrite(model, kv_sharing="unshare")
+    note(str(summary))
+    shared = {vid: cache for vid, cache in summary.analysis.caches.items() if cache.shared}
+    # a cache stays shared where the plugin could not run it exclusive: the builder gives a cache a
+    # ReadValue without an initialiser exactly when its element type differs from the model's, and
+    # every SDPA that reads a cache a scalar mask exactly when it has a scale and no mask input
+    reason = (NO_INITIALISER if spec.cache_type != spec.dtype else
+              SCALAR_MASK if spec.scale != "none" and spec.mask in ("none", "causal") else None)
+    kept = set(shared) if reason else set()
+    assert summary.kept_shared == dict.fromkeys(kept, reason)
+    assert len(summary.unshared) == sum(len(cache.borrowers) for vid, cache in shared.items() if vid not in kept)
+    event(f"unshared {len(summary.unshared)} caches" if summary.unshared else
+          f"shared caches kept: {reason[:40]}" if kept else "nothing shared")
+    after = analyze_kv_sharing(model)
+    assert after.unhandled == []
+    assert {name: info.status for name, info in after.sdpa.items()} == \
+           {name: "shared" if any(name in shared[vid].sdpa for vid in kept) else
+            "stateless" if status == "stateless" else "exclusive"
+            for name, status in spec.expected_status().items()}
+
+    once = serialized(model)
+    again = ovpasses.rewrite(model, kv_sharing="unshare")
+    assert not again.changed and not again.unshared, str(again)
+    assert serialized(model) == once
+    read_back = read_serialized(once)
+    third = ovpasses.rewrite(read_back, kv_sharing="unshare")
+    assert not third.changed, f"after reading the unshared IR back: {third}"
+    assert serialized(read_back) == once
+
+    expected = run(build_stack(spec), spec, steps)
+    got = run(model, spec, steps)
+    against_reference = isinstance(expected, str)
+    if against_reference:
+        event(f"unmodified graph raises: {expected[:60]}")
+        if isinstance(got, str) and not NULL_STATES.search(expected):
+            return   # the plugin cannot run this graph (see PLUGIN_ERROR)
+        if isinstance(got, str) and PLUGIN_ERROR.search(got) and plugin_cannot_run_unfused(spec, steps):
+            event("lost state unmodified; the plugin does not fuse the unshared caches and cannot run them unfused")
+            return
+        expected = stack_reference(spec, steps)
+    assert not isinstance(got, str), f"unshared graph raises {got}"
+    if spec.mask == "causal" and (summary.unshared or against_reference):
+        # fused stateful SDPAs apply causal=True bottom-right aligned on decode steps, unfused ones and
+        # the reference top-left (see property 7): a borrower that unshare lets the plugin fuse changes
+        # alignment, and so does any fused SDPA against the reference; on the prefill from an empty
+        # cache (square scores) both alignments agree
+        event("causal mask: compared on the prefill step")
+        got, expected = got[:1], expected[:1]
+    expected = [np.asarray(e, np.float64) for e in expected]
+    assert max_error(got, expected) <= tolerance(spec, expected)
 
 
 def test_profiles_are_registered():

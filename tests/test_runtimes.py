@@ -1,5 +1,6 @@
 """The Gemma 4 fixtures and a synthetic regression on the newest and on an affected runtime (issues 3,
-11), and the Gemma 3n fixture prepared under the newest runtime for older ones (issue 10).
+11), the Gemma 3n fixture prepared under the newest runtime for older ones (issue 10), and the
+fixtures with unshared KV caches (issue 12).
 
 Each case runs in a subprocess under the runtime's own virtual environment (.venvs/dev for the
 newest, .venvs/ov-2026.0.0 for the affected one; tools/test.sh creates both; 2025.2.0 and 2026.1.0
@@ -24,6 +25,7 @@ NATIVE_FUSED = {"tiny8": 2, "e2b35": 13, "tiny8u": 2}
 # so its paged tokens show whether the window and the KV sharing come through the conversion
 PAGED_FIXTURE, PAGED_WINDOW = "tiny8u", 16
 PROMPTS = ["default", "long"]   # 12 and 28 tokens
+UNSHARE_FIXTURES = ["tiny8", "e2b35"]   # every layer fused once unshared
 GEMMA3N_FUSED = 2   # its exclusive caches: layers 0 and 1 (tiny8's layout)
 
 needs_affected = pytest.mark.skipif(not AFFECTED.exists(), reason="needs .venvs/ov-2026.0.0 (bash tools/venv.sh ov 2026.0.0)")
@@ -96,6 +98,31 @@ def test_affected_unmodified_paged_misses_the_window():
     result = cell(AFFECTED, PAGED_FIXTURE, "unmodified", "paged")
     prompt_length = len(json.loads((FIXTURES / PAGED_FIXTURE / "reference.json").read_text())["prompt_ids"])
     assert result["status"] == "wrong tokens" and result["first_mismatch"] >= PAGED_WINDOW - prompt_length, result
+
+
+def attention_layers(fixture: str) -> int:
+    """The fixture's decoder layers, each with one attention (transformers' config in reference.json)."""
+    return json.loads((FIXTURES / fixture / "reference.json").read_text())["config"]["num_hidden_layers"]
+
+
+@pytest.mark.parametrize("fixture", UNSHARE_FIXTURES)
+@pytest.mark.parametrize("path", ["core", "stateful", "paged"])
+def test_newest_unshared_fuses_every_layer_and_decodes_like_transformers(fixture, path):
+    """kv_sharing="unshare" (issue 12): every borrower reads a cache of its own, so the plugin fuses
+    every attention layer, and ov.Core, genai stateful (SDPA backend) and genai paged still give
+    transformers' tokens."""
+    result = cell(NEWEST, fixture, "unshared", path)
+    assert result["status"] == "ok", result
+    if path == "core":
+        assert result["fused_sdpa"] == attention_layers(fixture) > NATIVE_FUSED[fixture]
+
+
+@needs_affected
+@pytest.mark.parametrize("fixture", UNSHARE_FIXTURES)
+def test_affected_unshared_fuses_every_layer_and_decodes_like_transformers(fixture):
+    result = cell(AFFECTED, fixture, "unshared", "core")
+    assert result["runtime"].startswith("2026.0")
+    assert result["status"] == "ok" and result["fused_sdpa"] == attention_layers(fixture), result
 
 
 SYNTHETIC = """

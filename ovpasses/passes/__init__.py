@@ -5,6 +5,7 @@ from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusi
 from ovpasses.passes.erfinv_constant_folding import ErfInvConstantFolding
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
+from ovpasses.passes.shared_kv_cache_unsharing import SharedKVCacheUnsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 
@@ -16,4 +17,5 @@ __all__ = [
     "ScaledDotProductAttentionDecomposition",
     "SharedKVCacheDetection",
     "SlidingWindowMaskSliceInsertion",
+    "SharedKVCacheUnsharing",
 ]

@@ -1,6 +1,6 @@
 """Run one exported LLM fixture one way, under whichever OpenVINO this interpreter has.
 
-    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|decomposed --path core|stateful|paged
+    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|unshared|decomposed --path core|stateful|paged
                                       [--prompt default|long]
 
 prints one JSON object: the runtime, whether the tokens equal transformers' (reference.json), the
@@ -43,10 +43,11 @@ MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "gener
 
 def apply_mode(model: ov.Model, mode: str) -> ov.Model:
     """``model`` as the mode runs it, changed in place: ``unmodified``, ``rewritten``
-    (:func:`ovpasses.rewrite`) or ``decomposed`` (every SDPA decomposed)."""
-    if mode == "rewritten":
+    (:func:`ovpasses.rewrite`), ``unshared`` (``rewrite(kv_sharing="unshare")``) or ``decomposed``
+    (every SDPA decomposed)."""
+    if mode in ("rewritten", "unshared"):
         import ovpasses
-        ovpasses.rewrite(model)
+        ovpasses.rewrite(model, kv_sharing="unshare" if mode == "unshared" else "keep")
     elif mode == "decomposed":
         from openvino.passes import Manager
 
@@ -167,7 +168,7 @@ def _genai(model: ov.Model, fixture: Path, path: str, prompt: list[int], steps: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fixture", type=Path)
-    parser.add_argument("--mode", choices=["unmodified", "rewritten", "decomposed"], required=True)
+    parser.add_argument("--mode", choices=["unmodified", "rewritten", "unshared", "decomposed"], required=True)
     parser.add_argument("--path", choices=["core", "stateful", "paged"], required=True)
     parser.add_argument("--prompt", choices=PROMPTS, default="default")
     args = parser.parse_args(argv)
