@@ -252,7 +252,7 @@ def cmd_inspect(args) -> int:
                                                    kv_sharing=args.kv_sharing))
                    for name in folder.stateful_irs(source)]
     else:
-        reports = [(None, inspect_report.inspect_model(io.read_ir(source), runtime))]
+        reports = [(None, inspect_report.inspect_model(io.read_ir(source), runtime, kv_sharing=args.kv_sharing))]
     if args.format == "json":
         data = reports[0][1] if reports[0][0] is None else {
             "schema": "ovpass.inspect-folder/1", "folder": str(source),

@@ -12,8 +12,6 @@ from __future__ import annotations
 import re
 
 import networkx as nx
-from dataclasses import asdict
-
 import openvino as ov
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
@@ -22,6 +20,10 @@ from ovpasses.pipeline import rewrite, run_pipeline
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
+
+
+SUMMARY_FIELDS = ("sliding_window_masks", "warnings", "lint", "unreadable_ops", "readable", "kv_sharing", "unshared",
+                  "kept_shared", "extra_cache_bytes_per_token")
 
 
 def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str = "keep") -> dict:
@@ -55,15 +57,8 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
         "variables": sorted(data["variables"], key=lambda v: v["variable_id"]),
         "sdpa": data["sdpa"],
         "unhandled": data["unhandled"],
-        "sliding_window_masks": summary.masks_to_dicts(),
-        "warnings": list(summary.warnings),
-        "lint": [f.to_dict() for f in summary.findings],
-        "unreadable_ops": [a.to_dict() for a in summary.op_versions],
-        "readable": summary.readable,
-        "kv_sharing": summary.kv_sharing,
-        "unshared": [asdict(u) for u in summary.unshared],
-        "kept_shared": dict(summary.kept_shared),
-        "extra_cache_bytes_per_token": summary.extra_cache_bytes_per_token,
+        # as in the rewrite's summary: one source for the fields both reports carry
+        **{key: value for key, value in summary.to_dict().items() if key in SUMMARY_FIELDS},
     }
 
 

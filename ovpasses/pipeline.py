@@ -543,14 +543,7 @@ def run_pipeline(model: ov.Model, runtime: str | None = None,
     reports: list[PassReport] = []
 
     start = time.perf_counter()
-    if SharedKVCacheDetection.NAME in selected:
-        detection = SharedKVCacheDetection()
-        _run(model, detection)
-        analysis, sdpa_nodes = detection.analysis, detection.sdpa_nodes
-    else:
-        ordered = model.get_ordered_ops()
-        analysis = analyze_kv_sharing(model, ordered)
-        sdpa_nodes = analysis.sdpa_nodes(ordered)
+    analysis, sdpa_nodes = _detect(model, selected)
     reports.append(PassReport(SharedKVCacheDetection.NAME, [], time.perf_counter() - start))
 
     detected, unsharing = analysis, _Unsharing()
@@ -686,6 +679,18 @@ def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", conf
     return core.compile_model(clone, name, config or {})
 
 
+def _detect(model: ov.Model, selected: frozenset[str]) -> tuple[KVSharingAnalysis, dict[str, ov.Node]]:
+    """The KV-sharing analysis of ``model`` and its SDPA nodes by name; through SharedKVCacheDetection
+    (which also writes its verdict into the SDPAs' runtime info) when that pass is selected."""
+    if SharedKVCacheDetection.NAME in selected:
+        detection = SharedKVCacheDetection()
+        _run(model, detection)
+        return detection.analysis, detection.sdpa_nodes
+    ordered = model.get_ordered_ops()
+    analysis = analyze_kv_sharing(model, ordered)
+    return analysis, analysis.sdpa_nodes(ordered)
+
+
 def _run(model: ov.Model, pass_) -> None:
     manager = Manager()
     manager.register_pass(pass_)
@@ -731,14 +736,7 @@ def _unshare(model: ov.Model, analysis: KVSharingAnalysis, sdpa_nodes: dict[str,
     step.unshared = unshare.unshared
     step.kept_shared.update(unshare.skipped)
     if step.unshared:
-        if SharedKVCacheDetection.NAME in selected:   # its runtime info must describe the model as it is now
-            detection = SharedKVCacheDetection()
-            _run(model, detection)
-            analysis, sdpa_nodes = detection.analysis, detection.sdpa_nodes
-        else:
-            ordered = model.get_ordered_ops()
-            analysis = analyze_kv_sharing(model, ordered)
-            sdpa_nodes = analysis.sdpa_nodes(ordered)
+        analysis, sdpa_nodes = _detect(model, selected)   # the runtime info must describe the model as it is now
     reports.append(PassReport(SharedKVCacheUnsharing.NAME, [u.variable_id for u in step.unshared],
                               time.perf_counter() - start))
     return analysis, sdpa_nodes, step
