@@ -325,6 +325,8 @@ class RewriteSummary:
     kv_sharing: str = "keep"
     unshared: list[UnsharedCache] = field(default_factory=list)   # the variables kv_sharing="unshare" added
     kept_shared: dict[str, str] = field(default_factory=dict)     # cache (for a borrower) -> why not unshared
+    # with kv_sharing="unshare": the analysis of the model as unsharing left it (``analysis`` is the input's)
+    analysis_after: KVSharingAnalysis | None = None
 
     @property
     def changed(self) -> bool:
@@ -350,11 +352,12 @@ class RewriteSummary:
         :func:`ovpasses.analysis.stateful_fusion.predict_fusion`."""
         inserted = {n for p in self.passes if p.name == DisableStatefulSDPAFusion.NAME for n in p.changed}
         shapeof_moved = any(p.changed for p in self.passes if p.name == KVCacheShapeOfDecomposition.NAME)
+        analysis = self.analysis if unmodified or self.analysis_after is None else self.analysis_after
         verdicts = {}
         for name, action in self.actions.items():
             barrier = action == BARRIER and not (unmodified and name in inserted)
             verdicts[name] = predict_fusion(
-                self.analysis, name, barrier=barrier, decomposed=action == DECOMPOSE and not unmodified,
+                analysis, name, barrier=barrier, decomposed=action == DECOMPOSE and not unmodified,
                 shapeof_moved=action == SHAPEOF and shapeof_moved and not unmodified,
                 shapeof_loses_state=self.profile.decompose_cache_shapeof)
         return verdicts
@@ -608,7 +611,8 @@ def run_pipeline(model: ov.Model, runtime: str | None = None,
     summary = RewriteSummary(profile, detected, actions, reports + lowering.passes, masks, mask_actions, warnings,
                              reasons={name: decision.reason for name, decision in decisions.items()},
                              kinds=kinds, findings=findings, op_versions=lowering.actions, kv_sharing=kv_sharing,
-                             unshared=unsharing.unshared, kept_shared=unsharing.kept_shared)
+                             unshared=unsharing.unshared, kept_shared=unsharing.kept_shared,
+                             analysis_after=analysis if analysis is not detected else None)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 

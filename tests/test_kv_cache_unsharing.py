@@ -302,3 +302,14 @@ def test_folder_rewrite_unshares(tmp_path):
     assert model.summary.kv_sharing == "unshare" and len(model.summary.unshared) == 8
     written = ov.Core().read_model(tmp_path / "out" / "openvino_model.xml")
     assert len(written.get_variables()) == 16 and analyze_kv_sharing(written).shared_sdpa == []
+
+
+def test_fusion_prediction_follows_the_unshared_model():
+    """The summary predicts fusion for the model as unsharing left it (every layer exclusive), and the
+    compiled model agrees; the unmodified prediction stays that of the input."""
+    import openvino as ov
+
+    from ovpasses.check import check_model
+    report = check_model(ov.Core().read_model(f"{TINY8}/openvino_model.xml"), steps=1, kv_sharing="unshare")
+    assert report.rewritten.fused_sdpa == 8 and report.rewritten.fusion_disagreements == []
+    assert report.original.fusion_disagreements == [] and report.original.fused_sdpa == 2
