@@ -589,7 +589,9 @@ def test_rewrite_for_an_older_runtime_folds_what_it_cannot_read(gemma3n, tmp_pat
 def test_rewrite_for_a_runtime_that_reads_erfinv_keeps_it(gemma3n, tmp_path):
     out = tmp_path / "out.xml"
     summary = json.loads(ovpass("rewrite", gemma3n, "-o", out, "--runtime", "2026.2.1", "--format", "json").stdout)
-    assert summary["unreadable_ops"] == [] and summary["readable"] and not summary["changed"]
+    assert summary["unreadable_ops"] == [] and summary["readable"]
+    # nothing lowered; on 2026.2 the only change is the paged path's Slice after the sliding-window mask
+    assert {p["name"] for p in summary["passes"] if p["changed"]} == {"SlidingWindowMaskSliceInsertion"}
     assert 'type="ErfInv" version="opset17"' in out.read_text()
 
 
