@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     for runtime in args.runtimes:
         python = venv_python(runtime, args.create)
         for fixture in args.fixtures:
-            fixture_path(fixture)
+            fixture_path(fixture.partition(":")[0])   # fails early on a name that is no fixture
             for mode in args.modes:
                 prepared = Path(scratch.name) / f"{runtime}-{fixture.replace('/', '-')}"
                 failure = prepare(fixture_path(fixture.partition(":")[0]), runtime, prepared, args.timeout) \
