@@ -22,7 +22,7 @@ import openvino as ov
 from openvino.passes import Manager
 
 from ovpasses._ov import SDPA_TYPE
-from ovpasses.check_inputs import LLM_INPUTS, InputSource, InputUnknownError, make_feeds  # noqa: F401
+from ovpasses.check_inputs import InputSource, InputUnknownError, make_feeds  # noqa: F401 - make_feeds re-exported
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition

@@ -30,8 +30,6 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import openvino as ov
-
 from ovpasses import commit, io
 from ovpasses.analysis.op_versions import unreadable_versions
 from ovpasses.errors import OvpassesError, UnreadableOperationError
@@ -270,7 +268,3 @@ def _copy(entry: Path, target: Path) -> None:
         shutil.copytree(entry, target, symlinks=True)
     else:
         shutil.copy2(entry, target)
-
-
-def read_folder_model(folder: Path, name: str) -> ov.Model:
-    return io.read_ir(folder / name)

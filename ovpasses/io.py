@@ -19,7 +19,6 @@ import logging
 import os
 import re
 import shutil
-import stat
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -31,7 +30,6 @@ from ovpasses.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_k
 
 log = logging.getLogger(__name__)
 
-TEMP_PREFIX = commit.TEMP_PREFIX
 
 
 class IRReadError(OvpassesError):

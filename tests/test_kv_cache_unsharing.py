@@ -15,7 +15,6 @@ import pytest
 
 import ovpasses
 from ovpasses import OvpassesError, analyze_kv_sharing, cli
-from ovpasses.runtimes import FIRST_FIXED, installed_version
 from ovpasses.folder import rewrite_folder
 from ovpasses.passes.shared_kv_cache_unsharing import (
     NO_INITIALISER,
@@ -37,10 +36,8 @@ from ovpasses.testing.graphs import (
     stack_steps,
 )
 
-from test_regressions import assert_fails, assert_matches_reference  # noqa: E402  (tests/ is on sys.path)
+from test_regressions import AFFECTED, CONFIG, assert_fails, assert_matches_reference  # noqa: E402  (tests/ is on sys.path)
 
-CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
-AFFECTED = installed_version() < FIRST_FIXED
 TINY8 = "tests/fixtures/gemma4/tiny8"
 
 # layers 1 and 3 borrow layer 0's caches, layer 2 owns its own: 2 borrowers x (K, V) = 4 copies
