@@ -11,13 +11,15 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
 import openvino as ov
 
 import ovpasses
-from ovpasses import check, check_inputs, devices, folder, genai_check, inspect_report, io, pipeline, runtimes
+from ovpasses import (check, check_inputs, commit, devices, folder, genai_check, inspect_report, io, pipeline,
+                      runtimes, signals)
 from ovpasses.errors import OvpassesError
 from ovpasses.pipeline import KV_SHARING_MODES
 
@@ -88,14 +90,21 @@ def build_parser() -> argparse.ArgumentParser:
                     "and backups; an interrupted write is finished or undone by the next ovpass command in "
                     "that folder), and the input is never modified except by a successful --in-place. "
                     "IN may be an export folder (optimum-cli export openvino): every IR in it that holds "
-                    "stateful attention is rewritten, every other file copied byte for byte, into -o, a new "
-                    "or empty folder, which is replaced whole.",
+                    "stateful attention is rewritten, every other file copied byte for byte (a symbolic link "
+                    "as the file it points to, see --symlinks), into -o, a new folder (it appears whole) or an "
+                    "empty one (filled; it keeps its mode, owner and ACLs). Ctrl-C, SIGTERM and SIGHUP wait "
+                    "while files are renamed into place, then stop the run (exit 128 + the signal's number) "
+                    "saying what was written.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", metavar="IN.xml|DIR")
     p.add_argument("-o", "--output", metavar="OUT.xml|DIR",
                    help="where to write the rewritten IR (.bin beside it), or the folder for a folder")
     p.add_argument("--in-place", action="store_true", help="overwrite IN.xml and IN.bin, or the folder (safely, by rename)")
     p.add_argument("--dry-run", action="store_true", help="run the pipeline and print the summary; write nothing")
+    p.add_argument("--symlinks", choices=folder.SYMLINK_MODES, default="copy",
+                   help="folders: copy (default) the file a symbolic link points to, as cp -L (a Hugging Face "
+                        "cache snapshot is made of links), or keep a link that still points to the same file "
+                        "from -o")
     p.add_argument("--passes", metavar="NAME,...",
                    help="run only these passes (names from 'ovpass passes'): the pipeline plans as usual, "
                         "the named passes do what they do in the full pipeline, the others are skipped and "
@@ -235,7 +244,7 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
         raise OvpassesError("say where to write: -o NEW_FOLDER, --in-place, or --dry-run to write nothing")
     target = None if args.dry_run else source if args.in_place else Path(args.output)
     summary = folder.rewrite_folder(source, target, runtime, passes, in_place=args.in_place and not args.dry_run,
-                                    kv_sharing=args.kv_sharing)
+                                    kv_sharing=args.kv_sharing, symlinks=args.symlinks)
     if args.format == "json":
         print(json.dumps(summary.to_dict(), indent=2))
     else:
@@ -279,6 +288,10 @@ def cmd_check(args) -> int:
     is_folder = os.path.isdir(source)
     if args.genai and not is_folder:
         raise OvpassesError("--genai runs openvino_genai on an export folder: give the folder, not an IR file")
+    if is_folder and (unreadable := folder.unreadable_files(source)):
+        raise OvpassesError(f"{source}: {len(unreadable)} file(s) of the export cannot be read: "
+                            f"{', '.join(unreadable[:3])}{', ...' if len(unreadable) > 3 else ''}; "
+                            "a client would fail on them: copy the export again (with cp -L for links)")
     files = [source / name for name in folder.stateful_irs(source)] if is_folder else [source]
     config = None if args.precision == "exact" else {}
     device = devices.resolve_device(args.device, ov.Core())
@@ -344,7 +357,10 @@ def main(argv: list[str] | None = None) -> int:
                          else _OneLineFormatter())
     logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, handlers=[handler])
     try:
-        return COMMANDS[args.command](args)
+        with signals.raising():
+            if getattr(args, "input", None) is not None:
+                commit.settle(Path(args.input))   # what an interrupted commit left, before the input is judged
+            return COMMANDS[args.command](args)
     except OvpassesError as exc:
         if args.debug:
             raise
@@ -354,15 +370,25 @@ def main(argv: list[str] | None = None) -> int:
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
-    except KeyboardInterrupt:
-        sys.stderr.write("ovpass: error: interrupted; nothing was written\n")
-        return 130
+    except KeyboardInterrupt as exc:   # signals.Interrupted included
+        sys.stderr.write(f"ovpass: error: {_interrupted(exc)}\n")
+        return exc.exit_code if isinstance(exc, signals.Interrupted) else 128 + signal.SIGINT
     except Exception as exc:  # noqa: BLE001 - the shell turns every failure into one line
         if args.debug:
             raise
         sys.stderr.write(f"ovpass: error: unexpected {type(exc).__name__}: {_one_line(str(exc))} "
                          "(rerun with --debug for the traceback)\n")
         return EXIT_INTERNAL
+
+
+def _interrupted(exc: KeyboardInterrupt) -> str:
+    """What an interrupted run leaves, truly: signals wait while a commit renames (ovpasses.signals), so
+    a run stops either before its commit or after it."""
+    name = f"by {exc.args[0]}" if isinstance(exc, signals.Interrupted) else "by SIGINT"
+    if not commit.COMMITTED:
+        return f"interrupted {name}; nothing was written"
+    written = ", ".join(str(path) for path in dict.fromkeys(commit.COMMITTED))
+    return f"interrupted {name} after the rewrite was written: {written} hold the new version"
 
 
 class _OneLineFormatter(logging.Formatter):

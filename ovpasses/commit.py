@@ -1,22 +1,31 @@
-"""Replacing files and folders as one artefact: a lock, a journal and backups, as databases do.
+"""Replacing files and folders as one artefact: a lock, a journal of identities, kernel swaps.
 
 An IR is two files (``.xml`` and ``.bin``) and an export is a folder; a reader must find either the
-old artefact whole or the new one whole, never one file of each. :func:`replace_all` swaps a set of
-prepared temporary files or folders into place in one folder:
+old artefact whole or the new one whole, never one file of each. :func:`replace_all` puts a set of
+prepared temporaries in place in one folder:
 
 1. Take the folder's lock (``.ovpass.lock``, through :mod:`filelock`) and finish or undo whatever an
-   interrupted run left there (:func:`recover`): writers of one folder are serialised.
-2. Keep every file being replaced: a hard link named ``.ovpass-backup-*`` (a copy where the
-   filesystem has no hard links); a folder being replaced is renamed to its backup name in step 4.
-3. Write the journal ``.ovpass-journal.json`` (temporary name, fsync, rename): what replaces what,
-   and which backups exist.
-4. Rename each temporary into place (``os.replace``), in order.
-5. Delete the journal (the commit is complete) and the backups; release and delete the lock file.
+   interrupted run left there (:func:`recover`): writers of one folder are serialised, and readers
+   (:func:`reading`) wait for a commit to end.
+2. Record each entry's identities: the device, inode and (for a file) size of the new artefact and
+   of the one it replaces, if any.
+3. From here to the end SIGINT, SIGTERM and SIGHUP wait (:func:`ovpasses.signals.deferred`). Write
+   the journal ``.ovpass-journal.json`` (temporary name, fsync, rename).
+4. Put each entry in place: ``renameat2(RENAME_EXCHANGE)`` swaps the new artefact with the one it
+   replaces in one step, ``renameat2(RENAME_NOREPLACE)`` creates a new name and fails if another
+   process created it meanwhile. Where the filesystem has no ``renameat2`` (it answers EINVAL),
+   the old artefact is first kept under a backup name (a hard link for a file, else a rename) and
+   the new one renamed into place; a new name is then a hard link (a file) or a rename after a
+   check (a folder: the one case where another process can slip in between).
+5. Delete the journal (the commit is complete), then the old artefacts.
 
-Any error in step 4 undoes the renames already made (the backups go back) and raises; a process
-killed in steps 2-5 leaves the journal, and the next ovpass command that locks the folder (readers
-included) undoes the commit if some temporary had not been renamed yet, or finishes it if all had,
-and says so. Every step of the undo is safe to interrupt and to run again.
+A failure in step 4 undoes the entries already in place and raises. A process killed in steps 3-5
+leaves the journal, and the next ovpass command that locks the folder decides, for each entry, from
+the identities it finds under the entry's names (never from a name being missing): the commit is
+finished when every final name holds its new artefact, undone when some still holds its old one,
+and left alone, with one line saying what was found, when a name holds neither. Nothing the journal
+names is deleted while the journal exists, and every step of the recovery can be interrupted and
+run again.
 
 What a reader outside ovpass can see: each rename is atomic, but two files cannot be renamed at once,
 so between the renames of one commit (microseconds, no I/O between them) a reader that opens the
@@ -24,24 +33,27 @@ so between the renames of one commit (microseconds, no I/O between them) a reade
 readers take the lock and never do.
 
 Temporary files are named ``.ovpass-tmp-<pid>-<token>``: those of processes that no longer exist
-are removed by the next run that locks the folder.
+are removed by the next run that locks the folder, once no journal names them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import json
 import logging
 import os
 import secrets
 import shutil
+import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
+from ovpasses import signals
 from ovpasses.errors import OvpassesError
 
 log = logging.getLogger(__name__)
@@ -50,22 +62,61 @@ LOCK_NAME = ".ovpass.lock"
 JOURNAL_NAME = ".ovpass-journal.json"
 TEMP_PREFIX = ".ovpass-tmp-"
 BACKUP_PREFIX = ".ovpass-backup-"
-JOURNAL_FORMAT = "ovpass.journal/1"
+JOURNAL_FORMAT = "ovpass.journal/2"
 LOCK_TIMEOUT_S = 120.0
+
+#: the final names this process has committed (so a message after an interruption can say so)
+COMMITTED: list[Path] = []
 
 
 class CommitError(OvpassesError):
     """Files could not be put in place; the message says what was kept and what to do."""
 
 
+class TargetCreatedError(CommitError):
+    """A name the commit was to create was created by another process after the commit checked it."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What names one file or folder for as long as it exists: its device and inode, and a file's size."""
+
+    dev: int
+    ino: int
+    size: int | None = None
+
+    @classmethod
+    def of(cls, path: Path) -> Identity | None:
+        """The identity of what ``path`` names (a symbolic link itself, not its target); None if nothing."""
+        try:
+            st = os.lstat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return cls(st.st_dev, st.st_ino, None if stat.S_ISDIR(st.st_mode) else st.st_size)
+
+    def to_list(self) -> list:
+        return [self.dev, self.ino, self.size]
+
+
 @dataclass
 class Entry:
-    """One replacement: ``temp`` becomes ``final`` (names in the committed folder)."""
+    """One replacement: ``temp`` becomes ``final`` (paths relative to the committed folder)."""
 
     temp: str
     final: str
-    kind: str                  # "file" or "dir"
-    backup: str | None = None  # where the replaced artefact is kept until the commit is complete
+    kind: str                    # "file" or "dir"
+    new: Identity                # the prepared artefact, under ``temp`` until it is put in place
+    old: Identity | None         # what ``final`` named when the commit began; None: a new name
+    backup: str                  # where ``old`` is kept on a filesystem that cannot exchange names
+
+    def to_dict(self) -> dict:
+        return {"temp": self.temp, "final": self.final, "kind": self.kind, "new": self.new.to_list(),
+                "old": None if self.old is None else self.old.to_list(), "backup": self.backup}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Entry:
+        return cls(data["temp"], data["final"], data["kind"], Identity(*data["new"]),
+                   None if data["old"] is None else Identity(*data["old"]), data["backup"])
 
 
 # ---------------------------------------------------------------------------------------------- names
@@ -73,6 +124,11 @@ class Entry:
 def temp_name(suffix: str = "") -> str:
     """A name for a temporary file or folder that records this process, so stale ones can be removed."""
     return f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}{suffix}"
+
+
+def is_own_name(name: str) -> bool:
+    """Whether ``name`` is one of ovpass's lock, journal, temporary or backup files."""
+    return name in (LOCK_NAME, JOURNAL_NAME) or name.startswith((TEMP_PREFIX, BACKUP_PREFIX))
 
 
 def _pid_in(name: str, prefix: str) -> int | None:
@@ -93,22 +149,30 @@ def _alive(pid: int) -> bool:
 
 # ---------------------------------------------------------------------------------------------- lock
 
+_held: dict[Path, int] = {}   # folders whose lock this process holds, and how often it took each
+
+
 @contextlib.contextmanager
 def folder_lock(folder: Path, *, write: bool = True) -> Iterator[bool]:
     """Hold ``folder``'s lock and recover what an interrupted run left there; yields whether it is held.
 
     A reader (``write=False``) of a folder it cannot write reads without the lock (no ovpass process
     of this user can commit there either), unless an interrupted commit is pending there, which it
-    cannot undo: then it raises. The lock file is deleted before the lock is released (filelock
-    re-checks that the file it locked still has a name, so this is race-free).
+    cannot undo: then it raises. A lock this process already holds is taken again at no cost. The
+    lock file is deleted before the lock is released (filelock re-checks that the file it locked
+    still has a name, so this is race-free).
     """
-    folder = Path(folder)
+    folder = Path(os.path.abspath(folder))
+    if folder in _held:
+        _held[folder] += 1
+        try:
+            yield True
+        finally:
+            _held[folder] -= 1
+        return
     lock_path = folder / LOCK_NAME
     if not write and not os.access(folder, os.W_OK | os.X_OK):
-        # os.path.lexists is False where the folder cannot be searched: the reader then says why
-        if os.path.lexists(folder / JOURNAL_NAME):
-            raise CommitError(f"{folder}: an interrupted ovpass commit is pending here and this user cannot "
-                              "write the folder to finish it; run any ovpass command on it as a user who can")
+        _refuse_pending(folder)
         yield False
         return
     lock = FileLock(lock_path, timeout=LOCK_TIMEOUT_S)
@@ -117,138 +181,233 @@ def folder_lock(folder: Path, *, write: bool = True) -> Iterator[bool]:
     except Timeout:
         raise CommitError(f"{folder}: another ovpass process has held {LOCK_NAME} for {LOCK_TIMEOUT_S:.0f} s; "
                           "wait for it to finish and run again") from None
+    except PermissionError:
+        if write:
+            raise CommitError(f"{folder}: cannot create the lock file {LOCK_NAME} (permission denied); "
+                              "check the folder's permissions") from None
+        _refuse_pending(folder)   # another user's lock in a shared folder: read as one who cannot write
+        yield False
+        return
     except OSError as exc:
         raise CommitError(f"{folder}: cannot create the lock file {LOCK_NAME} ({exc.strerror or exc}); "
                           "check the folder's permissions") from None
+    _held[folder] = 1
     try:
         recover(folder)
         yield True
     finally:
+        del _held[folder]
         with contextlib.suppress(OSError):
             lock_path.unlink()
         lock.release()
 
 
+def _refuse_pending(folder: Path) -> None:
+    # os.path.lexists is False where the folder cannot be searched: the reader then says why
+    if os.path.lexists(folder / JOURNAL_NAME):
+        raise CommitError(f"{folder}: an interrupted ovpass commit is pending here and this user cannot "
+                          "write the folder to finish it; run any ovpass command on it as a user who can")
+
+
+@contextlib.contextmanager
+def reading(folder: Path) -> Iterator[None]:
+    """Hold every lock a writer of ``folder``'s files takes: the folder's own, where a file is
+    committed, and its parent's, where the folder itself is committed whole (an export folder); and
+    so finish or undo what an interrupted commit left in either. Readers take them in that order."""
+    folder = Path(os.path.abspath(folder))
+    with contextlib.ExitStack() as stack:
+        for each in (folder.parent, folder):
+            if os.path.isdir(each):   # False for a folder that cannot be reached: the reader says why
+                stack.enter_context(folder_lock(each, write=False))
+        yield
+
+
+def settle(path: Path) -> None:
+    """Finish or undo any interrupted commit that concerns ``path`` (an IR file or a folder): one of the
+    files beside it, or of the folder it is in, or of the folder itself, or of the files in it."""
+    path = Path(os.path.abspath(path))
+    with reading(path.parent):
+        pass
+    if os.path.isdir(path):   # decided after the recovery above, which may have put the folder back
+        with folder_lock(path, write=False):
+            pass
+
+
 # ---------------------------------------------------------------------------------------------- commit
 
-def replace_all(folder: Path, replacements: Sequence[tuple[Path, Path]]) -> None:
-    """Rename each prepared ``temp`` over its ``final`` (both in ``folder``), all or none.
+def replace_all(folder: Path, replacements: Sequence[tuple[Path, Path]],
+                expected: dict[Path, Identity | None] | None = None) -> None:
+    """Put each prepared ``temp`` in place of its ``final``, all or none.
 
-    Call it holding :func:`folder_lock`. Temporaries are fsynced before anything is replaced; on
-    failure the finals are as they were and the temporaries are removed.
+    Each ``temp`` is in ``folder`` or below it; each ``final`` is directly in ``folder``. Call it
+    holding :func:`folder_lock`. Temporaries are fsynced before anything is replaced. On failure the
+    finals are as they were and the temporaries are removed. ``expected`` gives, for some finals,
+    what the caller found there when it checked (None: nothing): a final that another process
+    created or replaced since raises :class:`TargetCreatedError` and is left as it is.
     """
     folder = Path(folder)
     entries: list[Entry] = []
-    for temp, final in replacements:
-        temp, final = Path(temp), Path(final)
-        if temp.parent != folder or final.parent != folder:
-            raise ValueError(f"replace_all: {temp} and {final} must both be in {folder}")
-        entries.append(Entry(temp.name, final.name, "dir" if temp.is_dir() else "file"))
     try:
-        for entry in entries:
-            _fsync_tree(folder / entry.temp)
-        for index, entry in enumerate(entries):
-            final = folder / entry.final
-            if os.path.lexists(final):
-                entry.backup = f"{BACKUP_PREFIX}{os.getpid()}-{index}"
-                if entry.kind == "file":
-                    _keep(final, folder / entry.backup)
-        _write_journal(folder, entries, "committing")
+        for index, (temp, final) in enumerate(replacements):
+            temp, final = Path(temp), Path(final)
+            if final.parent != folder or folder not in temp.parents:
+                raise ValueError(f"replace_all: {final} must be in {folder}, and {temp} in it or below it")
+            new = Identity.of(temp)
+            if new is None:
+                raise ValueError(f"replace_all: {temp} does not exist")
+            _fsync_tree(temp)
+            entries.append(Entry(str(temp.relative_to(folder)), final.name, "dir" if temp.is_dir() else "file",
+                                 new, Identity.of(final), f"{BACKUP_PREFIX}{os.getpid()}-{index}"))
     except OSError as exc:
-        for entry in entries:
-            if entry.backup and entry.kind == "file":
-                with contextlib.suppress(OSError):
-                    (folder / entry.backup).unlink()
         _discard(folder, entries)
         raise CommitError(f"{_os_message(folder, exc, 'could not prepare the replacement')}; nothing was "
                           "changed") from exc
+    for entry in entries:
+        checked = (expected or {}).get(folder / entry.final, entry.old)
+        if entry.old != checked:
+            _discard(folder, entries)
+            raise TargetCreatedError(f"{folder / entry.final} was {'created' if checked is None else 'replaced'} "
+                                     "by another process after ovpass checked it; it is left as it is, and nothing "
+                                     "was written")
 
-    try:
-        for entry in entries:
-            final = folder / entry.final
-            if entry.kind == "dir" and entry.backup:
-                os.rename(final, folder / entry.backup)
-            os.replace(folder / entry.temp, final)
-        _fsync_dir(folder)
-    except OSError as exc:
+    with signals.deferred():
         try:
-            _roll_back(folder, entries)
-        except OSError as undo_exc:
-            raise CommitError(
-                f"{_os_message(folder, exc, 'could not put the new files in place')}; undoing that failed too "
-                f"({undo_exc.strerror or undo_exc}): the previous files are kept as {BACKUP_PREFIX}* in {folder} "
-                "and the next ovpass command on this folder restores them") from exc
-        raise CommitError(f"{_os_message(folder, exc, 'could not put the new files in place')}; "
-                          "the previous files were restored, nothing was changed") from exc
-    _finish(folder, entries)
+            _write_journal(folder, entries)
+        except OSError as exc:
+            _discard(folder, entries)
+            raise CommitError(f"{_os_message(folder, exc, 'could not write the journal')}; nothing was "
+                              "changed") from exc
+        try:
+            for entry in entries:
+                _put_in_place(folder, entry)
+            _fsync_dir(folder)
+        except OSError as exc:
+            _fail(folder, entries, exc)
+        _forget(folder, entries)
+        COMMITTED.extend(folder / entry.final for entry in entries)
 
 
-def _keep(final: Path, backup: Path) -> None:
-    """Keep the file at ``final`` under ``backup``: a hard link, or a copy where links are not supported."""
+def _fail(folder: Path, entries: list[Entry], exc: OSError) -> None:
+    """Undo a commit whose step 4 failed, and raise the error that says so."""
+    created = isinstance(exc, FileExistsError)
+    what = (f"{exc.filename} was created or replaced by another process after ovpass checked it; it is left "
+            "as it is"
+            if created else _os_message(folder, exc, "could not put the new files in place"))
     try:
-        os.link(final, backup, follow_symlinks=False)
+        _undo(folder, entries)
+    except (OSError, CommitError) as undo_exc:
+        raise CommitError(f"{what}; undoing the commit failed too ({getattr(undo_exc, 'strerror', None) or undo_exc})"
+                          f": the next ovpass command on {folder} finishes the undo") from exc
+    if created:
+        raise TargetCreatedError(f"{what}, and nothing was written") from exc
+    raise CommitError(f"{what}; the previous files were restored, nothing was changed") from exc
+
+
+def _put_in_place(folder: Path, entry: Entry) -> None:
+    temp, final, backup = folder / entry.temp, folder / entry.final, folder / entry.backup
+    if entry.old is None:
+        if _renameat2(temp, final, RENAME_NOREPLACE):
+            return
+        if entry.kind == "file":
+            os.link(temp, final)      # fails with EEXIST, as RENAME_NOREPLACE does; temp is removed at the end
+        elif os.path.lexists(final):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(final))
+        else:
+            os.rename(temp, final)
+        return
+    if Identity.of(final) != entry.old:
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(final))
+    if (entry.kind == "dir") != (entry.old.size is None):   # as rename(2): a folder only by a folder
+        raise IsADirectoryError(errno.EISDIR, "a folder and a file cannot replace each other", str(final))
+    if _renameat2(temp, final, RENAME_EXCHANGE):
+        return
+    if entry.kind == "file" and _hard_link(final, backup):
+        os.replace(temp, final)
+    else:
+        os.rename(final, backup)
+        os.rename(temp, final)
+
+
+def _hard_link(source: Path, link: Path) -> bool:
+    try:
+        os.link(source, link, follow_symlinks=False)
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
             raise
-        shutil.copy2(final, backup, follow_symlinks=False)
-        _fsync_tree(backup)
+        return False
+    return True
 
 
-def _finish(folder: Path, entries: list[Entry]) -> None:
-    """Every temporary is in place: the commit is complete once the journal is gone; then drop backups."""
+# ---------------------------------------------------------------------------------------------- states
+
+DONE, NOT_DONE = "done", "not done"
+
+
+def _state(folder: Path, entry: Entry) -> str:
+    """Whether ``entry``'s final name holds its new artefact (DONE) or its old one (NOT_DONE), from
+    identities; :class:`CommitError` when it holds something else, which nothing here may touch."""
+    at_final = Identity.of(folder / entry.final)
+    if at_final == entry.new:
+        return DONE
+    if at_final == entry.old:   # the old artefact, or (old None) still nothing
+        return NOT_DONE
+    if at_final is None and Identity.of(folder / entry.backup) == entry.old:
+        return NOT_DONE         # between the two renames of a filesystem without RENAME_EXCHANGE
+    found = "nothing" if at_final is None else f"another file (inode {at_final.ino})"
+    raise CommitError(
+        f"{folder}: an interrupted ovpass commit cannot be finished or undone safely: {entry.final} holds "
+        f"{found}, neither the version it had nor the one being written; nothing was changed. Keep the "
+        f"version you want ({TEMP_PREFIX}* and {BACKUP_PREFIX}* hold the others, {JOURNAL_NAME} lists them) "
+        "and delete the journal")
+
+
+def _undo(folder: Path, entries: list[Entry]) -> None:
+    """Give every final name its old artefact back, then forget the commit. Safe to interrupt and rerun."""
+    states = [_state(folder, entry) for entry in entries]   # first prove every state, then touch anything
+    for entry, state in reversed(list(zip(entries, states))):
+        temp, final, backup = folder / entry.temp, folder / entry.final, folder / entry.backup
+        if state == DONE:
+            if entry.old is None:
+                if Identity.of(temp) == entry.new:
+                    final.unlink()                       # a hard link made where nothing was
+                else:
+                    os.rename(final, temp)
+            elif Identity.of(temp) == entry.old:
+                if not _renameat2(temp, final, RENAME_EXCHANGE):
+                    raise OSError(errno.EINVAL, "the filesystem no longer exchanges names", str(final))
+            elif Identity.of(backup) == entry.old:
+                if entry.kind == "file":
+                    os.replace(backup, final)
+                else:
+                    os.rename(final, temp)
+            else:
+                raise CommitError(f"{folder}: an interrupted ovpass commit cannot be undone safely: the "
+                                  f"previous {entry.final} is under none of the names the journal gives; "
+                                  "nothing more was changed")
+        if entry.old is not None and Identity.of(final) is None and Identity.of(backup) == entry.old:
+            os.rename(backup, final)
+    _forget(folder, entries)
+
+
+def _forget(folder: Path, entries: list[Entry]) -> None:
+    """Delete the journal, then the entries' temporary and backup names: once every final name holds
+    the version that won (the old one after an undo, the new one after a finish), they hold the other."""
+    _fsync_dir(folder)
     with contextlib.suppress(FileNotFoundError):
         (folder / JOURNAL_NAME).unlink()
     _fsync_dir(folder)
     for entry in entries:
-        if entry.backup:
-            _remove(folder / entry.backup)
-
-
-def _roll_back(folder: Path, entries: list[Entry]) -> None:
-    """Undo a commit. Every step can be interrupted and run again.
-
-    First the replacements already made are undone (their temporaries no longer exist), then the
-    temporaries still waiting are removed: while any of those exists, the journal reads as an
-    unfinished commit and recovery undoes it, whatever state it records.
-    """
-    with contextlib.suppress(OSError):  # informative only: the order below is what keeps an undo safe
-        _write_journal(folder, entries, "rolling-back")
-    for entry in entries:
-        temp, final = folder / entry.temp, folder / entry.final
-        backup = folder / entry.backup if entry.backup else None
-        if os.path.lexists(temp):
-            continue
-        if entry.kind == "dir":
-            if os.path.lexists(final):
-                os.rename(final, temp)           # back to its temporary name: removed below
-            if backup is not None and os.path.lexists(backup):
-                os.rename(backup, final)
-        elif backup is not None:
-            if os.path.lexists(backup):          # a missing backup was restored by an interrupted undo
-                os.replace(backup, final)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                final.unlink()                   # renamed where nothing was before
-    for entry in entries:
-        temp, final = folder / entry.temp, folder / entry.final
-        backup = folder / entry.backup if entry.backup else None
-        if backup is not None and os.path.lexists(backup):
-            if entry.kind == "file" and os.path.lexists(final):
-                backup.unlink()                  # the link to (or copy of) the file still in place
-            elif not os.path.lexists(final):
-                os.rename(backup, final)
-        _remove(temp)
-    _fsync_dir(folder)
-    with contextlib.suppress(FileNotFoundError):
-        (folder / JOURNAL_NAME).unlink()
-    _fsync_dir(folder)
+        for name in (entry.temp, entry.backup):
+            path = folder / name
+            if Identity.of(path) is not None:
+                _remove(path)
+    for top in {Path(entry.temp).parts[0] for entry in entries if len(Path(entry.temp).parts) > 1}:
+        _remove(folder / top)   # the staging folder that held the entries' temporaries
 
 
 def _discard(folder: Path, entries: list[Entry]) -> None:
     for entry in entries:
         _remove(folder / entry.temp)
-    with contextlib.suppress(FileNotFoundError):
-        (folder / JOURNAL_NAME).unlink()
 
 
 # ---------------------------------------------------------------------------------------------- recovery
@@ -261,23 +420,22 @@ def recover(folder: Path) -> list[str]:
     folder = Path(folder)
     done: list[str] = []
     journal = folder / JOURNAL_NAME
-    if journal.exists():
+    if os.path.lexists(journal):
         try:
             data = json.loads(journal.read_text())
             if data.get("format") != JOURNAL_FORMAT:
                 raise ValueError(f"unknown format {data.get('format')!r}")
-            entries = [Entry(**e) for e in data["entries"]]
-            state = data["state"]
+            entries = [Entry.from_dict(e) for e in data["entries"]]
         except (ValueError, KeyError, TypeError) as exc:
             raise CommitError(f"{journal}: the journal of an interrupted ovpass commit cannot be read ({exc}); "
-                              f"nothing was changed. Check the files in {folder} (backups are {BACKUP_PREFIX}*) "
-                              "and delete the journal by hand") from None
+                              f"nothing was changed. Check the files in {folder} (the previous versions are "
+                              f"{BACKUP_PREFIX}* or {TEMP_PREFIX}*) and delete the journal by hand") from None
         names = ", ".join(e.final for e in entries)
-        if state == "committing" and not any(os.path.lexists(folder / e.temp) for e in entries):
-            _finish(folder, entries)
+        if all(_state(folder, entry) == DONE for entry in entries):
+            _forget(folder, entries)
             done.append(f"{folder}: finished an interrupted ovpass commit: {names} are the new version")
         else:
-            _roll_back(folder, entries)
+            _undo(folder, entries)
             done.append(f"{folder}: undid an interrupted ovpass commit: {names} are as they were before it")
     stale = []
     for child in folder.iterdir():
@@ -297,12 +455,32 @@ def recover(folder: Path) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------- helpers
 
-def _write_journal(folder: Path, entries: list[Entry], state: str) -> None:
+AT_FDCWD = -100
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
+_libc = ctypes.CDLL(None, use_errno=True)
+_renameat2_fn = getattr(_libc, "renameat2", None)
+
+
+def _renameat2(source: Path, target: Path, flags: int) -> bool:
+    """``renameat2(source, target, flags)``; False where the system or the filesystem does not support
+    ``flags`` (nothing was renamed then), :class:`OSError` for any other failure."""
+    if _renameat2_fn is None:
+        return False
+    if _renameat2_fn(AT_FDCWD, os.fsencode(source), AT_FDCWD, os.fsencode(target), flags) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(source), None, str(target))
+
+
+def _write_journal(folder: Path, entries: list[Entry]) -> None:
     temp = folder / temp_name(".json")
     try:
         with open(temp, "w") as handle:
-            json.dump({"format": JOURNAL_FORMAT, "pid": os.getpid(), "state": state,
-                       "entries": [asdict(e) for e in entries]}, handle)
+            json.dump({"format": JOURNAL_FORMAT, "pid": os.getpid(),
+                       "entries": [e.to_dict() for e in entries]}, handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temp, folder / JOURNAL_NAME)

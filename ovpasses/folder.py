@@ -65,6 +65,23 @@ def ir_files_in(folder: Path) -> list[Path]:
     return found
 
 
+def unreadable_files(folder: Path) -> list[str]:
+    """The files of ``folder`` (sub-folders included) that cannot be opened for reading: a symbolic link
+    that points nowhere, a file without read permission."""
+    found = []
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            path = Path(root) / name
+            if commit.is_own_name(name):
+                continue
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                found.append(f"{path.relative_to(folder)} ({exc.strerror})")
+    return sorted(found)
+
+
 def holds_stateful_attention(xml_path: Path) -> bool:
     return STATEFUL_ATTENTION <= layer_types(xml_path)
 
@@ -148,33 +165,56 @@ def check_folder_target(source: Path, target: Path, in_place: bool) -> None:
     if target.exists() or target.is_symlink():
         if not target.is_dir() or target.is_symlink():
             raise FolderError(f"{target} exists and is not a folder; -o must name a new or empty folder")
-        if any(target.iterdir()):
-            raise FolderError(f"{target} exists and is not empty; -o must name a new or empty folder "
-                              "(or pass --in-place to rewrite the input folder)")
+        _check_empty(target)
+        if not os.access(target, os.W_OK | os.X_OK):
+            raise FolderError(f"{target}: the folder is not writable; choose another -o")
+        return
     if not target.parent.is_dir():
         raise FolderError(f"{target}: the folder {target.parent} does not exist; create it first")
     if not os.access(target.parent, os.W_OK | os.X_OK):
         raise FolderError(f"{target}: the folder {target.parent} is not writable; choose another -o")
 
 
+def _check_empty(target: Path, staging: Path | None = None) -> None:
+    """Raise :class:`FolderError` unless ``target`` holds nothing but ovpass's own files."""
+    others = sorted(p.name for p in target.iterdir() if p != staging and not commit.is_own_name(p.name))
+    if others:
+        raise FolderError(f"{target} exists and is not empty ({', '.join(others[:3])}"
+                          f"{', ...' if len(others) > 3 else ''}); -o must name a new or empty folder "
+                          "(or pass --in-place to rewrite the input folder)")
+
+
 def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, runtime: str | None = None,
-                   passes=None, in_place: bool = False, kv_sharing: str = "keep") -> FolderSummary:
+                   passes=None, in_place: bool = False, kv_sharing: str = "keep",
+                   symlinks: str = "copy") -> FolderSummary:
     """Rewrite every IR of ``source`` that holds stateful attention and write the folder to ``target``.
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
     ``source`` itself. An IR without stateful attention that holds an operation the target runtime
     cannot read gets only those operations replaced (:func:`~ovpasses.pipeline.lower_op_versions`).
     Files other than those IRs are copied byte for byte, sub-folders included; ovpass's own lock,
-    journal and temporary files are not copied. :class:`UnreadableOperationError`, naming the file,
-    when an IR holds an operation the target cannot read and ovpasses cannot replace.
-    ``kv_sharing`` is :func:`~ovpasses.pipeline.rewrite`'s.
+    journal and temporary files are not copied. A symbolic link is copied as the file or folder it
+    points to (``symlinks="copy"``, as ``cp -L``: a Hugging Face cache snapshot is made of links into
+    ``../../blobs``); with ``symlinks="keep"`` a link that still points to the same file from the
+    target stays a link. A link that points nowhere is an error, naming it.
+    :class:`UnreadableOperationError`, naming the file, when an IR holds an operation the target
+    cannot read and ovpasses cannot replace. ``kv_sharing`` is :func:`~ovpasses.pipeline.rewrite`'s.
+
+    Where the folder goes: ``-o`` a new folder is created with ``mkdir``'s mode and appears whole
+    (``RENAME_NOREPLACE``: one created meanwhile by another process is left alone and the rewrite
+    fails); an existing empty folder (a mount point, say) keeps its mode, owner and ACLs and is
+    filled under its lock; ``in_place`` swaps the folder with its rewritten copy, which takes its
+    mode and owner.
     """
+    if symlinks not in SYMLINK_MODES:
+        raise FolderError(f"symlinks={symlinks!r}: expected one of {', '.join(SYMLINK_MODES)}")
     source = Path(source)
     destination = source if in_place else (Path(target) if target is not None else None)
     if destination is not None:
         check_folder_target(source, destination, in_place)
     elif not source.is_dir():
         raise FolderError(f"{source}: not a folder")
+    checked = None if destination is None else commit.Identity.of(destination)
     summary = FolderSummary(str(source), None if destination is None else str(destination))
     irs = {p.name for p in ir_files_in(source)}
     stateful = stateful_irs(source)
@@ -182,7 +222,9 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
     selected = None if passes is None else selected_passes(passes)
     _warn_newer_tokenizers(source, sorted(irs), target)
 
-    staging = None if destination is None else destination.parent / commit.temp_name()
+    fill = checked is not None and not in_place
+    source_id = commit.Identity.of(source)   # an in-place commit by another process swaps the folder
+    staging = None if destination is None else (destination if fill else destination.parent) / commit.temp_name()
     try:
         if staging is not None:
             staging.mkdir()
@@ -213,19 +255,20 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
             summary.models.append(FolderModel(name, None, time.perf_counter() - start, lowering.actions))
             done |= {name, io.weights_path(Path(name)).name}
         for entry in sorted(source.iterdir()):
-            if entry.name in done or entry.name.startswith((commit.TEMP_PREFIX, commit.BACKUP_PREFIX)) \
-                    or entry.name in (commit.LOCK_NAME, commit.JOURNAL_NAME):
+            if entry.name in done or commit.is_own_name(entry.name):
                 continue
             if entry.name in irs:
                 summary.models.append(FolderModel(entry.name, None))
             else:
                 summary.copied.append(entry.name)
             if staging is not None:
-                _copy(entry, staging / entry.name)
+                _copy(entry, staging / entry.name, symlinks)
+            elif not os.path.exists(entry):
+                raise FolderError(f"{entry}: a symbolic link to {os.readlink(entry)}, which does not exist")
         if staging is not None:
-            shutil.copymode(source, staging)
-            with commit.folder_lock(destination.parent):
-                commit.replace_all(destination.parent, [(staging, destination)])
+            _commit(source, destination, checked, staging, in_place, fill, source_id)
+    except commit.TargetCreatedError as exc:
+        raise FolderError(f"{destination}: {exc}") from None
     except OSError as exc:
         raise FolderError(f"{destination}: cannot be written ({exc.strerror or exc}"
                           f"{f': {exc.filename}' if exc.filename else ''}); nothing was changed") from exc
@@ -233,6 +276,30 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
         if staging is not None and staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     return summary
+
+
+def _commit(source: Path, destination: Path, checked: commit.Identity | None, staging: Path, in_place: bool,
+            fill: bool, source_id: commit.Identity | None) -> None:
+    """Put the prepared folder ``staging`` in place (see :func:`rewrite_folder` for the three ways);
+    ``checked`` is what ``destination`` was when it was checked, ``source_id`` what ``source`` was
+    when reading it began: a source replaced meanwhile may have given files of two versions."""
+    if commit.Identity.of(source) != source_id:
+        raise FolderError(f"{source} was replaced by another process while ovpass read it (an --in-place "
+                          "rewrite, say); nothing was written: run the rewrite again")
+    if fill:
+        with commit.folder_lock(destination):
+            _check_empty(destination, staging)
+            children = list(staging.iterdir())
+            commit.replace_all(destination, [(child, destination / child.name) for child in children],
+                               expected={destination / child.name: None for child in children})
+        return
+    if in_place:
+        shutil.copystat(source, staging)   # mode, times and extended attributes (ACLs) of the folder
+        st = source.stat()
+        with contextlib.suppress(OSError):  # a user who is not root keeps their own ownership
+            os.chown(staging, st.st_uid, st.st_gid)
+    with commit.folder_lock(destination.parent):
+        commit.replace_all(destination.parent, [(staging, destination)], expected={destination: checked})
 
 
 def _tokenizers_version(xml_path: Path) -> Version | None:
@@ -260,11 +327,26 @@ def _warn_newer_tokenizers(source: Path, irs: list[str], target: Version) -> Non
                     version_string(target[:2]), version_string(target[:2]))
 
 
-def _copy(entry: Path, target: Path) -> None:
-    """Copy a file, a symbolic link (as a link) or a folder, keeping bytes, modes and times."""
+SYMLINK_MODES = ("copy", "keep")
+
+
+def _copy(entry: Path, target: Path, symlinks: str = "copy") -> None:
+    """Copy a file or a folder, keeping bytes, modes and times; a symbolic link as what it points to,
+    or (``symlinks="keep"``) as a link where it points to the same file from ``target``."""
     if entry.is_symlink():
-        os.symlink(os.readlink(entry), target)
-    elif entry.is_dir():
-        shutil.copytree(entry, target, symlinks=True)
+        if not os.path.exists(entry):
+            raise FolderError(f"{entry}: a symbolic link to {os.readlink(entry)}, which does not exist; "
+                              "copy or download that file again")
+        link = os.readlink(entry)
+        if symlinks == "keep" and _same_place(target.parent, link, entry.resolve()):
+            os.symlink(link, target)
+            return
+    if entry.is_dir():
+        shutil.copytree(entry, target)
     else:
         shutil.copy2(entry, target)
+
+
+def _same_place(folder: Path, link: str, points_to: Path) -> bool:
+    """Whether a link ``link`` made in ``folder`` would point to ``points_to``."""
+    return (folder / link).resolve() == points_to if not os.path.isabs(link) else Path(link).resolve() == points_to

@@ -115,9 +115,10 @@ def read_ir(path: str | os.PathLike, core: ov.Core | None = None) -> ov.Model:
     core = core or ov.Core()
     path = Path(path)
     try:
-        # under the folder's lock, after recovering an interrupted commit there: never a pair that an
-        # ovpass writer is replacing at this moment
-        with commit.folder_lock(path.parent, write=False) if os.path.isdir(path.parent) else contextlib.nullcontext():
+        # under the locks of every ovpass writer of this pair (its folder's, and the parent's where the
+        # folder is committed whole), after recovering what an interrupted commit left: never a pair
+        # that an ovpass writer is replacing at this moment
+        with commit.reading(path.parent):
             path = check_ir_file(path)
             return core.read_model(str(path))
     except RuntimeError as exc:

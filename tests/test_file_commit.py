@@ -8,6 +8,7 @@ that folder finishes or undoes, saying so. Linux only; skipped where strace or p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -101,6 +102,11 @@ def traced_steps(args: list, folder: Path) -> list[tuple[str, int, str]]:
     return steps
 
 
+def rename_to(steps: list[tuple[str, int, str]], target: Path) -> tuple[str, int, str]:
+    """The step that renames something to ``target`` (its last quoted path argument)."""
+    return next(s for s in steps if s[0].startswith("rename") and re.findall(r'"([^"]*)"', s[2])[-1] == str(target))
+
+
 # --------------------------------------------------------------------------------------- kill at every step
 
 @needs_strace
@@ -146,8 +152,7 @@ def test_a_failing_xml_rename_restores_the_previous_pair(out, ir_versions, in_pl
     steps = traced_steps(list(args), out.parent)
     for suffix in (".xml", ".bin"):   # the traced run replaced it: put the old pair back
         shutil.copy(ir_versions["old_xml"].with_suffix(suffix), out.with_suffix(suffix))
-    syscall, nth, line = next(s for s in steps if s[0].startswith("rename") and s[2].rstrip().split("=")[0]
-                              .rstrip().endswith(f'{out}")'))
+    syscall, nth, line = rename_to(steps, out)
     result = ovpass(*args, strace=["-o", "/dev/null", "-e", f"trace={syscall}",
                                    "-e", f"inject={syscall}:error=EPERM:when={nth}"])
     assert result.returncode == 2, result.stderr
@@ -199,8 +204,7 @@ def test_concurrent_writers_and_a_reader_never_mix_pairs(out, ir_versions, tmp_p
     """Writer A stops for 3 s between its .bin and .xml renames; writer B and reader C come meanwhile."""
     args_a = ["rewrite", ir_versions["source"], "-o", out, "--runtime", "2026.0"]
     steps = traced_steps(list(args_a), out.parent)
-    syscall, nth, _ = next(s for s in steps if s[0].startswith("rename")
-                           and s[2].rstrip().split("=")[0].rstrip().endswith(f'{io.weights_path(out)}")'))
+    syscall, nth, _ = rename_to(steps, io.weights_path(out))
     for suffix in (".xml", ".bin"):
         shutil.copy(ir_versions["old_xml"].with_suffix(suffix), out.with_suffix(suffix))
     a = subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
@@ -334,13 +338,227 @@ def test_an_unreadable_journal_stops_everything(tmp_path):
 
 
 def test_the_journal_records_what_replaces_what(tmp_path):
-    """A journal left by a killed run is plain JSON that says what it was doing."""
+    """A journal left by a killed run is plain JSON that says what it was doing, with identities."""
     (tmp_path / "a").write_bytes(b"old")
-    replacements = _prepare(tmp_path, {"a": b"new"})
-    entry = commit.Entry(replacements[0][0].name, "a", "file", None)
-    commit._write_journal(tmp_path, [entry], "committing")
+    (temp, final), = _prepare(tmp_path, {"a": b"new"})
+    entry = commit.Entry(temp.name, "a", "file", commit.Identity.of(temp), commit.Identity.of(final),
+                         f"{commit.BACKUP_PREFIX}{os.getpid()}-0")
+    commit._write_journal(tmp_path, [entry])
     data = json.loads((tmp_path / commit.JOURNAL_NAME).read_text())
     assert data["format"] == commit.JOURNAL_FORMAT and data["entries"][0]["final"] == "a"
-    with commit.folder_lock(tmp_path):   # its temporary was never renamed: undone
+    assert data["entries"][0]["new"] == [os.stat(temp).st_dev, os.stat(temp).st_ino, 3]
+    with commit.folder_lock(tmp_path):   # its temporary was never put in place: undone
         pass
     assert names(tmp_path) == ["a"] and (tmp_path / "a").read_bytes() == b"old"
+
+
+# --------------------------------------------------------------------------------------- signals at every step
+#
+# Each scenario is a real `ovpass rewrite` of the tiny8 export (an optimum-intel folder) or of its
+# language model's IR. A trial delivers one signal at one step of the commit: every rename and link
+# the commit makes in the folder it commits into, the deletion of its journal, and the first fsync
+# (the temporaries are written and nothing is committed yet). SIGINT and SIGTERM must wait for the
+# commit and then stop the run with a message that says what it left; SIGKILL cannot wait, and the
+# next ovpass command on the target finishes or undoes the commit, saying which.
+
+EXPORT = FIXTURE
+COMMIT_STEPS = "rename,renameat,renameat2,link,linkat,unlink"
+SIGNALS = {"KILL": (-9, 137), "INT": (130,), "TERM": (143,)}
+
+
+def snapshot(path: Path) -> dict | None:
+    """Every file under ``path`` (a folder) with its bytes, and every sub-folder; None if nothing is there."""
+    if not os.path.lexists(path):
+        return None
+    return {str(p.relative_to(path)): (p.read_bytes() if p.is_file() else None) for p in sorted(path.rglob("*"))}
+
+
+def leftovers(root: Path, target: Path | None = None) -> list[str]:
+    """ovpass's temporaries, backups and journals under ``root``, and its lock files under ``target``."""
+    found = list(root.rglob(".ovpass-*")) + (list(target.rglob(commit.LOCK_NAME)) if target and target.exists() else [])
+    return sorted(str(p.relative_to(root)) for p in found)
+
+
+class Scenario:
+    """One way of committing: ``setup(root)`` lays the old state; ``args(root)`` is the ovpass command;
+    ``target(root)`` the folder compared as old or new; ``commit_dir(root)`` where the journal goes."""
+
+    def __init__(self, name, setup, args, target, commit_dir):
+        self.name, self.setup, self.args, self.target, self.commit_dir = name, setup, args, target, commit_dir
+
+    def fresh(self, root: Path) -> Path:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        self.setup(root)
+        return root
+
+
+def _old_pair_in(folder: Path, versions: dict) -> None:
+    folder.mkdir()
+    for suffix in (".xml", ".bin"):
+        shutil.copy(versions["old_xml"].with_suffix(suffix), folder / f"out{suffix}")
+
+
+def scenarios(versions: dict) -> dict[str, Scenario]:
+    return {s.name: s for s in (
+        Scenario("file -o", lambda r: _old_pair_in(r / "out", versions),
+                 lambda r: ["rewrite", versions["source"], "-o", r / "out" / "out.xml", "--runtime", "2026.0"],
+                 lambda r: r / "out", lambda r: r / "out"),
+        Scenario("file --in-place", lambda r: _old_pair_in(r / "out", versions),
+                 lambda r: ["rewrite", r / "out" / "out.xml", "--in-place", "--runtime", "2026.0"],
+                 lambda r: r / "out", lambda r: r / "out"),
+        Scenario("folder --in-place", lambda r: shutil.copytree(EXPORT, r / "export"),
+                 lambda r: ["rewrite", r / "export", "--in-place", "--runtime", "2026.0"],
+                 lambda r: r / "export", lambda r: r),
+        Scenario("folder -o new", lambda r: shutil.copytree(EXPORT, r / "export"),
+                 lambda r: ["rewrite", r / "export", "-o", r / "out", "--runtime", "2026.0"],
+                 lambda r: r / "out", lambda r: r),
+        Scenario("folder -o empty", lambda r: (shutil.copytree(EXPORT, r / "export"), (r / "out").mkdir()),
+                 lambda r: ["rewrite", r / "export", "-o", r / "out", "--runtime", "2026.0"],
+                 lambda r: r / "out", lambda r: r / "out"),
+    )}
+
+
+def commit_steps(scenario: Scenario, root: Path, extra: list[str]) -> tuple[list[tuple[str, int, str]], dict, dict]:
+    """The steps of ``scenario``'s commit (syscall, its n-th call, the trace line), its old and its new state."""
+    scenario.fresh(root)
+    old = snapshot(scenario.target(root))
+    log = root.parent / f"{root.name}.trace"
+    command = [STRACE, "-f", "-qq", "-o", str(log), "-e", f"trace={COMMIT_STEPS},fsync", *extra, str(OVPASS),
+               *map(str, scenario.args(root))]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=ENV)
+    assert result.returncode == 0, result.stderr
+    new = snapshot(scenario.target(root))
+    assert new != old and not leftovers(root), leftovers(root)
+    counts: dict[str, int] = {}
+    steps, where = [], f'"{scenario.commit_dir(root)}/'
+    for line in log.read_text().splitlines():
+        match = re.match(r"\d+\s+(\w+)\((.*)", line)
+        if match is None or "resumed>" in line:
+            continue
+        syscall, arguments = match.groups()
+        counts[syscall] = counts.get(syscall, 0) + 1
+        if syscall == "fsync" and counts[syscall] == 1:
+            steps.append((syscall, 1, "the first fsync: temporaries written, no commit yet"))
+        elif where in arguments and (syscall != "unlink" or commit.JOURNAL_NAME in arguments) \
+                and f"{where}{commit.LOCK_NAME}" not in arguments and "(INJECTED)" not in line:
+            steps.append((syscall, counts[syscall], line))
+    log.unlink()
+    return steps, old, new
+
+
+def run_trial(scenario: Scenario, root: Path, step: tuple, signal_name: str, old, new, extra: list[str]) -> str:
+    """Deliver ``signal_name`` at ``step``, check what the run says and leaves, then what the next command
+    makes of it. Returns "old" or "new": the state the trial ended in."""
+    syscall, nth, line = step
+    scenario.fresh(root)
+    injected = [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}{',renameat2' if extra else ''}",
+                "-e", f"inject={syscall}:signal={signal_name}:when={nth}", *extra, str(OVPASS),
+                *map(str, scenario.args(root))]
+    run = subprocess.run(injected, capture_output=True, text=True, timeout=120, env=ENV)
+    where = f"{scenario.name}, SIG{signal_name} at {line}"
+    assert run.returncode in SIGNALS[signal_name], (where, run.returncode, run.stderr)
+    state = snapshot(scenario.target(root))
+    target = scenario.target(root)
+    if signal_name != "KILL":   # it waited for the commit (or came before it) and cleaned up after itself
+        assert leftovers(root, target) == [], (where, leftovers(root, target))
+        said_new = "hold the new version" in run.stderr
+        assert said_new or "nothing was written" in run.stderr, (where, run.stderr)
+        assert state == (new if said_new else old), (where, run.stderr)
+    pending = (scenario.commit_dir(root) / commit.JOURNAL_NAME).exists()
+    after = ovpass("inspect", scenario.target(root) if scenario.name.startswith("folder")
+                   else scenario.target(root) / "out.xml")
+    state = snapshot(scenario.target(root))
+    assert state in (old, new), f"{where}: neither the old nor the new version"
+    inspectable = state is not None and any(name.endswith(".xml") for name in state)
+    assert after.returncode == (0 if inspectable else 2), (where, after.stderr)
+    if pending:
+        told_new = "finished an interrupted ovpass commit" in after.stderr
+        assert told_new or "undid an interrupted ovpass commit" in after.stderr, (where, after.stderr)
+        assert state == (new if told_new else old), (where, after.stderr)
+    assert leftovers(root, target) == [], (where, leftovers(root, target))
+    return "new" if state == new else "old"
+
+
+@needs_strace
+@pytest.mark.parametrize("fallback", [False, pytest.param(True, marks=pytest.mark.slow)],
+                         ids=["renameat2", "no renameat2"])
+@pytest.mark.parametrize("name", ["file -o", "file --in-place", "folder --in-place", "folder -o new",
+                                  "folder -o empty"])
+def test_a_signal_at_any_step_of_a_commit_loses_nothing(ir_versions, tmp_path, name, fallback):
+    """SIGINT, SIGTERM and SIGKILL at every step of the commit; with "no renameat2" the filesystem
+    answers EINVAL to renameat2 (as one without RENAME_EXCHANGE does) and the journalled fallback runs."""
+    scenario = scenarios(ir_versions)[name]
+    extra = ["-e", "inject=renameat2:error=EINVAL"] if fallback else []
+    steps, old, new = commit_steps(scenario, tmp_path / "trace", extra)
+    assert sum(s[0].startswith(("rename", "link")) for s in steps) >= 2, steps
+    trials = [(step, sig) for step in steps for sig in SIGNALS]
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        outcomes = list(pool.map(lambda i_trial: run_trial(scenario, tmp_path / f"t{i_trial[0]}", *i_trial[1],
+                                                           old, new, extra), enumerate(trials)))
+    assert set(outcomes) == {"old", "new"}, "signals must fall both before and after the commit point"
+    print(f"{name} ({'fallback' if fallback else 'renameat2'}): {len(trials)} trials, {len(steps)} steps")
+
+
+# --------------------------------------------------------------------------------------- a reader racing folder commits
+
+WRITER = """
+import sys, shutil, time
+from pathlib import Path
+from ovpasses import commit
+parent, seconds = Path(sys.argv[1]), float(sys.argv[2])
+versions = [parent / "A", parent / "B"]
+count, end = 0, time.monotonic() + seconds
+while time.monotonic() < end:
+    staging = parent / commit.temp_name()
+    shutil.copytree(versions[count % 2], staging)
+    with commit.folder_lock(parent):
+        commit.replace_all(parent, [(staging, parent / "export")])
+    count += 1
+print(count)
+"""
+
+
+def _read_pair(folder: Path, locked: bool) -> tuple[bytes, bytes]:
+    with commit.reading(folder) if locked else contextlib.nullcontext():
+        xml = (folder / "m.xml").read_bytes()
+        time.sleep(0.001)   # a reader that takes its time between the two files
+        return xml, (folder / "m.bin").read_bytes()
+
+
+@pytest.mark.parametrize("locked", [True, False], ids=["ovpass reader", "reader without the lock (control)"])
+def test_a_reader_never_sees_a_mixed_pair_while_the_folder_is_committed(tmp_path, locked):
+    """A writer swaps export/ between versions A and B as fast as it can (folder commits in the parent);
+    a reader that takes the locks ovpass's readers take (io.read_ir) reads m.xml then m.bin a thousand
+    times. The control reads without them and must see a mixed pair: the race is real."""
+    versions = {}
+    for name in ("A", "B"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "m.xml").write_bytes(f"<net>{name}</net>".encode())
+        (tmp_path / name / "m.bin").write_bytes(name.encode() * 64)
+        versions[name] = _read_pair(tmp_path / name, locked=False)
+    shutil.copytree(tmp_path / "A", tmp_path / "export")
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path), "60"], stdout=subprocess.PIPE, text=True,
+                              env=ENV)
+    try:
+        first = os.stat(tmp_path / "export").st_ino
+        deadline = time.monotonic() + 60
+        while os.stat(tmp_path / "export").st_ino == first and time.monotonic() < deadline:
+            time.sleep(0.01)   # until the writer has committed once
+        seen = {"A": 0, "B": 0, "mixed": 0}
+        for _ in range(1000):
+            pair_read = _read_pair(tmp_path / "export", locked)
+            time.sleep(0.002)   # readers come and go: the writer (polling for the lock) gets its turn
+            match = [name for name, pair_ in versions.items() if pair_ == pair_read]
+            seen[match[0] if match else "mixed"] += 1
+            if not locked and seen["mixed"]:
+                break
+    finally:
+        writer.kill()
+        writer.wait()
+    if locked:
+        assert seen["mixed"] == 0, seen
+        assert seen["A"] > 50 and seen["B"] > 50, f"the folder must change under the reader: {seen}"
+    else:
+        assert seen["mixed"] >= 1, f"the control never saw a mixed pair: the test cannot tell ({seen})"

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import openvino as ov
@@ -145,20 +146,156 @@ def test_a_folder_without_stateful_attention_is_refused(tmp_path):
 @pytest.mark.skipif(STRACE is None, reason="strace is missing: the rename cannot be made to fail")
 @pytest.mark.parametrize("in_place", [False, True], ids=["to -o", "--in-place"])
 def test_a_failing_commit_changes_nothing(export, tmp_path, in_place):
-    """The last rename of the commit (the new folder into place) fails: the old folder stays whole."""
+    """The last rename of the commit (the last entry put in place) fails: the old folder stays whole."""
     fixed = tmp_path / "fixed"
     if not in_place:
-        fixed.mkdir()   # an empty target folder: it is replaced, like the input folder with --in-place
+        fixed.mkdir()   # an empty target folder: it is filled, one rename per file
     target = export if in_place else fixed
     before = tree(target)
     args = ["rewrite", export, *(["--in-place"] if in_place else ["-o", fixed]), "--runtime", AFFECTED]
-    # renames of the commit: the journal, the old folder to its backup, the new folder into place
-    nth = 3
-    result = ovpass(*args, strace=["-e", "trace=rename", "-e", f"inject=rename:error=EIO:when={nth}"])
+    scratch = tmp_path / "scratch"   # the same run on a copy, to count the commit's renames
+    shutil.copytree(tmp_path, scratch, ignore=shutil.ignore_patterns("scratch"))
+    log = tmp_path / "trace.txt"
+    traced = ovpass(*[str(a).replace(str(tmp_path), str(scratch)) for a in args],
+                    strace=["-o", str(log), "-e", "trace=renameat2"])
+    assert traced.returncode == 0, traced.stderr
+    nth = sum(1 for line in log.read_text().splitlines() if "renameat2(" in line and str(scratch) in line)
+    log.unlink()
+    shutil.rmtree(scratch)
+    assert nth >= 1
+    result = ovpass(*args, strace=["-e", "trace=renameat2", "-e", f"inject=renameat2:error=EIO:when={nth}"])
     assert result.returncode == 2, result.stderr
     assert "restored" in result.stderr and "Input/output error" in result.stderr
     assert tree(target) == before
     assert sorted(os.listdir(tmp_path)) == (["export"] if in_place else ["export", "fixed"])
+
+
+# --------------------------------------------------------------------------------------- what a new user hits
+
+def _hf_snapshot(root: Path) -> Path:
+    """A Hugging Face cache layout: ``snapshots/<rev>/<name>`` are relative links into ``../../blobs``."""
+    blobs, snapshot = root / "blobs", root / "snapshots" / "abc123"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for index, source in enumerate(sorted(p for p in FIXTURE.iterdir() if p.is_file())):
+        shutil.copy(source, blobs / f"blob{index}")
+        (snapshot / source.name).symlink_to(Path("..") / ".." / "blobs" / f"blob{index}")
+    return snapshot
+
+
+@pytest.mark.parametrize("symlinks", [None, "keep"])
+def test_a_hugging_face_snapshot_is_copied_as_files(tmp_path, symlinks):
+    """Every file of a snapshot is a relative link: -o at another depth gets the files (cp -L); with
+    --symlinks keep, links that would dangle there are copied too."""
+    snapshot = _hf_snapshot(tmp_path / "hub")
+    (tmp_path / "deeper" / "still").mkdir(parents=True)
+    out = tmp_path / "deeper" / "still" / "out"
+    result = ovpass("rewrite", snapshot, "-o", out, *(["--symlinks", symlinks] if symlinks else []))
+    assert result.returncode == 0, result.stderr
+    assert not [p.name for p in out.iterdir() if p.is_symlink()]
+    expected = {p.name: p.read_bytes() for p in snapshot.iterdir()}
+    got = {p.name: p.read_bytes() for p in out.iterdir()}
+    assert sorted(got) == sorted(expected)
+    assert [n for n in got if got[n] != expected[n]] == ["openvino_model.xml"]
+    assert ovpass("check", out, "--steps", "1").returncode == 0
+
+
+def test_keep_keeps_a_link_that_stays_valid(export, tmp_path):
+    extra = tmp_path / "shared-notes.txt"
+    extra.write_text("shared")
+    (export / "notes.txt").symlink_to(extra)                     # absolute: valid from anywhere
+    result = ovpass("rewrite", export, "-o", tmp_path / "out", "--symlinks", "keep")
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "out" / "notes.txt").is_symlink()
+    assert os.readlink(tmp_path / "out" / "notes.txt") == str(extra)
+
+
+def test_a_dangling_link_is_named_and_check_refuses_it(export, tmp_path):
+    (export / "tokenizer.json").unlink()
+    (export / "tokenizer.json").symlink_to("../../blobs/gone")
+    result = ovpass("rewrite", export, "-o", tmp_path / "out")
+    assert result.returncode == 2 and "tokenizer.json" in result.stderr and "does not exist" in result.stderr
+    assert result.stderr.count("\n") == 1 and not (tmp_path / "out").exists()
+    checked = ovpass("check", export, "--steps", "1")
+    assert checked.returncode == 2, checked.stderr
+    assert "tokenizer.json" in checked.stderr and "cannot be read" in checked.stderr
+
+
+def test_an_existing_target_keeps_its_mode_and_a_new_one_gets_the_umask(export, tmp_path):
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    os.chmod(private, 0o700)
+    assert ovpass("rewrite", export, "-o", private).returncode == 0
+    assert private.stat().st_mode & 0o7777 == 0o700 and (private / "openvino_model.xml").exists()
+    made = tmp_path / "made"
+    result = subprocess.run(["sh", "-c", f'umask 027 && exec "{OVPASS}" rewrite "{export}" -o "{made}"'],
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert made.stat().st_mode & 0o7777 == 0o750
+
+
+def test_an_empty_mount_point_is_filled(export, tmp_path):
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.strip()}); needs root")
+    try:
+        result = ovpass("rewrite", export, "-o", mount)
+        assert result.returncode == 0, result.stderr
+        assert sorted(tree(mount)) == sorted(tree(export)) and not any(n.startswith(".ovpass") for n in os.listdir(mount))
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace is missing: the race cannot be staged")
+@pytest.mark.parametrize("existing", [False, True], ids=["new -o", "empty -o"])
+def test_a_target_made_by_another_process_meanwhile_is_left_alone(export, tmp_path, existing):
+    """Another process creates OUT, or a file of the rewrite's in the empty OUT, after ovpass checked it.
+
+    The first fsync is the commit's (the rewritten folder is written, it has been checked under the
+    lock, nothing is committed yet): it waits 2 s, and the other process comes meanwhile."""
+    out = tmp_path / "out"
+    if existing:
+        out.mkdir()
+    rewrite = subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync",
+                                "-e", "inject=fsync:delay_enter=2000000:when=1", str(OVPASS), "rewrite", str(export),
+                                "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    staging_in = out if existing else tmp_path
+    deadline = time.monotonic() + 60
+    while not any(n.startswith(commit.TEMP_PREFIX) for n in os.listdir(staging_in)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.8)   # the folder is written and checked: ovpass waits in its first fsync
+    out.mkdir(exist_ok=True)
+    (out / "config.json").write_text("another process")
+    code, stderr = rewrite.wait(timeout=120), rewrite.stderr.read()
+    assert code == 2, (stderr, tree(out).get("config.json"), sorted(os.listdir(out)))
+    assert stderr.startswith("ovpass: error: ") and stderr.count("\n") == 1, stderr
+    assert "by another process after ovpass checked it" in stderr and str(out) in stderr
+    assert tree(out) == {"config.json": b"another process"}
+    assert sorted(os.listdir(tmp_path)) == ["export", "out"]
+
+
+@pytest.mark.skipif(STRACE is None, reason="strace is missing: the race cannot be staged")
+def test_two_rewrites_into_one_new_folder_one_fails(export, tmp_path):
+    """Both check that OUT is new, both prepare, then both commit: one wins, the other says so."""
+    out = tmp_path / "out"
+    runs = {runtime: subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync",
+                                       "-e", "inject=fsync:delay_enter=1500000:when=1", str(OVPASS), "rewrite",
+                                       str(export), "-o", str(out), "--runtime", runtime, "--format", "json"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for runtime in (AFFECTED, "2026.4")}
+    results = {runtime: (p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for runtime, p in runs.items()}
+    codes = sorted(code for code, _, _ in results.values())
+    assert codes == [0, 2], results
+    winner = next(runtime for runtime, (code, _, _) in results.items() if code == 0)
+    loser = next(r for r in results if r != winner)
+    assert "another process" in results[loser][2] and str(out) in results[loser][2]
+    alone = tmp_path / "alone"
+    assert ovpass("rewrite", export, "-o", alone, "--runtime", winner).returncode == 0
+    assert tree(out) == tree(alone)
+    assert sorted(os.listdir(tmp_path)) == ["alone", "export", "out"]
 
 
 def test_rewrite_folder_as_a_library_call(export, tmp_path):
