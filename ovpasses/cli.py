@@ -17,7 +17,7 @@ from pathlib import Path
 import openvino as ov
 
 import ovpasses
-from ovpasses import check, check_inputs, devices, folder, genai_check, inspect_report, io, pipeline, runtimes
+from ovpasses import check, check_inputs, devices, folder, genai_check, inspect_report, io, pipeline, precision, runtimes
 from ovpasses.errors import OvpassesError
 from ovpasses.pipeline import KV_SHARING_MODES
 
@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "same inputs through each (input_ids, attention_mask, position_ids and beam_idx are "
                     "recognised; other inputs get seeded random data) and report whether each compiled and "
                     "ran, the largest output difference and the fused SDPA count of each. On CPU it compiles "
-                    f"with {json.dumps(check.EXACT_CPU_CONFIG)} unless --precision default. Both models run on "
+                    f"with {json.dumps(precision.EXACT_CPU_CONFIG)} unless --precision default. Both models run on "
                     "the installed OpenVINO: with --runtime naming another release, the target runtime is not "
                     "exercised (the report says so). Verdicts: OK (exit 0) both run and every output agrees "
                     "within atol + rtol * max|original output|, NaN in the same places and equal infinities "

@@ -23,13 +23,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ovpasses.errors import OvpassesError
+from ovpasses.precision import EXACT_CPU_CONFIG
 
 PATHS = ("stateful", "paged")
 VLM_MODEL = "openvino_language_model.xml"
 VISION_MODEL = "openvino_vision_embeddings_model.xml"
 DEFAULT_PROMPT = "Describe the picture."
-# CPU in f32 with an f32 KV cache: the defaults (bf16, f16/u8 caches) flip near-tied greedy picks
-EXACT_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 
 
 def pipeline_kind(folder: Path) -> str:
@@ -118,8 +117,8 @@ def run_pipeline(folder: Path, path: str, prompt: str, max_new_tokens: int, devi
     run = GenaiRun(str(folder), path)
     kind = pipeline_kind(folder)
     kwargs: dict = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
-    if device.upper().startswith("CPU"):
-        kwargs.update(EXACT_CONFIG)
+    if device.upper().startswith("CPU"):   # the defaults (bf16, f16 caches) flip near-tied greedy picks
+        kwargs.update(EXACT_CPU_CONFIG)
     config = genai.GenerationConfig()
     config.max_new_tokens = max_new_tokens
     config.min_new_tokens = max_new_tokens
