@@ -831,3 +831,18 @@ def test_check_of_int4_weights_turns_the_plugins_dynamic_quantization_off(e2b35_
     assert result.returncode == 0 and report["verdict_code"] == "ok", report["verdict"]
     assert report["changed"] and report["config"] == EXACT_CPU_CONFIG and report["max_abs_diff"] < 1e-6
     assert report["original"]["precision"]["dynamic_quantization_group_size"] == 0
+
+
+@pytest.mark.skipif(not AFFECTED_OVPASS.exists(), reason=f"needs {AFFECTED_OVPASS} (bash tools/venv.sh ov 2026.0.0)")
+@pytest.mark.parametrize("command", ["inspect", "check"])
+@pytest.mark.parametrize("given", ["folder", "xml"])
+def test_a_runtime_that_cannot_read_erfinv_says_how_to_get_an_ir_it_reads(command, given):
+    """Issue 20 item 7: 2026.0 cannot read Gemma 3n's ErfInv (opset17); it said so in OpenVINO's words
+    ('Cannot create ErfInv layer ... from unsupported opset: opset17'). One line now says what and how."""
+    target = GEMMA3N if given == "folder" else GEMMA3N / "openvino_model.xml"
+    result = ovpass(command, target, exe=AFFECTED_OVPASS)
+    _assert_clean_error(result, f"{GEMMA3N / 'openvino_model.xml'} holds ErfInv (opset17), which openvino "
+                                "2026.0.0 cannot read (2026.2.1 is the first release that reads it); under "
+                                f"openvino 2026.2.1 or newer, 'ovpass rewrite {GEMMA3N} -o NEW_FOLDER --runtime "
+                                "2026.0' prepares a copy that 2026.0.0 reads")
+    assert "unsupported opset" not in result.stderr
