@@ -192,8 +192,8 @@ def cannot_decide(comparison: Comparison, tolerance: float, precision: Precision
     needed = comparison.max_abs_diff
     relative = f", rtol {needed / comparison.scale:.2g}" if comparison.scale else ""
     return (f"INCONCLUSIVE: {against} differ by up to {needed:.3g}, beyond the tolerance {tolerance:.3g}, but "
-            f"the models ran at {precision.describe()}, where two equivalent graphs round differently by that much: "
-            f"this precision cannot tell a correct rewrite from a wrong one (it would need a tolerance of "
+            f"the models ran at {precision.describe()}, at which equivalent graphs round differently: this "
+            f"precision cannot tell a correct rewrite from a wrong one (it would need a tolerance of "
             f"{needed:.3g}{relative}); --precision exact decides")
 
 
