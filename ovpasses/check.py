@@ -27,14 +27,10 @@ from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.pipeline import rewrite
+from ovpasses.precision import EXACT_CPU_CONFIG, Precision, compiled_precision
 from ovpasses.runtimes import installed_version, version_string
 
 log = logging.getLogger(__name__)
-
-# Compile properties under which the CPU plugin computes in f32 with an f32 KV cache. By default it
-# runs bf16 on CPUs with avx512_bf16/AMX and keeps the KV cache in f16, which changes logits far more
-# than any rewrite does and flips near-tied greedy picks of small random models.
-EXACT_CPU_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 
 def count_layer_type(compiled: ov.CompiledModel, layer_type: str) -> int:
     """Number of nodes of ``compiled.get_runtime_model()`` whose rt_info layerType is ``layer_type``."""
@@ -91,6 +87,8 @@ class RunResult:
     # SDPAs whose fusion differs from the prediction (RewriteSummary.fusion), one line each
     fusion_disagreements: list[str] = field(default_factory=list)
     compile_seconds: float | None = None
+    # what the compiled model computes in (ovpasses.precision); None: not compiled, or not read
+    precision: Precision | None = None
     outputs: list[list[np.ndarray]] = field(default_factory=list, repr=False)
 
     @property
@@ -116,6 +114,7 @@ def run_steps(core: ov.Core, model: ov.Model, device: str, config: dict, feeds: 
         compiled = core.compile_model(model, device, config)
         result.compile_seconds = round(time.perf_counter() - start, 3)
         result.compiled = True
+        result.precision = compiled_precision(compiled)
         result.fused_sdpa = count_fused_sdpa(compiled)
         result.fused_sdpa_names = fused_sdpa_names(
             compiled, (n.get_friendly_name() for n in model.get_ordered_ops() if n.get_type_name() == SDPA_TYPE))
@@ -182,23 +181,46 @@ def compare_outputs(original: list[list[np.ndarray]], rewritten: list[list[np.nd
 OK, FIXED, WORSE, INCONCLUSIVE = "ok", "fixed", "worse", "inconclusive"
 
 
+def reduced_precision(*runs: RunResult) -> Precision | None:
+    """The precision of the first of ``runs`` that computed in less than f32 (:attr:`Precision.exact`);
+    None when each computed exactly, or did not say."""
+    return next((r.precision for r in runs if r.precision is not None and not r.precision.exact), None)
+
+
+def cannot_decide(comparison: Comparison, tolerance: float, precision: Precision, against: str = "the outputs") -> str:
+    """Why value differences beyond ``tolerance`` at ``precision`` are no verdict, and the tolerance they need."""
+    needed = comparison.max_abs_diff
+    relative = f", rtol {needed / comparison.scale:.2g}" if comparison.scale else ""
+    return (f"INCONCLUSIVE: {against} differ by up to {needed:.3g}, beyond the tolerance {tolerance:.3g}, but "
+            f"the models ran at {precision.describe()}, at which equivalent graphs round differently: this "
+            f"precision cannot tell a correct rewrite from a wrong one (it would need a tolerance of "
+            f"{needed:.3g}{relative}); --precision exact decides")
+
+
 def decide(original: RunResult, rewritten: RunResult, comparison: Comparison, tolerance: float) -> tuple[str, str]:
-    """The verdict code and its sentence. A check that compared nothing is never OK."""
-    agree = (not comparison.shapes_differ and comparison.nonfinite_only_rewritten == 0
-             and (comparison.max_abs_diff is None or comparison.max_abs_diff <= tolerance))
+    """The verdict code and its sentence. A check that compared nothing is never OK.
+
+    Values that differ beyond ``tolerance`` are WORSE when both runs computed exactly, and INCONCLUSIVE
+    (saying the tolerance it would need) when either ran at a reduced precision (:func:`reduced_precision`):
+    there a correct rewrite differs too. Failures, NaN and shapes decide at any precision.
+    """
     steps = f"{comparison.steps} step{'s' if comparison.steps != 1 else ''}"
     if comparison.shapes_differ:
         return WORSE, f"WORSE: the rewritten model's output shapes differ ({', '.join(comparison.shapes_differ)})"
     if comparison.nonfinite_only_rewritten:
         return WORSE, (f"WORSE: the rewritten model gives NaN or infinity in {comparison.nonfinite_only_rewritten} "
                        "places where the original does not")
-    if not agree:
+    differ = comparison.max_abs_diff is not None and comparison.max_abs_diff > tolerance
+    reduced = reduced_precision(original, rewritten)
+    if differ and reduced is None:
         return WORSE, "WORSE: the outputs differ beyond the tolerance"
     if original.ran and not rewritten.ran:
         return WORSE, "WORSE: the original runs and the rewritten model does not"
     if not original.ran and not rewritten.ran and rewritten.steps_run < original.steps_run:
         return WORSE, (f"WORSE: the rewritten model fails at inference {rewritten.steps_run + 1}, before the "
                        f"original (at {original.steps_run + 1})")
+    if differ:
+        return INCONCLUSIVE, cannot_decide(comparison, tolerance, reduced)
     if rewritten.ran and not original.ran:
         also = f"; their outputs agree on the {steps} both ran" if comparison.compared else ""
         return FIXED, f"FIXED: the original fails and the rewritten model runs{also}"
@@ -287,6 +309,10 @@ class CheckReport:
             head = [f"target runtime {self.target} ({self.profile} profile); both models ran on the installed "
                     f"openvino {self.ran_on}: the target runtime was not exercised",
                     f"device {self.device} {config}"]
+        reduced = reduced_precision(*(r for r in (self.original, self.rewritten, self.reference) if r is not None))
+        if reduced is not None:
+            head.append(f"computed in {reduced.describe()} (read back from the compiled model): differences of "
+                        f"rounding are expected")
         made = f" (embeddings through {', '.join(self.inputs_from)})" if self.inputs_from else ""
         lines = head + [f"inputs: prefill {self.prefill} tokens + {self.steps} decode steps{made}; rewrite changed "
                         f"the model: {'yes' if self.changed else 'no'}",
@@ -334,7 +360,11 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     ``inconclusive`` when nothing could be compared (neither ran a step, both fail, or no value is
     finite in both). ``ok`` is True for ok and fixed. A ``fixed`` verdict is checked against the same
     IR with every SDPA decomposed: it stays ``fixed`` only when the rewritten model agrees with it
-    within the tolerance (or that reference fails too, which the verdict says), else ``worse``.
+    within the tolerance (or that reference fails too, which the verdict says), is ``inconclusive`` when
+    no value is finite in both (NaN in both is no regression), else ``worse``. Where a compiled model
+    computes in less than f32 (:func:`ovpasses.precision.compiled_precision`: bf16 inference, an f16 KV
+    cache or dynamic quantization, as the CPU defaults are), values beyond the tolerance are
+    ``inconclusive``, naming the tolerance they would need: a correct rewrite differs there too.
     ``source`` says where inputs come from (the export's folder, ``--data-shape``).
     """
     atol, rtol = check_tolerance("atol", atol), check_tolerance("rtol", rtol)
@@ -405,17 +435,32 @@ def _decomposed(model: ov.Model) -> ov.Model:
 
 def _against_reference(verdict: str, reference: RunResult, rewritten: RunResult, comparison: Comparison,
                        tolerance: float) -> tuple[str, str]:
-    """A FIXED verdict, made numeric against the decomposed reference (or said to be unverified)."""
+    """A FIXED verdict, made numeric against the decomposed reference (or said to be unverified).
+
+    NaN where the reference has NaN too is no regression: where nothing is finite in both, nothing was
+    compared and the verdict is INCONCLUSIVE, as :func:`decide` says for an original that runs."""
     if not reference.ran:
         return FIXED, f"{verdict}; not compared with a reference: the decomposed model fails too ({reference.error})"
-    agree = (comparison.compared > 0 and not comparison.shapes_differ and comparison.nonfinite_only_rewritten == 0
-             and comparison.max_abs_diff is not None and comparison.max_abs_diff <= tolerance)
-    if not agree:
+    if comparison.shapes_differ:
+        return WORSE, ("WORSE: the original fails; the rewritten model's output shapes differ from the decomposed "
+                       f"reference's ({', '.join(comparison.shapes_differ)})")
+    if comparison.nonfinite_only_rewritten:
+        return WORSE, (f"WORSE: the original fails; the rewritten model gives NaN or infinity in "
+                       f"{comparison.nonfinite_only_rewritten} places where the decomposed reference does not")
+    if comparison.compared == 0:
+        only = comparison.nonfinite_only_original
+        return INCONCLUSIVE, (f"INCONCLUSIVE: the original fails and the rewritten model runs, but no output value "
+                              f"is finite in both it and the decomposed reference (NaN or infinity in the same "
+                              f"{comparison.nonfinite_same} places of both"
+                              f"{f', and in {only} places of the reference only' if only else ''}): nothing could "
+                              f"be compared")
+    if comparison.max_abs_diff > tolerance:
+        reduced = reduced_precision(reference, rewritten)
+        if reduced is not None:
+            return INCONCLUSIVE, cannot_decide(comparison, tolerance, reduced,
+                                               "the original fails; the rewritten model and the decomposed reference")
         return WORSE, (f"WORSE: the original fails; the rewritten model runs but differs from the decomposed "
-                       f"reference (max {comparison.max_abs_diff:.3g}, tolerance {tolerance:.3g})"
-                       if comparison.max_abs_diff is not None else
-                       "WORSE: the original fails; the rewritten model's outputs cannot be matched with the "
-                       "decomposed reference's")
+                       f"reference (max {comparison.max_abs_diff:.3g}, tolerance {tolerance:.3g})")
     return FIXED, (f"{verdict}; it agrees with the decomposed reference over {comparison.steps} steps "
                    f"(max {comparison.max_abs_diff:.3g}, tolerance {tolerance:.3g})")
 

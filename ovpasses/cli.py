@@ -19,7 +19,7 @@ import openvino as ov
 
 import ovpasses
 from ovpasses import (check, check_inputs, commit, devices, folder, genai_check, inspect_report, io, pipeline,
-                      runtimes, signals)
+                      precision, runtimes, signals)
 from ovpasses.errors import OvpassesError
 from ovpasses.pipeline import KV_SHARING_MODES
 
@@ -41,7 +41,8 @@ exit codes:
      OpenVINO does not see); nothing is written
   3  unexpected internal failure (rerun with --debug for the traceback and report it)
   4  check: INCONCLUSIVE, nothing could be compared (neither model ran a step on the inputs made,
-     both fail, or no output value is finite in both)
+     both fail, or no output value is finite in both), or the outputs differ at a precision that
+     cannot decide (--precision default on a bf16 CPU)
 
 Run 'ovpass COMMAND --help' for the options of a command.
 """
@@ -135,13 +136,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "same inputs through each (input_ids, attention_mask, position_ids and beam_idx are "
                     "recognised; other inputs get seeded random data) and report whether each compiled and "
                     "ran, the largest output difference and the fused SDPA count of each. On CPU it compiles "
-                    f"with {json.dumps(check.EXACT_CPU_CONFIG)} unless --precision default. Both models run on "
+                    f"with {json.dumps(precision.EXACT_CPU_CONFIG)} unless --precision default. Both models run on "
                     "the installed OpenVINO: with --runtime naming another release, the target runtime is not "
                     "exercised (the report says so). Verdicts: OK (exit 0) both run and every output agrees "
                     "within atol + rtol * max|original output|, NaN in the same places and equal infinities "
                     "agreeing; FIXED (exit 0) the rewritten model runs, or gives finite values, where the "
                     "original does not, and agrees elsewhere; WORSE (exit 1) it fails or gives NaN where the "
-                    "original does not, or the outputs differ; INCONCLUSIVE (exit 4) nothing could be compared. "
+                    "original does not, or the outputs differ at exact precision; INCONCLUSIVE (exit 4) nothing "
+                    "could be compared, or the outputs differ at a precision that cannot decide (the verdict "
+                    "names the tolerance it would need). "
                     "Where the original fails, the rewritten model is compared with the same IR with every SDPA "
                     "decomposed (run on the same runtime); FIXED needs it to agree. inputs_embeds and "
                     "per_layer_inputs are made from token ids through the export's embedding IRs beside the "
@@ -155,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=_non_negative, default=3, help="decode steps after the prefill (default 3)")
     p.add_argument("--prefill", type=_positive, default=8, help="prefill length in tokens (default 8)")
     p.add_argument("--precision", choices=("exact", "default"), default="exact",
-                   help="exact (default): CPU in f32 with an f32 KV cache; default: the device defaults")
+                   help="exact (default): CPU in f32 with an f32 KV cache and no dynamic quantization; default: "
+                        "the device defaults, where outputs that differ beyond the tolerance are INCONCLUSIVE")
     p.add_argument("--atol", type=_tolerance, default=1e-4, help="absolute tolerance, finite, 0 or more (default 1e-4)")
     p.add_argument("--rtol", type=_tolerance, default=1e-4,
                    help="tolerance relative to the largest finite |original output|, finite, 0 or more (default 1e-4)")

@@ -8,6 +8,12 @@ converts SDPA to PagedAttention, as OpenVINO Model Server runs it). This module 
 and the rewritten folder both ways, greedy, and reports per path whether each ran and whether their
 tokens are equal.
 
+A text export without tokenizer IRs (``openvino_tokenizer.xml``) is fed token ids, which LLMPipeline
+takes as they are (:func:`prompt_ids`: the config's ``bos_token_id``, then seeded ids below its
+``vocab_size``); its output is compared as token ids. VLMPipeline takes text only (measured on
+openvino_genai 2026.4.1: built without a tokenizer, ``generate`` fails with "Tokenizer::encode is not
+available", and no overload takes ids), so an image-text-to-text export needs its tokenizer IRs.
+
 Each pipeline runs in its own process (``python -m ovpasses.genai_check``): some releases crash
 the whole process on some IRs (README's runtime notes), and a crash must be a result, not the end
 of the check.
@@ -22,14 +28,18 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from ovpasses.check_inputs import InputSource
 from ovpasses.errors import OvpassesError
+from ovpasses.precision import EXACT_CPU_CONFIG
 
 PATHS = ("stateful", "paged")
 VLM_MODEL = "openvino_language_model.xml"
 VISION_MODEL = "openvino_vision_embeddings_model.xml"
+TOKENIZER = "openvino_tokenizer.xml"
 DEFAULT_PROMPT = "Describe the picture."
-# CPU in f32 with an f32 KV cache: the defaults (bf16, f16/u8 caches) flip near-tied greedy picks
-EXACT_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+PROMPT_LENGTH = 8   # tokens fed where the folder has no tokenizer
 
 
 def pipeline_kind(folder: Path) -> str:
@@ -52,6 +62,7 @@ class GenaiRun:
     error: str | None = None
     tokens: list[int] = field(default_factory=list)
     text: str | None = None
+    prompt_ids: list[int] = field(default_factory=list)   # the ids fed where the folder has no tokenizer
 
 
 @dataclass
@@ -69,6 +80,8 @@ class GenaiPathReport:
     @property
     def verdict(self) -> str:
         a, b = self.original, self.rewritten
+        if a.ran and b.ran and not a.tokens and not b.tokens:
+            return "inconclusive"   # nothing generated: nothing compared
         if a.ran and b.ran:
             return "ok" if self.same_output else "worse"
         if a.ran:
@@ -82,7 +95,10 @@ class GenaiPathReport:
 
     def __str__(self) -> str:
         def one(run: GenaiRun) -> str:
-            return ("ran" + (f", {len(run.tokens)} tokens" if run.tokens else "")) if run.ran else f"FAILED: {run.error}"
+            if not run.ran:
+                return f"FAILED: {run.error}"
+            fed = f" on {len(run.prompt_ids)} token ids (no {TOKENIZER})" if run.prompt_ids else ""
+            return f"ran{fed}" + (f", {len(run.tokens)} tokens" if run.tokens else "")
         equal = ("same output" if self.same_output else "output DIFFERS") \
             if self.original.ran and self.rewritten.ran else ""
         return (f"genai {self.path:<8}: original {one(self.original)}; rewritten {one(self.rewritten)}"
@@ -108,18 +124,34 @@ def token_collector():
     return TokenCollector()
 
 
+def prompt_ids(folder: Path, length: int = PROMPT_LENGTH, seed: int = 0) -> list[int]:
+    """The token ids fed to a text export without tokenizer IRs: its config's ``bos_token_id`` (where it
+    has one), then seeded ids below its ``vocab_size``. The same for a folder and its rewritten copy."""
+    config = InputSource(folder)
+    vocab = config.config_value("vocab_size")
+    if vocab is None:
+        raise OvpassesError(f"{folder}: no {TOKENIZER} and no vocab_size in a config.json: nothing says which "
+                            "token ids the model takes")
+    bos = config.config_value("bos_token_id")
+    ids = np.random.default_rng(seed).integers(0, vocab, size=length).tolist()
+    return ([bos] + ids[1:]) if bos is not None else ids
+
+
 def run_pipeline(folder: Path, path: str, prompt: str, max_new_tokens: int, device: str = "CPU",
                  image: bool = True) -> GenaiRun:
     """Run one greedy generation in this process (the worker's body)."""
-    import numpy as np
     import openvino as ov
     import openvino_genai as genai
 
     run = GenaiRun(str(folder), path)
     kind = pipeline_kind(folder)
+    tokenizer = (folder / TOKENIZER).exists()
+    if kind == "vlm" and not tokenizer:
+        raise OvpassesError(f"VLMPipeline takes text only and the folder has no {TOKENIZER}: keep the export's "
+                            "tokenizer IRs beside the models")
     kwargs: dict = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
-    if device.upper().startswith("CPU"):
-        kwargs.update(EXACT_CONFIG)
+    if device.upper().startswith("CPU"):   # the defaults (bf16, f16 caches) flip near-tied greedy picks
+        kwargs.update(EXACT_CPU_CONFIG)
     config = genai.GenerationConfig()
     config.max_new_tokens = max_new_tokens
     config.min_new_tokens = max_new_tokens
@@ -133,6 +165,12 @@ def run_pipeline(folder: Path, path: str, prompt: str, max_new_tokens: int, devi
         streamer = token_collector()   # VLMPipeline's results carry text only: the streamer sees the ids
         run.text = pipe.generate(prompt, generation_config=config, streamer=streamer, **extra).texts[0]
         run.tokens = list(streamer.ids)
+    elif not tokenizer:   # token ids in and out
+        pipe = genai.LLMPipeline(str(folder), device, **kwargs)
+        run.prompt_ids = prompt_ids(folder)
+        ids = np.array([run.prompt_ids], np.int64)
+        result = pipe.generate(genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config)
+        run.tokens = [int(t) for t in result.tokens[0]]
     else:
         # through the folder's tokenizer, then token ids in and out: the exact tokens, not a re-encoding
         pipe = genai.LLMPipeline(str(folder), device, **kwargs)

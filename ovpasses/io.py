@@ -25,6 +25,7 @@ from pathlib import Path
 import openvino as ov
 
 from ovpasses import commit
+from ovpasses.analysis.op_versions import installed_cannot_read
 from ovpasses.errors import OvpassesError
 from ovpasses.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_known, version_string
 
@@ -255,6 +256,8 @@ def _explain_read_error(path: Path, message: str) -> str:
                 "another export); copy or export the .xml/.bin pair again")
     if "pugi" in message or "Error parsing" in message:
         return f"{path}: malformed IR XML ({_last_line(message)}); the file is damaged, export it again"
+    if (newer := installed_cannot_read(path)) is not None:   # an operation version it does not know
+        return newer
     return f"{path}: OpenVINO cannot read this IR: {_last_line(message)}"
 
 

@@ -20,7 +20,9 @@ import pytest
 from ovpasses import analyze_kv_sharing
 from ovpasses.pipeline import NATIVE, SHAPEOF
 from ovpasses.pipeline import PASSES
+from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.runtimes import installed_version
+from ovpasses.testing.fixture_variants import compress_weights, fill_weight, variant_folder
 from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,6 +32,11 @@ ERFINV = "__module.model.layers.0.mlp/aten::erfinv/ErfInv"
 OVPASS = Path(sys.executable).with_name("ovpass")
 AFFECTED_OVPASS = REPO / ".venvs" / "ov-2026.0.0" / "bin" / "ovpass"
 AFFECTED = "2026.0"   # a runtime of the affected profile (2025.2 - 2026.1)
+# the installed runtime and, where its venv exists, 2026.0
+RUNTIMES = [pytest.param(OVPASS, id="installed"),
+            pytest.param(AFFECTED_OVPASS, id="2026.0", marks=pytest.mark.skipif(
+                not AFFECTED_OVPASS.exists(), reason=f"needs {AFFECTED_OVPASS} (bash tools/venv.sh ov 2026.0.0)"))]
+EMBEDDINGS = "self.model.embed_tokens.weight"   # tiny8's token embedding, tied to its output projection
 LAYER0 = "__module.model.layers.0.self_attn/aten::scaled_dot_product_attention/ScaledDotProductAttention"
 
 pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not installed at {OVPASS}; "
@@ -64,7 +71,7 @@ def test_help_documents_commands_and_exit_codes():
     assert ovpass().returncode == 0
     assert ovpass("--version").stdout.startswith("ovpass ")
     check_help = ovpass("check", "--help").stdout
-    assert "INFERENCE_PRECISION_HINT" in check_help and "KV_CACHE_PRECISION" in check_help
+    assert all(key in check_help for key in EXACT_CPU_CONFIG)
 
 
 def test_passes_lists_each_pass_on_one_line():
@@ -640,7 +647,7 @@ def test_check_on_the_installed_runtime_gives_equal_outputs(ir):
     layers01 = sorted([LAYER0, LAYER0.replace("layers.0", "layers.1")])
     assert report["original"]["fused_sdpa_names"] == report["rewritten"]["fused_sdpa_names"] == layers01
     assert report["original"]["fusion_disagreements"] == report["rewritten"]["fusion_disagreements"] == []
-    assert report["config"] == {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+    assert report["config"] == EXACT_CPU_CONFIG
     assert report["original"]["steps_total"] == 3
 
 
@@ -728,7 +735,7 @@ def test_check_lists_where_the_plugin_fused_otherwise_than_predicted(tmp_path):
 def test_check_takes_any_case_of_device(ir, device):
     code, report = _check(ir, "--device", device)
     assert code == 0 and report["device"] == "CPU" and report["verdict_code"] == "ok"
-    assert report["config"] == {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
+    assert report["config"] == EXACT_CPU_CONFIG
 
 
 @pytest.mark.parametrize("device", ["xpu", "CPU.3", "gpu.9"])
@@ -750,3 +757,92 @@ def test_check_says_the_target_runtime_was_not_exercised(ir):
     assert "runtime 2026.0.0 (affected profile), device" not in text
     same = json.loads(ovpass("check", ir, "--steps", "1", "--format", "json").stdout)
     assert same["target_exercised"] and same["ran_on"] == same["target"] == installed
+
+
+# ------------------------------------------------------------------------------------------ check: issue 20
+
+@pytest.fixture(scope="module")
+def nan_logits(tmp_path_factory) -> dict[str, Path]:
+    """tiny8 with NaN token embeddings (every logit NaN, on every runtime), and with one NaN row (token
+    7: the logit of token 7 NaN at every step, the rest finite)."""
+    root = tmp_path_factory.mktemp("nan")
+    every = variant_folder(FIXTURE, root / "every", lambda model: fill_weight(model, EMBEDDINGS, float("nan")))
+    row = variant_folder(FIXTURE, root / "row", lambda model: fill_weight(model, EMBEDDINGS, float("nan"), [7]))
+    return {"every": every.parent, "row": row.parent}
+
+
+@pytest.mark.parametrize("exe", RUNTIMES)
+def test_check_of_an_export_whose_logits_are_nan_is_inconclusive_not_worse(nan_logits, exe):
+    """Issue 20 item 4: NaN in both is not a regression. On 2026.0 the original fails ('null input
+    states') and the rewritten model is compared with the decomposed reference, NaN everywhere too: that
+    compared nothing, and was WORSE (exit 1)."""
+    code, report = _check(nan_logits["every"] / "openvino_model.xml", exe=exe)
+    assert (code, report["verdict_code"]) == (4, "inconclusive"), report["verdict"]
+    assert "nothing could be compared" in report["verdict"] and report["values_compared"] == 0
+    if report["reference"] is not None:   # 2026.0: the original fails
+        assert "no output value is finite in both it and the decomposed reference" in report["verdict"]
+        assert "NaN or infinity in the same 5120 places of both" in report["verdict"]
+    # NaN in the same places and everything else equal: OK (FIXED where the original fails)
+    code, report = _check(nan_logits["row"] / "openvino_model.xml", exe=exe)
+    assert code == 0 and report["verdict_code"] in ("ok", "fixed"), report["verdict"]
+    if report["verdict_code"] == "ok":
+        # 10 positions (a prefill of 8, 2 decode steps), each with one NaN logit among 512
+        assert report["nonfinite_same"] == 10 and report["values_compared"] == 10 * 511
+
+
+@pytest.mark.skipif("BF16" not in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES"), reason="the CPU has no bf16 (avx512_bf16/AMX): its default precision "
+                                                  "is f32 and the case does not arise")
+@pytest.mark.parametrize("exe", RUNTIMES)
+def test_check_at_the_default_precision_of_a_bf16_cpu_is_inconclusive_not_worse(ir, exe):
+    """Issue 20 item 5: at the CPU's defaults (bf16 inference, f16 KV cache) unsharing, a correct rewrite,
+    moves tiny8's logits by 0.012 (2026.4.1; 0.033 from the decomposed reference on 2026.0), against a
+    tolerance of 1.6e-4: WORSE, exit 1. The check now says the precision cannot decide, and the
+    tolerance it would need. At exact precision the same rewrite agrees within 1e-6."""
+    code, report = _check(ir, "--precision", "default", "--kv-sharing", "unshare", exe=exe)
+    assert (code, report["verdict_code"]) == (4, "inconclusive"), report["verdict"]
+    assert report["config"] == {} and report["rewritten"]["precision"]["inference"] == "bf16"
+    assert "but the models ran at bf16 inference, f16 KV cache" in report["verdict"]
+    assert "it would need a tolerance of" in report["verdict"] and "--precision exact decides" in report["verdict"]
+    code, report = _check(ir, "--kv-sharing", "unshare", exe=exe)
+    assert code == 0 and report["verdict_code"] in ("ok", "fixed"), report["verdict"]
+    assert report["rewritten"]["precision"] == {"inference": "f32", "kv_cache": "f32",
+                                                "dynamic_quantization_group_size": 0}
+
+
+@pytest.fixture(scope="module")
+def e2b35_int4(tmp_path_factory) -> Path:
+    """The e2b35 fixture with every MatMul weight stored as NNCF's int4 (symmetric, groups of 32)."""
+    folder = tmp_path_factory.mktemp("int4") / "e2b35-int4"
+    variant_folder(REPO / "tests" / "fixtures" / "gemma4" / "e2b35", folder,
+                   lambda model: compress_weights(model, "int4_sym"))
+    return folder
+
+
+def test_check_of_int4_weights_turns_the_plugins_dynamic_quantization_off(e2b35_int4):
+    """Issue 20 item 6: the plugin quantizes the activations of compressed-weight MatMuls to 8 bits
+    (DYNAMIC_QUANTIZATION_GROUP_SIZE 32 by default, at f32 too). There a rounding difference of 1e-7
+    from unsharing flips quantization steps: the logits differed by 3.5e-3 (2026.4.1, this prefill),
+    WORSE. EXACT_CPU_CONFIG turns it off: they differ by less than 1e-6."""
+    model = ov.Core().read_model(e2b35_int4 / "openvino_model.xml")
+    assert any(n.get_type_name() == "Constant" and n.get_element_type() == ov.Type.i4 for n in model.get_ops())
+    result = ovpass("check", e2b35_int4, "--kv-sharing", "unshare", "--prefill", "100", "--steps", "1",
+                    "--format", "json")
+    (report,) = json.loads(result.stdout)["models"]
+    assert result.returncode == 0 and report["verdict_code"] == "ok", report["verdict"]
+    assert report["changed"] and report["config"] == EXACT_CPU_CONFIG and report["max_abs_diff"] < 1e-6
+    assert report["original"]["precision"]["dynamic_quantization_group_size"] == 0
+
+
+@pytest.mark.skipif(not AFFECTED_OVPASS.exists(), reason=f"needs {AFFECTED_OVPASS} (bash tools/venv.sh ov 2026.0.0)")
+@pytest.mark.parametrize("command", ["inspect", "check"])
+@pytest.mark.parametrize("given", ["folder", "xml"])
+def test_a_runtime_that_cannot_read_erfinv_says_how_to_get_an_ir_it_reads(command, given):
+    """Issue 20 item 7: 2026.0 cannot read Gemma 3n's ErfInv (opset17); it said so in OpenVINO's words
+    ('Cannot create ErfInv layer ... from unsupported opset: opset17'). One line now says what and how."""
+    target = GEMMA3N if given == "folder" else GEMMA3N / "openvino_model.xml"
+    result = ovpass(command, target, exe=AFFECTED_OVPASS)
+    _assert_clean_error(result, f"{GEMMA3N / 'openvino_model.xml'} holds ErfInv (opset17), which openvino "
+                                "2026.0.0 cannot read (2026.2.1 is the first release that reads it); under "
+                                f"openvino 2026.2.1 or newer, 'ovpass rewrite {GEMMA3N} -o NEW_FOLDER --runtime "
+                                "2026.0' prepares a copy that 2026.0.0 reads")
+    assert "unsupported opset" not in result.stderr

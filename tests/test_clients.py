@@ -17,11 +17,12 @@ import numpy as np
 import openvino as ov
 import pytest
 
+from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 OVPASS = Path(sys.executable).with_name("ovpass")
 EXPORT_PYTHON = ROOT / ".venvs" / "export" / "bin" / "python"
-EXACT = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 TEXT_FIXTURES = ["gemma4/tiny8", "gemma3n/tiny8"]
 VLM = FIXTURES / "gemma4" / "vlm8"
 AFFECTED_PYTHON = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"

@@ -395,6 +395,44 @@ def test_genai_needs_a_folder():
     assert result.returncode == 2 and "--genai runs openvino_genai on an export folder" in result.stderr
 
 
+def _without_tokenizer(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("openvino_tokenizer.*", "openvino_detokenizer.*"))
+    return target
+
+
+def test_genai_check_of_a_text_export_without_tokenizer_irs_feeds_token_ids(tmp_path):
+    """Issue 20 item 8: without openvino_tokenizer.xml, LLMPipeline could not encode the prompt, both
+    runs failed and the check said INCONCLUSIVE. LLMPipeline takes token ids: the check feeds them
+    (the config's bos_token_id, then seeded ids below vocab_size) and compares the tokens."""
+    pytest.importorskip("openvino_genai", reason="openvino_genai is not installed in this environment")
+    folder = _without_tokenizer(FIXTURE, tmp_path / "export")
+    result = ovpass("check", folder, "--genai", "--steps", "1", "--format", "json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(result.stdout)
+    assert data["verdict_code"] == "ok" and [g["path"] for g in data["genai"]] == ["stateful", "paged"]
+    config = json.loads((FIXTURE / "config.json").read_text())
+    for report in data["genai"]:
+        original, rewritten = report["original"], report["rewritten"]
+        assert report["verdict"] == "ok" and report["same_output"], report
+        assert original["prompt_ids"] == rewritten["prompt_ids"] and len(original["prompt_ids"]) == 8
+        assert original["prompt_ids"][0] == config["bos_token_id"]
+        assert all(0 <= i < config["vocab_size"] for i in original["prompt_ids"])
+        assert len(original["tokens"]) == 8 and original["tokens"] == rewritten["tokens"]
+
+
+def test_genai_check_of_an_image_text_export_without_tokenizer_irs_says_why_it_cannot(tmp_path):
+    """VLMPipeline takes text only (openvino_genai 2026.4.1: no generate overload takes ids, and without
+    a tokenizer it fails with 'Tokenizer::encode is not available'): INCONCLUSIVE, saying so."""
+    pytest.importorskip("openvino_genai", reason="openvino_genai is not installed in this environment")
+    folder = _without_tokenizer(VLM, tmp_path / "vlm")
+    result = ovpass("check", folder, "--genai", "--steps", "1", "--format", "json")
+    assert result.returncode == 4, result.stdout + result.stderr
+    for report in json.loads(result.stdout)["genai"]:
+        assert report["verdict"] == "inconclusive"
+        assert report["original"]["error"].startswith("VLMPipeline takes text only and the folder has no "
+                                                      "openvino_tokenizer.xml")
+
+
 # ------------------------------------------------------------------------------------------ --runtime OLD
 
 GEMMA3N = REPO / "tests" / "fixtures" / "gemma3n" / "tiny8"

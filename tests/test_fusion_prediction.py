@@ -39,7 +39,8 @@ SYNTHETIC = {
 
 WORKER = """
 import json, sys, openvino as ov, ovpasses
-from ovpasses.check import EXACT_CPU_CONFIG, fused_sdpa_names
+from ovpasses.check import fused_sdpa_names
+from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.testing.graphs import *
 source = sys.argv[1]
 out = {"runtime": ov.get_version().split("-")[0]}

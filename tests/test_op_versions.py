@@ -26,6 +26,7 @@ from ovpasses.inspect_report import inspect_model
 from ovpasses.passes import ErfInvConstantFolding
 from ovpasses.passes.erfinv_constant_folding import erfinv
 from ovpasses.pipeline import LOWERING_PASSES, lower_op_versions
+from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
 from ovpasses.runtimes import OPS_FIRST_READ, installed_version, parse_release
 from ovpasses.testing.graphs import (
     NewerOpsSpec,
@@ -37,7 +38,6 @@ from ovpasses.testing.graphs import (
 from ovpasses.testing.reference import erfinv_reference
 
 ROOT = Path(__file__).resolve().parent.parent
-EXACT = {"INFERENCE_PRECISION_HINT": "f32"}
 OLD = "2026.0"          # reads opset16, not ErfInv (opset17)
 OLDEST = "2025.2"       # reads neither ErfInv nor OneHot-16
 VENVS = {v: ROOT / ".venvs" / f"ov-{v}" / "bin" / "python" for v in ("2025.2.0", "2026.0.0", "2026.1.0")}
@@ -213,9 +213,10 @@ def test_lowering_reports_each_operation_once():
 
 RUN_UNDER = """
 import json, sys, numpy as np, openvino as ov
+from ovpasses.precision import EXACT_CPU_CONFIG
 feed = {k: np.array(v, dtype=t) for k, (v, t) in json.loads(sys.argv[2]).items()}
 try:
-    compiled = ov.Core().compile_model(ov.Core().read_model(sys.argv[1]), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    compiled = ov.Core().compile_model(ov.Core().read_model(sys.argv[1]), "CPU", EXACT_CPU_CONFIG)
     out = {name: compiled(feed)[name].astype(np.float64).tolist() for name in sys.argv[3].split(",")}
     print(json.dumps({"runtime": ov.get_version().split("-")[0], "outputs": out}))
 except RuntimeError as exc:

@@ -7,11 +7,11 @@ import ovpasses
 from ovpasses import DeviceNotAvailableError, OvpassesError
 from ovpasses.pipeline import BARRIER, NATIVE, NATIVE_UNFUSED, PIPELINE_PASSES, STATELESS
 from ovpasses.pipeline import PASSES
+from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_steps
 
 from test_regressions import assert_matches_reference  # noqa: E402  (tests/ is on sys.path)
 
-CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 HAS_GPU = any(d.startswith("GPU") for d in ov.Core().available_devices)
 # f32 through the whole graph: see the tolerance note in test_properties.py
 SPEC = StackSpec(k_source=(0, 1, 1, None), kv_heads=4, borrow_path="own_concat", mask="float")

@@ -33,6 +33,7 @@ from openvino.passes import Manager
 import ovpasses
 from ovpasses import OvpassesError, ScaledDotProductAttentionDecomposition, analyze_kv_sharing
 from ovpasses.passes.shared_kv_cache_unsharing import NO_INITIALISER, SCALAR_MASK
+from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.runtimes import FIRST_FIXED, installed_version
 from ovpasses.testing.graphs import (
     STACK_OUTPUT,
@@ -50,7 +51,6 @@ import test_regressions  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-
 
 PROFILE = register_profiles()
 
-CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 AFFECTED = installed_version() < FIRST_FIXED
 ROOT = Path(__file__).resolve().parents[1]
 AFFECTED_VENV_PYTHON = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"

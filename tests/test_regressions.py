@@ -17,6 +17,7 @@ from ovpasses import OvpassesError, cli
 from ovpasses.check import count_fused_sdpa
 from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, is_fusion_barrier
 from ovpasses.pipeline import BARRIER, DECOMPOSE, NATIVE, PIPELINE_PASSES, SHAPEOF, UNANALYSED
+from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.runtimes import FIRST_FIXED, installed_version
 from ovpasses.testing.graphs import (
     LOOP_SDPA,
@@ -33,7 +34,6 @@ from ovpasses.testing.graphs import (
 )
 from ovpasses.testing.matrix import apply_mode
 
-CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
 AFFECTED = installed_version() < FIRST_FIXED
 
 

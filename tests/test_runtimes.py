@@ -128,7 +128,8 @@ def test_affected_unshared_fuses_every_layer_and_decodes_like_transformers(fixtu
 SYNTHETIC = """
 import json, numpy as np, openvino as ov, ovpasses
 from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
-from ovpasses.testing.matrix import EXACT_CPU_CONFIG, count_fused_sdpa
+from ovpasses.check import count_fused_sdpa
+from ovpasses.precision import EXACT_CPU_CONFIG
 spec = StackSpec(k_source=(0, 1, 2, 3), gqa_form="bidirectional", past_length_from=(0,), past_length_at="concat")
 steps = stack_steps(spec)
 reference = stack_reference(spec, steps)

@@ -8,10 +8,10 @@ import pytest
 from openvino.passes import Manager
 
 from ovpasses import ScaledDotProductAttentionDecomposition
+from ovpasses.precision import EXACT_CPU_CONFIG as F32
 from ovpasses.runtimes import installed_version
 from ovpasses.testing.graphs import AttentionSpec, attention_inputs, attention_reference, build_attention
 
-F32 = {"INFERENCE_PRECISION_HINT": "f32"}
 
 # Absolute tolerances. f32: the 1e-5 (outputs are O(1), f32 eps is 1.2e-7, so this leaves
 # room for summation order only). f16 / bf16: the output itself is stored in that type, so one rounding

@@ -88,8 +88,8 @@ Workarounds, each with its cause
 
 Notes
 -----
-* The reference is fp32.  On CPU compare with ``INFERENCE_PRECISION_HINT=f32`` and
-  ``KV_CACHE_PRECISION=f32`` (``ovpasses.check.EXACT_CPU_CONFIG``): the defaults (bf16 inference
+* The reference is fp32.  On CPU compare with ``ovpasses.precision.EXACT_CPU_CONFIG`` (f32 inference,
+  f32 KV cache, no dynamic quantization of activations): the defaults (bf16 inference
   on avx512_bf16/AMX CPUs, f16 KV cache for SDPA, u8/f16 for paged attention) flip
   near-tied greedy picks of these random models within a few tokens.
 * openvino_genai can run the text folders both from strings (the made-up ``w<id>`` WordLevel
@@ -957,7 +957,7 @@ def describe_ir(xml: Path) -> dict[str, Any]:
 def verify(out_dir: Path, device: str = "CPU", precision: str = "exact") -> bool:
     """Check the IR against reference.json with ov.Core and (if importable) openvino_genai.
 
-    ``precision="exact"`` compiles with ovpasses.check.EXACT_CPU_CONFIG (f32 inference and f32
+    ``precision="exact"`` compiles with ovpasses.precision.EXACT_CPU_CONFIG (f32 inference, f32
     KV cache): the CPU plugin defaults to bf16 inference on CPUs with avx512_bf16/AMX and to
     an f16 (SDPA) or u8/f16 (paged attention) KV cache, which can flip near-tied greedy picks
     of a random model.  ``"default"`` uses the device defaults.
@@ -968,8 +968,8 @@ def verify(out_dir: Path, device: str = "CPU", precision: str = "exact") -> bool
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from ov_greedy import fixture_cases, run_core
-    from ovpasses.check import EXACT_CPU_CONFIG
     from ovpasses.genai_check import token_collector
+    from ovpasses.precision import EXACT_CPU_CONFIG
 
     ref = json.loads((out_dir / "reference.json").read_text())
     vlm = (out_dir / "openvino_language_model.xml").exists()

@@ -59,7 +59,7 @@ def run_core(folder: Path, case: dict, device: str = "CPU", config: dict | None 
 def main(argv=None) -> int:
     import openvino as ov
 
-    from ovpasses.check import EXACT_CPU_CONFIG
+    from ovpasses.precision import EXACT_CPU_CONFIG
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model_dir")

@@ -28,7 +28,15 @@ from pathlib import Path
 
 import openvino as ov
 
-from ovpasses.runtimes import Version, first_release_reading, op_types_to_check, reads_op, version_string
+from ovpasses.errors import UnsupportedRuntimeError
+from ovpasses.runtimes import (
+    Version,
+    first_release_reading,
+    installed_version,
+    op_types_to_check,
+    reads_op,
+    version_string,
+)
 
 SUBGRAPH_OPS = {"Loop", "TensorIterator", "If"}
 _OPSET = re.compile(r"opset\d+")
@@ -134,3 +142,28 @@ def layer_versions(xml_path: str | Path) -> set[tuple[str, str]]:
 def unreadable_versions(xml_path: str | Path, target: Version) -> set[tuple[str, str]]:
     """The operation versions of an IR file that release ``target`` cannot read (from the XML alone)."""
     return {(t, v) for t, v in layer_versions(xml_path) if _OPSET.fullmatch(v) and not reads_op(target, t, v)}
+
+
+def installed_cannot_read(xml_path: str | Path) -> str | None:
+    """Why the installed OpenVINO cannot read the IR file ``xml_path``, when the reason is an operation
+    version it does not know (from the XML alone), with the way to an IR it reads: ``ovpass rewrite
+    --runtime INSTALLED`` under a release that reads the file. None when every operation is one it reads,
+    or the installed version cannot be told (a local build)."""
+    try:
+        installed = installed_version()
+    except UnsupportedRuntimeError:
+        return None
+    found = sorted(unreadable_versions(xml_path, installed))
+    if not found:
+        return None
+    path, shown = Path(xml_path), version_string(installed)
+    ops = ", ".join(f"{t} ({v})" for t, v in found)
+    firsts = [first_release_reading(t, v) for t, v in found]
+    if any(first is None for first in firsts):
+        return (f"{path} holds {ops}, which openvino {shown} cannot read, and no release ovpasses has measured "
+                "reads; run it on the runtime that exported it")
+    newest = version_string(max(firsts))
+    return (f"{path} holds {ops}, which openvino {shown} cannot read ({newest} is the first release that reads "
+            f"{'them' if len(found) > 1 else 'it'}); under openvino {newest} or newer, 'ovpass rewrite "
+            f"{path.parent} -o NEW_FOLDER --runtime {version_string(installed[:2])}' prepares a copy that {shown} "
+            "reads (README: An IR for an older runtime)")

@@ -35,8 +35,9 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from ovpasses.check import EXACT_CPU_CONFIG, count_fused_sdpa
+from ovpasses.check import count_fused_sdpa
 from ovpasses.greedy import greedy_generate
+from ovpasses.precision import EXACT_CPU_CONFIG
 
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
 
