@@ -19,7 +19,7 @@ import openvino as ov
 import ovpasses
 from ovpasses import check, check_inputs, devices, folder, genai_check, inspect_report, io, pipeline, runtimes
 from ovpasses.errors import OvpassesError
-from ovpasses.pipeline import KV_SHARING_MODES
+from ovpasses.pipeline import KV_SHARING_MODES, SLIDING_WINDOW_MODES
 
 EXIT_OK = 0
 EXIT_WORSE = 1
@@ -66,6 +66,10 @@ def _add_common(sub: argparse.ArgumentParser, runtime: bool = True) -> None:
         sub.add_argument("--kv-sharing", choices=KV_SHARING_MODES, default="keep",
                          help="keep (default): shared KV caches stay shared; unshare: give each borrower a cache "
                               "of its own, so the plugin fuses every layer, at extra cache memory per token")
+        sub.add_argument("--sliding-window", choices=SLIDING_WINDOW_MODES, default="full",
+                         help="full (default): every KV cache holds the whole context; bounded: a cache that only "
+                              "sliding-window attention reads keeps its last W-1 positions (the stateful path: "
+                              "ov.Core, optimum-intel, openvino_genai with ATTENTION_BACKEND=SDPA)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -210,7 +214,8 @@ def cmd_rewrite(args) -> int:
         if not args.in_place:
             io.check_distinct_output(source, target)
     model = io.read_ir(source)
-    summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing)
+    summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing,
+                               sliding_window=args.sliding_window)
     if not args.dry_run:
         io.write_ir(model, target)
     if args.format == "json":
