@@ -70,6 +70,10 @@ def _add_common(sub: argparse.ArgumentParser, runtime: bool = True) -> None:
                          help="full (default): every KV cache holds the whole context; bounded: a cache that only "
                               "sliding-window attention reads keeps its last W-1 positions (the stateful path: "
                               "ov.Core, optimum-intel, openvino_genai with ATTENTION_BACKEND=SDPA)")
+        sub.add_argument("--sliding-window-margin", type=int, default=0, metavar="N",
+                         help="with --sliding-window bounded: keep N positions more, so that a client may take "
+                              "back N (openvino_genai's stateful chat takes back each answer); a longer rollback "
+                              "fails the inference (default 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -215,7 +219,7 @@ def cmd_rewrite(args) -> int:
             io.check_distinct_output(source, target)
     model = io.read_ir(source)
     summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing,
-                               sliding_window=args.sliding_window)
+                               sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin)
     if not args.dry_run:
         io.write_ir(model, target)
     if args.format == "json":
@@ -234,6 +238,7 @@ def cmd_rewrite(args) -> int:
 
 
 def _rewrite_folder(args, source: Path, runtime, passes) -> int:
+    _refuse_bounded(args, "rewriting a folder")
     if args.in_place and args.output and Path(args.output).resolve() != source.resolve():
         raise OvpassesError("--in-place writes over the input folder; drop -o, or drop --in-place to write to -o")
     if not (args.in_place or args.output or args.dry_run):
@@ -247,6 +252,12 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
         print(summary)
         print("dry run: nothing written" if target is None else f"wrote {target}")
     return EXIT_OK
+
+
+def _refuse_bounded(args, what: str) -> None:
+    if getattr(args, "sliding_window", "full") != "full":
+        raise OvpassesError(f"--sliding-window {args.sliding_window} is not yet supported for {what}; rewrite each "
+                            "IR file (ovpass rewrite IN.xml -o OUT.xml --sliding-window bounded)")
 
 
 def cmd_inspect(args) -> int:
@@ -277,6 +288,7 @@ VERDICT_ORDER = (check.OK, check.FIXED, check.INCONCLUSIVE, check.WORSE)
 
 
 def cmd_check(args) -> int:
+    _refuse_bounded(args, "ovpass check")
     runtime = _runtime(args)
     passes = None if args.passes is None else pipeline.selected_passes(args.passes)
     data_shapes = check_inputs.parse_data_shape(args.data_shape)

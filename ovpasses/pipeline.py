@@ -534,7 +534,8 @@ def selected_passes(passes: str | Iterable[str] | None) -> frozenset[str]:
 
 
 def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None,
-            kv_sharing: str = "keep", sliding_window: str = "full") -> RewriteSummary:
+            kv_sharing: str = "keep", sliding_window: str = "full",
+            sliding_window_margin: int = 0) -> RewriteSummary:
     """Run the pipeline on ``model`` in place for ``runtime`` (default: the installed one).
 
     ``passes`` (names from :data:`PIPELINE_PASSES`: one name, ``"A,B"`` or a list; see
@@ -559,8 +560,11 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     ``sliding_window="bounded"`` last bounds every cache that only sliding-window attention reads to its
     last W-1 positions (:class:`SlidingWindowKVCacheBounding`); ``sliding_window_caches`` says which, with
     their windows, and why the others are left whole. ``"full"`` (default) leaves every cache whole.
+    ``sliding_window_margin`` positions more are kept, so that a client may take that many back (openvino_genai's
+    stateful chat takes back each answer: measured on 2026.4.1, it needs a margin of the longest answer); a
+    client that takes back more makes the inference fail, never decode from a cache that lost what the mask needs.
     """
-    summary = run_pipeline(model, runtime, passes, kv_sharing, sliding_window)
+    summary = run_pipeline(model, runtime, passes, kv_sharing, sliding_window, sliding_window_margin)
     if not summary.readable:
         raise UnreadableOperationError(refusal_message(summary.profile.version,
                                                        [a for a in summary.op_versions if not a.handled]))
@@ -568,12 +572,16 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
 
 
 def run_pipeline(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None,
-                 kv_sharing: str = "keep", sliding_window: str = "full") -> RewriteSummary:
+                 kv_sharing: str = "keep", sliding_window: str = "full",
+                 sliding_window_margin: int = 0) -> RewriteSummary:
     """:func:`rewrite` without the refusal: the summary says which operations the target still cannot
     read (``summary.readable``, ``summary.op_versions``). ``ovpass inspect`` reports from it."""
     _check_kv_sharing(kv_sharing)
     if sliding_window not in SLIDING_WINDOW_MODES:
         raise OvpassesError(f"sliding_window must be one of {', '.join(SLIDING_WINDOW_MODES)}, not {sliding_window!r}")
+    if not isinstance(sliding_window_margin, int) or sliding_window_margin < 0:
+        raise OvpassesError(f"sliding_window_margin must be a whole number of positions >= 0, not "
+                            f"{sliding_window_margin!r}")
     profile = profile_for(runtime)
     selected = selected_passes(passes)
     reports: list[PassReport] = []
@@ -640,7 +648,7 @@ def run_pipeline(model: ov.Model, runtime: str | None = None, passes: str | Iter
                     mask_actions[name] = SKIPPED.format(pass_=SlidingWindowMaskSliceInsertion.NAME, action=MASK_SLICE)
     caches = None
     if sliding_window == "bounded":   # last: it plans on the model as the other passes left it
-        caches, after = _bound(model, selected, reports)
+        caches, after = _bound(model, selected, reports, sliding_window_margin)
         analysis = after or analysis
         for name in (n for cache in caches.bounded.values() for n in cache.readers):
             actions[name] = BOUNDED if after else SKIPPED.format(pass_=SlidingWindowKVCacheBounding.NAME, action=BOUNDED)
@@ -701,7 +709,7 @@ def lower_op_versions(model: ov.Model, target: Version, selected: frozenset[str]
 
 def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,
                   runtime: str | None = None, core: ov.Core | None = None, kv_sharing: str = "keep",
-                  sliding_window: str = "full") -> ov.CompiledModel:
+                  sliding_window: str = "full", sliding_window_margin: int = 0) -> ov.CompiledModel:
     """Rewrite a clone of ``model`` for ``runtime`` (and ``kv_sharing``, ``sliding_window``) and compile it on
     ``device`` (CPU or GPU).
 
@@ -721,7 +729,8 @@ def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", conf
     else:
         raise OvpassesError(f"compile_model takes an openvino.Model or the path of an IR .xml file, not "
                             f"{type(model).__name__}")
-    rewrite(clone, runtime, kv_sharing=kv_sharing, sliding_window=sliding_window)
+    rewrite(clone, runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
+            sliding_window_margin=sliding_window_margin)
     return core.compile_model(clone, name, config or {})
 
 
@@ -788,7 +797,7 @@ def _unshare(model: ov.Model, analysis: KVSharingAnalysis, sdpa_nodes: dict[str,
     return analysis, sdpa_nodes, step
 
 
-def _bound(model: ov.Model, selected: frozenset[str], reports: list[PassReport]):
+def _bound(model: ov.Model, selected: frozenset[str], reports: list[PassReport], margin: int):
     """Plan (:func:`analyze_sliding_window_caches`, on the model as it is now) and run
     :class:`SlidingWindowKVCacheBounding`; return the plan and the KV-sharing analysis of the model
     afterwards (None when nothing changed)."""
@@ -796,7 +805,8 @@ def _bound(model: ov.Model, selected: frozenset[str], reports: list[PassReport])
     ordered = model.get_ordered_ops()
     analysis = analyze_kv_sharing(model, ordered)
     caches = analyze_sliding_window_caches(model, analysis,
-                                           find_sliding_window_masks(analysis.sdpa_nodes(ordered).values()))
+                                           find_sliding_window_masks(analysis.sdpa_nodes(ordered).values()),
+                                           margin)
     if not caches.bounded or SlidingWindowKVCacheBounding.NAME not in selected:
         return caches, None
     bounding = SlidingWindowKVCacheBounding(caches)

@@ -38,9 +38,10 @@ bounded; ``n`` new tokens; ``ref`` a cache left whole)::
   ``k <= T - W``: no query ``q >= T`` sees them.
 * A client that trims every state by ``N`` positions (openvino_genai's chat rollback,
   ``trim_kv_cache``) leaves a bounded cache ``N`` positions short. With ``N <= margin`` it still holds
-  the ``W - 1`` the mask needs; beyond that, the Slice's start is computed through a Reshape that
-  fails the inference (``lost positions check``) when the cache holds fewer than ``min(T, W - 1)``
-  positions: the model never decodes from a cache that lost positions the mask needs.
+  the ``W - 1`` the mask needs; beyond that, the Slice's start is computed through a Concat of
+  mismatched shapes that fails the inference (``.../lost_positions_check``) when the cache holds fewer
+  than ``min(T, W - 1)`` positions: the model never decodes from a cache that lost positions the mask
+  needs.
 
 The bounded layers leave the CPU plugin's stateful SDPA kernel (its pattern allows nothing between
 Concat and Assign). A second run finds each bounded cache by its Slice (friendly name ending in
@@ -117,7 +118,11 @@ class SlidingWindowKVCacheBounding(ModelPass):
                                      "no cache chain of it")
         ref_concat = chains[self.plan.reference][0]
         ref_axis = ref_concat.get_attributes()["axis"] % ref_concat.get_output_partial_shape(0).rank.get_length()
-        past_length = ops.gather(ops.shape_of(ref_concat.input_value(0), "i64"), _i64([ref_axis]), _i64([0]))
+        # Gather(ShapeOf(past), scalar axis): the form of the exporters' past length, which openvino's
+        # PagedAttention converter recognises and replaces (another form keeps reading a state it removes)
+        past_length_scalar = ops.gather(ops.shape_of(ref_concat.input_value(0), "i64"),
+                                        ops.constant(np.int64(ref_axis)), ops.constant(np.int64(0)))
+        past_length = ops.unsqueeze(past_length_scalar, _i64([0]))
         past_length.set_friendly_name(f"{ref_concat.get_friendly_name()}/past_length")
         masks: dict[tuple[ov.Output, str], ov.Output] = {}   # (mask, K variable) -> its keys' columns
         for vid, bounded in self.plan.bounded.items():
@@ -197,21 +202,51 @@ class SlidingWindowKVCacheBounding(ModelPass):
         if key in masks:
             sdpa.input(MASK_PORT).replace_source_output(masks[key])
             return []
+        # one Slice on the Select: openvino's PagedAttention converter reads the window only from
+        # Slice(Select) at the SDPA (measured: 2026.0.0 with SlidingWindowMaskSliceInsertion's Slice, 2026.4.1
+        # with the Slice the VLM export writes; a Slice on that Slice loses the window)
+        source, stop = mask, None
+        if (columns_slice := _columns_slice(mask.get_node())) is not None:
+            source, stop = columns_slice.input_value(0), columns_slice.input_value(2)
         name = f"{nodes.concat.get_friendly_name()}"
         axis = _i64([nodes.axis])
         key_length = ops.gather(ops.shape_of(nodes.concat, "i64"), axis, _i64([0]))
-        # positions the mask needs from the past: min(T, W-1); the cache holds `held`. Fewer: the Reshape of
-        # one element to [2] fails the inference, so no step runs on a cache that lost them.
+        columns = ops.gather(ops.shape_of(source, "i64"), _i64([-1]), _i64([0]))
+        end = columns if stop is None else ops.minimum(ops.convert(stop, ov.Type.i64), columns)
+        # positions the mask needs from the past: min(T, W-1); the cache holds `held`. Fewer: the Concat of a
+        # [1, 1] and a [1, 2] tensor on axis 0 fails the inference, so no step runs on a cache that lost them
+        # (measured on 2026.0.0 and 2026.4.1: the CPU plugin checks Concat's shapes at run time; it does not
+        # check a Reshape's element count or an Add's broadcast)
         held = ops.gather(ops.shape_of(nodes.chain[-1].output(0), "i64"), axis, _i64([0]))
         needed = ops.minimum(past_length, _i64([window - 1]))
         lost = ops.convert(ops.less(held, needed), ov.Type.i64)
-        check = ops.reshape(_i64([0]), ops.add(lost, _i64([1])), special_zero=False)
+        zeros = ops.broadcast(_i64(0), ops.concat([_i64([1]), ops.add(lost, _i64([1]))], 0))
+        check = ops.concat([ops.broadcast(_i64(0), _i64([1, 1])), zeros], 0)
         check.set_friendly_name(name + CHECK_SUFFIX)
-        start = ops.subtract(check, key_length)
-        keys = opset8.slice(mask, start, _i64([INT64_MAX]), _i64([1]), _i64([-1]))
+        start = ops.add(ops.reduce_sum(check, _i64([0]), keep_dims=False), ops.subtract(end, key_length))
+        keys = opset8.slice(source, start, end, _i64([1]), _i64([-1]))
         keys.set_friendly_name(name + KEYS_SUFFIX)
-        made = [key_length, held, needed, lost, check, start, keys]
+        made = [key_length, columns, end, held, needed, lost, zeros, check, start, keys]
         copy_runtime_info(mask.get_node(), made)
         masks[key] = keys.output(0)
         sdpa.input(MASK_PORT).replace_source_output(keys.output(0))
         return made
+
+
+def _columns_slice(node: ov.Node) -> ov.Node | None:
+    """``node`` when it is ``Slice(mask, 0, stop, 1, last axis)`` (the columns ``[0, stop)`` of a mask, as
+    SlidingWindowMaskSliceInsertion and some exporters write it), else None."""
+    if node.get_type_name() != "Slice" or node.get_input_size() != 5:
+        return None
+    rank = node.get_input_partial_shape(0).rank
+    values = [_constant_values(node.input_value(i)) for i in (1, 3, 4)]
+    if rank.is_dynamic or any(v is None for v in values):
+        return None
+    start, step, axes = values
+    last = rank.get_length() - 1
+    return node if list(start) == [0] and list(step) == [1] and [a % (last + 1) for a in axes] == [last] else None
+
+
+def _constant_values(output: ov.Output) -> np.ndarray | None:
+    node = output.get_node()
+    return node.get_data().reshape(-1) if node.get_type_name() == "Constant" else None
