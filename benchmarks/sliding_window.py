@@ -98,8 +98,8 @@ def main(argv=None) -> int:
                      "prefill_s": round(prefill, 4), "prefill_x": round(prefill / base["prefill_s"], 3),
                      "decode_ms": round(decode, 3), "decode_x": round(decode / base["decode_ms"], 3)})
     print(markdown_table(list(rows[0]), [list(r.values()) for r in rows]))
-    write_record(f"sliding_window-{args.fixture.name}-{args.context}", rows, fixture=str(args.fixture.relative_to(ROOT)),
-                 context=args.context, chunk=args.chunk, decode=args.decode, rounds=args.rounds,
+    write_record(f"sliding_window-{args.fixture.name}-{args.context}", rows,
+                 fixture=str(args.fixture.resolve().relative_to(ROOT)), context=args.context, chunk=args.chunk, decode=args.decode, rounds=args.rounds,
                  config="CPU plugin defaults")
     return 0
 

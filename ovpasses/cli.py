@@ -265,10 +265,11 @@ def cmd_inspect(args) -> int:
     source = Path(args.input)
     if os.path.isdir(source):
         reports = [(name, inspect_report.inspect_model(io.read_ir(source / name), runtime,
-                                                   kv_sharing=args.kv_sharing))
+                                                   kv_sharing=args.kv_sharing, sliding_window=args.sliding_window))
                    for name in folder.stateful_irs(source)]
     else:
-        reports = [(None, inspect_report.inspect_model(io.read_ir(source), runtime, kv_sharing=args.kv_sharing))]
+        reports = [(None, inspect_report.inspect_model(io.read_ir(source), runtime, kv_sharing=args.kv_sharing,
+                                                       sliding_window=args.sliding_window))]
     if args.format == "json":
         data = reports[0][1] if reports[0][0] is None else {
             "schema": "ovpass.inspect-folder/1", "folder": str(source),

@@ -651,7 +651,8 @@ def run_pipeline(model: ov.Model, runtime: str | None = None, passes: str | Iter
         caches, after = _bound(model, selected, reports, sliding_window_margin)
         analysis = after or analysis
         for name in (n for cache in caches.bounded.values() for n in cache.readers):
-            actions[name] = BOUNDED if after else SKIPPED.format(pass_=SlidingWindowKVCacheBounding.NAME, action=BOUNDED)
+            actions[name] = (BOUNDED if after else
+                             SKIPPED.format(pass_=SlidingWindowKVCacheBounding.NAME, action=BOUNDED))
     if SharedKVCacheDetection.NAME in selected:
         _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
     lowering = lower_op_versions(model, profile.version, selected)
