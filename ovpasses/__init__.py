@@ -16,6 +16,7 @@ from ovpasses.passes import (
     KVCacheShapeOfDecomposition,
     ScaledDotProductAttentionDecomposition,
     SharedKVCacheDetection,
+    SlidingWindowKVCacheBounding,
     SlidingWindowMaskSliceInsertion,
     SharedKVCacheUnsharing,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "RuntimeProfile",
     "ScaledDotProductAttentionDecomposition",
     "SharedKVCacheDetection",
+    "SlidingWindowKVCacheBounding",
     "SlidingWindowMaskSliceInsertion",
     "UnreadableOperationError",
     "SharedKVCacheUnsharing",

@@ -21,7 +21,7 @@ import ovpasses
 from ovpasses import (check, check_inputs, commit, devices, folder, genai_check, inspect_report, io, pipeline,
                       precision, runtimes, signals)
 from ovpasses.errors import OvpassesError
-from ovpasses.pipeline import KV_SHARING_MODES
+from ovpasses.pipeline import KV_SHARING_MODES, SLIDING_WINDOW_MODES
 
 EXIT_OK = 0
 EXIT_WORSE = 1
@@ -69,6 +69,14 @@ def _add_common(sub: argparse.ArgumentParser, runtime: bool = True) -> None:
         sub.add_argument("--kv-sharing", choices=KV_SHARING_MODES, default="keep",
                          help="keep (default): shared KV caches stay shared; unshare: give each borrower a cache "
                               "of its own, so the plugin fuses every layer, at extra cache memory per token")
+        sub.add_argument("--sliding-window", choices=SLIDING_WINDOW_MODES, default="full",
+                         help="full (default): every KV cache holds the whole context; bounded: a cache that only "
+                              "sliding-window attention reads keeps its last W-1 positions (the stateful path: "
+                              "ov.Core, optimum-intel, openvino_genai with ATTENTION_BACKEND=SDPA)")
+        sub.add_argument("--sliding-window-margin", type=int, default=0, metavar="N",
+                         help="with --sliding-window bounded: keep N positions more, so that a client may take "
+                              "back N (openvino_genai's stateful chat takes back each answer); a longer rollback "
+                              "fails the inference (default 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,7 +231,8 @@ def cmd_rewrite(args) -> int:
         if not args.in_place:
             io.check_distinct_output(source, target)
     model = io.read_ir(source)
-    summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing)
+    summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing,
+                               sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin)
     if not args.dry_run:
         io.write_ir(model, target)
     if args.format == "json":
@@ -242,6 +251,7 @@ def cmd_rewrite(args) -> int:
 
 
 def _rewrite_folder(args, source: Path, runtime, passes) -> int:
+    _refuse_bounded(args, "rewriting a folder")
     if args.in_place and args.output and Path(args.output).resolve() != source.resolve():
         raise OvpassesError("--in-place writes over the input folder; drop -o, or drop --in-place to write to -o")
     if not (args.in_place or args.output or args.dry_run):
@@ -257,15 +267,22 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
     return EXIT_OK
 
 
+def _refuse_bounded(args, what: str) -> None:
+    if getattr(args, "sliding_window", "full") != "full":
+        raise OvpassesError(f"--sliding-window {args.sliding_window} is not yet supported for {what}; rewrite each "
+                            "IR file (ovpass rewrite IN.xml -o OUT.xml --sliding-window bounded)")
+
+
 def cmd_inspect(args) -> int:
     runtime = _runtime(args)
     source = Path(args.input)
     if os.path.isdir(source):
         reports = [(name, inspect_report.inspect_model(io.read_ir(source / name), runtime,
-                                                   kv_sharing=args.kv_sharing))
+                                                   kv_sharing=args.kv_sharing, sliding_window=args.sliding_window))
                    for name in folder.stateful_irs(source)]
     else:
-        reports = [(None, inspect_report.inspect_model(io.read_ir(source), runtime, kv_sharing=args.kv_sharing))]
+        reports = [(None, inspect_report.inspect_model(io.read_ir(source), runtime, kv_sharing=args.kv_sharing,
+                                                       sliding_window=args.sliding_window))]
     if args.format == "json":
         data = reports[0][1] if reports[0][0] is None else {
             "schema": "ovpass.inspect-folder/1", "folder": str(source),
@@ -285,6 +302,7 @@ VERDICT_ORDER = (check.OK, check.FIXED, check.INCONCLUSIVE, check.WORSE)
 
 
 def cmd_check(args) -> int:
+    _refuse_bounded(args, "ovpass check")
     runtime = _runtime(args)
     passes = None if args.passes is None else pipeline.selected_passes(args.passes)
     data_shapes = check_inputs.parse_data_shape(args.data_shape)

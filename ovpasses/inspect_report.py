@@ -23,10 +23,14 @@ STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless":
 
 
 SUMMARY_FIELDS = ("sliding_window_masks", "warnings", "lint", "unreadable_ops", "readable", "kv_sharing", "unshared",
-                  "kept_shared", "extra_cache_bytes_per_token")
+                  "kept_shared", "extra_cache_bytes_per_token", "sliding_window", "sliding_window_caches")
 
 
-def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str = "keep") -> dict:
+KV_BYTES_CONTEXT = 8192   # the context at which the report gives the KV-cache bytes
+
+
+def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str = "keep",
+                  sliding_window: str = "full") -> dict:
     """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``,
     and the operations ``runtime`` cannot read as exported with what the rewrite does about each.
 
@@ -35,9 +39,12 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
     changed. The result follows the schema documented in README.md (``"schema": "ovpass.inspect/1"``).
     Per SDPA, ``fusion`` is whether the CPU plugin is expected to fuse it into its stateful kernel in the
     model as the rewrite leaves it, and ``fusion_unmodified`` the same for the model as it is, each with
-    its reason.
+    its reason. With ``sliding_window="bounded"``, per SDPA ``window`` (None: full attention) and
+    ``cache_bounded``, and ``kv_bytes``: KV-cache bytes per token and at :data:`KV_BYTES_CONTEXT` tokens
+    of context (batch 1), as exported and as bounded.
     """
-    summary = run_pipeline(model.clone(), runtime, kv_sharing=kv_sharing)
+    summary = run_pipeline(model.clone(), runtime, kv_sharing=kv_sharing, sliding_window=sliding_window)
+    caches = summary.sliding_window_caches
     data = summary.analysis.to_dict()
     fusion, unmodified = summary.fusion(), summary.fusion(unmodified=True)
     for sdpa in data["sdpa"]:
@@ -47,6 +54,14 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
         sdpa["kind"] = summary.kinds[name].to_dict()
         sdpa["fusion"] = fusion[name].to_dict()
         sdpa["fusion_unmodified"] = unmodified[name].to_dict()
+        if caches is not None:
+            sdpa["window"] = caches.windows.get(name)
+            sdpa["cache_bounded"] = any(name in b.readers for b in caches.bounded.values())
+    extra = {}
+    if caches is not None:
+        extra["kv_bytes"] = {"context": KV_BYTES_CONTEXT, "per_token": caches.kv_bytes(1, bounded=False),
+                             "full": caches.kv_bytes(KV_BYTES_CONTEXT, bounded=False),
+                             "bounded": caches.kv_bytes(KV_BYTES_CONTEXT)}
     return {
         "schema": "ovpass.inspect/1",
         "runtime": summary.profile.version_string,
@@ -59,6 +74,7 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
         "unhandled": data["unhandled"],
         # as in the rewrite's summary: one source for the fields both reports carry
         **{key: value for key, value in summary.to_dict().items() if key in SUMMARY_FIELDS},
+        **extra,
     }
 
 
@@ -117,6 +133,15 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         if verbose:
             lines.append(f"{indent}SDPA {s['name']}")
             lines.append(f"{indent}caches {', '.join(s['kv_variables']) or '-'}; action: {s['action']}")
+    if report.get("sliding_window", "full") != "full":
+        lines += ["", f"sliding window: {report['sliding_window']}"]
+        for s in report["sdpa"]:
+            if "window" in s:
+                lines.append(f"  layer {s['layer']}: " + ("full attention" if s["window"] is None else
+                             f"window {s['window']}, cache {'bounded' if s['cache_bounded'] else 'whole'}"))
+        kv = report["kv_bytes"]
+        lines.append(f"  KV bytes at batch 1: {kv['per_token']} per token; at {kv['context']} tokens "
+                     f"{kv['full']} as exported, {kv['bounded']} bounded")
     shared = [v for v in report["variables"] if v["shared"]]
     if shared:
         lines += ["", "shared caches (owner: borrowers):"]

@@ -15,6 +15,11 @@ that is exact (:func:`lower_op_versions`), and otherwise :func:`rewrite` refuses
 ``kv_sharing="unshare"`` (opt-in) first gives each borrower of a shared
 cache a cache of its own (:class:`~ovpasses.passes.SharedKVCacheUnsharing`), so that the plugin can fuse
 every layer, at the memory the copies cost.
+
+``sliding_window="bounded"`` (opt-in) last keeps every cache that only sliding-window attention reads to
+its last W-1 positions (:class:`~ovpasses.passes.SlidingWindowKVCacheBounding`, planned by
+:func:`~ovpasses.analysis.sliding_window_caches.analyze_sliding_window_caches`): the stateful path
+(ov.Core, optimum-intel, openvino_genai with ``ATTENTION_BACKEND="SDPA"``) then holds less state per token.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from ovpasses.analysis.attention_heads import AttentionHeads, attention_heads, h
 from ovpasses.analysis.attention_kinds import AttentionKind, attention_kinds
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
+from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches, analyze_sliding_window_caches
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask, find_sliding_window_masks
 from ovpasses.analysis.stateful_fusion import FusionVerdict, predict_fusion
 from ovpasses.analysis.op_versions import UnreadableOp, analyze_op_versions, op_version
@@ -62,6 +68,7 @@ from ovpasses.runtimes import (
     reads_op,
     version_string,
 )
+from ovpasses.passes.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
 from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 
 log = logging.getLogger(__name__)
@@ -77,9 +84,12 @@ SHAPEOF = "cache ShapeOf computed from the Concat inputs, so the plugin can fuse
 BARRIER = "kept out of stateful fusion (no-op Reshape on K/V)"
 DECOMPOSE = "decomposed (scale after MatMul(Q,K^T)): no other way to keep it out of fusion"
 UNSHARED = "reads a KV cache of its own (unshared), so the plugin can fuse it"
+BOUNDED = "reads a bounded sliding-window cache (its last W-1 positions); not fused"
 
 # what rewrite(kv_sharing=...) does with caches that several SDPAs read
 KV_SHARING_MODES = ("keep", "unshare")
+# what rewrite(sliding_window=...) does with caches that only sliding-window attention reads
+SLIDING_WINDOW_MODES = ("full", "bounded")
 
 # actions, as reported per sliding-window mask
 MASK_SLICE = "Slice inserted: the paged converter reads the window from it"
@@ -327,6 +337,9 @@ class RewriteSummary:
     kept_shared: dict[str, str] = field(default_factory=dict)     # cache (for a borrower) -> why not unshared
     # with kv_sharing="unshare": the analysis of the model as unsharing left it (``analysis`` is the input's)
     analysis_after: KVSharingAnalysis | None = None
+    sliding_window: str = "full"
+    # with sliding_window="bounded": which caches are bounded, their windows, why the others are not
+    sliding_window_caches: SlidingWindowCaches | None = None
 
     @property
     def changed(self) -> bool:
@@ -352,9 +365,10 @@ class RewriteSummary:
         :func:`ovpasses.analysis.stateful_fusion.predict_fusion`."""
         inserted = {n for p in self.passes if p.name == DisableStatefulSDPAFusion.NAME for n in p.changed}
         shapeof_moved = any(p.changed for p in self.passes if p.name == KVCacheShapeOfDecomposition.NAME)
-        analysis = self.analysis if unmodified or self.analysis_after is None else self.analysis_after
+        after = self.analysis if unmodified or self.analysis_after is None else self.analysis_after
         verdicts = {}
         for name, action in self.actions.items():
+            analysis = after if name in after.sdpa else self.analysis   # a decomposed SDPA left the model
             barrier = action == BARRIER and not (unmodified and name in inserted)
             verdicts[name] = predict_fusion(
                 analysis, name, barrier=barrier, decomposed=action == DECOMPOSE and not unmodified,
@@ -394,6 +408,9 @@ class RewriteSummary:
             "unshared": [asdict(u) for u in self.unshared],
             "kept_shared": dict(self.kept_shared),
             "extra_cache_bytes_per_token": self.extra_cache_bytes_per_token,
+            "sliding_window": self.sliding_window,
+            "sliding_window_caches": (None if self.sliding_window_caches is None
+                                      else self.sliding_window_caches.to_dict()),
         }
 
     def masks_to_dicts(self) -> list[dict]:
@@ -427,6 +444,13 @@ class RewriteSummary:
                          f"{_bytes(self.extra_cache_bytes_per_token)} per token of context (batch 1)")
         for cache, reason in self.kept_shared.items():
             lines.append(f"kept shared: {cache}: {reason}")
+        if self.sliding_window != "full" and self.sliding_window_caches is not None:
+            caches = self.sliding_window_caches
+            lines.append(f"sliding window: {self.sliding_window}: {len(caches.bounded)} caches bounded"
+                         + (f" (window {', '.join(map(str, sorted({b.window for b in caches.bounded.values()})))}, "
+                            f"past length from {caches.reference})" if caches.bounded else ""))
+            for vid, refusal in caches.refused.items():
+                lines.append(f"  not bounded: {vid}: {refusal.message}")
         for message in self.analysis.unhandled:
             lines.append(f"not handled: {message}")
         for finding in self.findings:
@@ -466,6 +490,9 @@ PASSES: dict[str, tuple[type, str]] = {
         SlidingWindowMaskSliceInsertion,
         "2026.0 - 2026.2: no-op Slice after a sliding-window mask, so the paged (PagedAttention) converter keeps "
         "the window"),
+    SlidingWindowKVCacheBounding.NAME: (
+        SlidingWindowKVCacheBounding,
+        "--sliding-window bounded only: caches only sliding-window attention reads keep their last W-1 positions"),
     ErfInvConstantFolding.NAME: (
         ErfInvConstantFolding,
         "targets before 2026.2: replaces ErfInv (opset17) of a Constant by its value, computed in float64"),
@@ -507,7 +534,8 @@ def selected_passes(passes: str | Iterable[str] | None) -> frozenset[str]:
 
 
 def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None,
-            kv_sharing: str = "keep") -> RewriteSummary:
+            kv_sharing: str = "keep", sliding_window: str = "full",
+            sliding_window_margin: int = 0) -> RewriteSummary:
     """Run the pipeline on ``model`` in place for ``runtime`` (default: the installed one).
 
     ``passes`` (names from :data:`PIPELINE_PASSES`: one name, ``"A,B"`` or a list; see
@@ -528,19 +556,32 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     (:class:`SharedKVCacheUnsharing`, planned by :func:`plan_unsharing`); the rest of the pipeline then
     plans on the model as it is afterwards. The summary's ``analysis`` stays what was detected in the
     input; ``unshared`` lists the caches added and what each costs per token.
+
+    ``sliding_window="bounded"`` last bounds every cache that only sliding-window attention reads to its
+    last W-1 positions (:class:`SlidingWindowKVCacheBounding`); ``sliding_window_caches`` says which, with
+    their windows, and why the others are left whole. ``"full"`` (default) leaves every cache whole.
+    ``sliding_window_margin`` positions more are kept, so that a client may take that many back (openvino_genai's
+    stateful chat takes back each answer: measured on 2026.4.1, it needs a margin of the longest answer); a
+    client that takes back more makes the inference fail, never decode from a cache that lost what the mask needs.
     """
-    summary = run_pipeline(model, runtime, passes, kv_sharing)
+    summary = run_pipeline(model, runtime, passes, kv_sharing, sliding_window, sliding_window_margin)
     if not summary.readable:
         raise UnreadableOperationError(refusal_message(summary.profile.version,
                                                        [a for a in summary.op_versions if not a.handled]))
     return summary
 
 
-def run_pipeline(model: ov.Model, runtime: str | None = None,
-                 passes: str | Iterable[str] | None = None, kv_sharing: str = "keep") -> RewriteSummary:
+def run_pipeline(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None,
+                 kv_sharing: str = "keep", sliding_window: str = "full",
+                 sliding_window_margin: int = 0) -> RewriteSummary:
     """:func:`rewrite` without the refusal: the summary says which operations the target still cannot
     read (``summary.readable``, ``summary.op_versions``). ``ovpass inspect`` reports from it."""
     _check_kv_sharing(kv_sharing)
+    if sliding_window not in SLIDING_WINDOW_MODES:
+        raise OvpassesError(f"sliding_window must be one of {', '.join(SLIDING_WINDOW_MODES)}, not {sliding_window!r}")
+    if not isinstance(sliding_window_margin, int) or sliding_window_margin < 0:
+        raise OvpassesError(f"sliding_window_margin must be a whole number of positions >= 0, not "
+                            f"{sliding_window_margin!r}")
     profile = profile_for(runtime)
     selected = selected_passes(passes)
     reports: list[PassReport] = []
@@ -605,6 +646,13 @@ def run_pipeline(model: ov.Model, runtime: str | None = None,
             for name, action in mask_actions.items():
                 if action == MASK_SLICE:
                     mask_actions[name] = SKIPPED.format(pass_=SlidingWindowMaskSliceInsertion.NAME, action=MASK_SLICE)
+    caches = None
+    if sliding_window == "bounded":   # last: it plans on the model as the other passes left it
+        caches, after = _bound(model, selected, reports, sliding_window_margin)
+        analysis = after or analysis
+        for name in (n for cache in caches.bounded.values() for n in cache.readers):
+            actions[name] = (BOUNDED if after else
+                             SKIPPED.format(pass_=SlidingWindowKVCacheBounding.NAME, action=BOUNDED))
     if SharedKVCacheDetection.NAME in selected:
         _annotate(sdpa_nodes, actions)   # an SDPA the decomposition replaced is out of the model: harmless
     lowering = lower_op_versions(model, profile.version, selected)
@@ -612,7 +660,8 @@ def run_pipeline(model: ov.Model, runtime: str | None = None,
                              reasons={name: decision.reason for name, decision in decisions.items()},
                              kinds=kinds, findings=findings, op_versions=lowering.actions, kv_sharing=kv_sharing,
                              unshared=unsharing.unshared, kept_shared=unsharing.kept_shared,
-                             analysis_after=analysis if analysis is not detected else None)
+                             analysis_after=analysis if analysis is not detected else None,
+                             sliding_window=sliding_window, sliding_window_caches=caches)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 
@@ -660,8 +709,10 @@ def lower_op_versions(model: ov.Model, target: Version, selected: frozenset[str]
 
 
 def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,
-                  runtime: str | None = None, core: ov.Core | None = None, kv_sharing: str = "keep") -> ov.CompiledModel:
-    """Rewrite a clone of ``model`` for ``runtime`` (and ``kv_sharing``) and compile it on ``device`` (CPU or GPU).
+                  runtime: str | None = None, core: ov.Core | None = None, kv_sharing: str = "keep",
+                  sliding_window: str = "full", sliding_window_margin: int = 0) -> ov.CompiledModel:
+    """Rewrite a clone of ``model`` for ``runtime`` (and ``kv_sharing``, ``sliding_window``) and compile it on
+    ``device`` (CPU or GPU).
 
     ``model`` is an ``ov.Model`` or, as for OpenVINO's own ``compile_model``, the path of an IR ``.xml``
     (read with :func:`ovpasses.io.read_ir`). ``device`` is any case in its family part (``"cpu"``,
@@ -679,7 +730,8 @@ def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", conf
     else:
         raise OvpassesError(f"compile_model takes an openvino.Model or the path of an IR .xml file, not "
                             f"{type(model).__name__}")
-    rewrite(clone, runtime, kv_sharing=kv_sharing)
+    rewrite(clone, runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
+            sliding_window_margin=sliding_window_margin)
     return core.compile_model(clone, name, config or {})
 
 
@@ -744,6 +796,24 @@ def _unshare(model: ov.Model, analysis: KVSharingAnalysis, sdpa_nodes: dict[str,
     reports.append(PassReport(SharedKVCacheUnsharing.NAME, [u.variable_id for u in step.unshared],
                               time.perf_counter() - start))
     return analysis, sdpa_nodes, step
+
+
+def _bound(model: ov.Model, selected: frozenset[str], reports: list[PassReport], margin: int):
+    """Plan (:func:`analyze_sliding_window_caches`, on the model as it is now) and run
+    :class:`SlidingWindowKVCacheBounding`; return the plan and the KV-sharing analysis of the model
+    afterwards (None when nothing changed)."""
+    start = time.perf_counter()
+    ordered = model.get_ordered_ops()
+    analysis = analyze_kv_sharing(model, ordered)
+    caches = analyze_sliding_window_caches(model, analysis,
+                                           find_sliding_window_masks(analysis.sdpa_nodes(ordered).values()),
+                                           margin)
+    if not caches.bounded or SlidingWindowKVCacheBounding.NAME not in selected:
+        return caches, None
+    bounding = SlidingWindowKVCacheBounding(caches)
+    _run(model, bounding)
+    reports.append(PassReport(SlidingWindowKVCacheBounding.NAME, bounding.bounded, time.perf_counter() - start))
+    return caches, analyze_kv_sharing(model)
 
 
 def _behind_barrier(sdpa_nodes: dict[str, ov.Node], names: set[str]) -> set[str]:

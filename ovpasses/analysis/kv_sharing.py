@@ -2,13 +2,16 @@
 
 The graph it is about, per cache variable ``v`` of a stateful LLM IR::
 
-    ReadValue(v) -> [Convert] -> [Gather(beam_idx)] -> Concat(past, new) -> [Convert] -> Assign(v)
+    ReadValue(v) -> [Convert] -> [Gather(beam_idx)] -> Concat(past, new) -> [Convert] [Slice] -> Assign(v)
                                                             |
                         +-----------------------------------+------------------+
                         |                                   |                  |
         [Transpose] [Unsqueeze -> Broadcast -> Reshape]  (same, layer j)    ShapeOf -> past length
                         |                                   |
                   SDPA (port 1 or 2)                  SDPA (port 1 or 2)
+
+``[Slice]`` is the window a bounded sliding-window cache stores (``SlidingWindowKVCacheBounding``,
+recognised by its friendly name): the cache is still the Concat's, and ``CacheInfo.bounded`` says so.
 
 An SDPA *reads* cache ``v`` when a path of data edges leads from ``ReadValue(v)`` into its port 1
 (K) or port 2 (V). The walk follows data edges only: it does not cross ShapeOf (a shape-only
@@ -61,6 +64,8 @@ KEY_PORT, VALUE_PORT = 1, 2
 SHAPE_ONLY = {"ShapeOf"}
 STOP = {"Assign", "Result"}
 SUBGRAPH_OPS = {"Loop", "TensorIterator", "If"}
+# the friendly-name suffix of the Slice between a bounded cache's Concat and its Assign
+BOUND_SUFFIX = "/sliding_window_bound"
 
 # runtime-info keys written on each SDPA by SharedKVCacheDetection
 RT_STATUS = "ovpasses_kv_status"          # exclusive | shared | stateless
@@ -91,6 +96,8 @@ class CacheInfo:
     # whose bodies read or write its variable: their bodies are not analysed, so each may read the
     # cache in any way and counts as one more reader
     unanalysed_readers: tuple[str, ...] = ()
+    # its Assign stores a window of the Concat (SlidingWindowKVCacheBounding's Slice), not the whole of it
+    bounded: bool = False
 
     @property
     def shared(self) -> bool:
@@ -206,6 +213,7 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
     read_values: list[ov.Node] = []
     anchors: dict[ov.Node, set[str]] = {}   # node feeding an Assign (through Converts) -> variable ids
     assigns: dict[str, str] = {}
+    bounded: set[str] = set()               # variables whose Assign stores a window of the Concat
     # sub-graph operation -> variable ids it reads without the walk seeing how (cache data enters it,
     # or its body holds a ReadValue / Assign of the variable); insertion order is topological
     opaque: dict[ov.Node, set[str]] = {}
@@ -220,7 +228,9 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
             vid = _variable_id(node)
             assigns[vid] = node.get_friendly_name()
             source = node.input_value(0).get_node()
-            while source.get_type_name() == "Convert":
+            while source.get_type_name() == "Convert" or _bounds_cache(source):
+                if _bounds_cache(source):
+                    bounded.add(vid)
                 source = source.input_value(0).get_node()
             anchors.setdefault(source, set()).add(vid)
         elif type_name in SUBGRAPH_OPS:
@@ -289,11 +299,11 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
                 ready.append(consumer)
 
     return _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns, rv_names, opaque,
-                      holds_state_or_attention)
+                      holds_state_or_attention, bounded)
 
 
 def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns, rv_names, opaque,
-               holds_state_or_attention) -> KVSharingAnalysis:
+               holds_state_or_attention, bounded=frozenset()) -> KVSharingAnalysis:
     by_var: dict[str, list[ov.Node]] = {vid: [] for vid in rv_names}
     for node in sorted(readers, key=order.__getitem__):
         for key in readers[node]:
@@ -327,6 +337,7 @@ def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns,
             off_path_readers=tuple(n.get_friendly_name() for n in nodes
                                    if vid in assigns and ("anchored", vid) not in readers[n]),
             unanalysed_readers=tuple(unanalysed.get(vid, ())),
+            bounded=vid in bounded,
         )
     sdpa: dict[str, SDPAInfo] = {}
     for node in sorted(order, key=order.__getitem__):
@@ -391,6 +402,11 @@ def _unhandled_messages(opaque: dict[ov.Node, set[str]], holds_state_or_attentio
             + "; the cache counts as shared, so "
             + (f"SDPA {', '.join(affected)} is not exclusive" if affected else "no SDPA is affected (none reads it)"))
     return messages
+
+
+def _bounds_cache(node: ov.Node) -> bool:
+    """The Slice with which SlidingWindowKVCacheBounding stores the last positions of a cache Concat."""
+    return node.get_type_name() == "Slice" and node.get_friendly_name().endswith(BOUND_SUFFIX)
 
 
 def _consumers(node: ov.Node):

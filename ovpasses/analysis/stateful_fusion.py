@@ -13,6 +13,7 @@ each measured on openvino 2026.0.0 and 2026.4.1 (the fixtures, ``tests/test_fusi
   ReadValue) is fused with its owner, and the borrower, whose Concat no Assign writes, is not fused:
   it is left without state (``null input states``);
 * an SDPA behind the fusion barrier, or decomposed, is not fused;
+* a bounded sliding-window cache (its Assign stores a Slice of the Concat) is not fused;
 * on 2025.2 - 2026.1 a cache Concat with a ShapeOf consumer is fused and then loses its state; a second
   ShapeOf on the Concat keeps it out of fusion on every runtime.
 
@@ -120,6 +121,16 @@ def off_path_of_its_own(analysis: KVSharingAnalysis, name: str) -> str | None:
     return None
 
 
+def bounded_cache(analysis: KVSharingAnalysis, name: str) -> str | None:
+    """A cache the SDPA reads is bounded: its Assign stores a Slice of the Concat, which the plugin's
+    pattern does not allow (measured on 2026.0.0 and 2026.4.1, tests/test_sliding_window_bounding.py)."""
+    for cache in _caches(analysis, name):
+        if cache.bounded:
+            return (f"{analysis.cache_label(cache.variable_id)} is bounded (its Assign stores a window of the "
+                    "Concat; the plugin's stateful pattern allows nothing between Concat and Assign)")
+    return None
+
+
 def predict_fusion(analysis: KVSharingAnalysis, name: str, *, barrier: bool = False, decomposed: bool = False,
                    shapeof_moved: bool = False, shapeof_loses_state: bool = False) -> FusionVerdict:
     """Whether the CPU plugin fuses SDPA ``name`` into its stateful kernel, and why.
@@ -135,7 +146,7 @@ def predict_fusion(analysis: KVSharingAnalysis, name: str, *, barrier: bool = Fa
     if barrier:
         return FusionVerdict(False, "not fused: fusion barrier (a reader off the Assign's path: "
                              + (off_path_reader(analysis, name) or "planned") + ")")
-    for refuses in (reads_no_cache, unanalysed_reader, off_path_of_its_own, shared_concat):
+    for refuses in (reads_no_cache, unanalysed_reader, off_path_of_its_own, shared_concat, bounded_cache):
         reason = refuses(analysis, name)
         if reason:
             return FusionVerdict(False, f"not fused: {reason}")

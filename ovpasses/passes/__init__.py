@@ -7,6 +7,7 @@ from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecompo
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.passes.shared_kv_cache_unsharing import SharedKVCacheUnsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
+from ovpasses.passes.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
 from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 
 __all__ = [
@@ -16,6 +17,7 @@ __all__ = [
     "KVCacheShapeOfDecomposition",
     "ScaledDotProductAttentionDecomposition",
     "SharedKVCacheDetection",
+    "SlidingWindowKVCacheBounding",
     "SlidingWindowMaskSliceInsertion",
     "SharedKVCacheUnsharing",
 ]

@@ -1,12 +1,14 @@
 """Run one exported LLM fixture one way, under whichever OpenVINO this interpreter has.
 
-    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|unshared|decomposed --path core|stateful|paged
+    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|unshared|bounded|unshared-bounded|decomposed
+                                      --path core|stateful|paged
                                       [--prompt default|long]
 
 prints one JSON object: the runtime, whether the tokens equal transformers' (reference.json), the
 error if it failed, and the fused SDPA count (core path). ``--prompt long`` uses the reference's
 ``long_prompt`` (a prompt longer than the sliding window; only fixtures exported with
-``--long-prompt-length`` have one). ``decomposed`` is the blunt alternative to
+``--long-prompt-length`` have one). ``bounded`` and ``unshared-bounded`` add
+``sliding_window="bounded"``. ``decomposed`` is the blunt alternative to
 ovpasses' plan: every SDPA decomposed by ScaledDotProductAttentionDecomposition.
 ``tools/runtime_matrix.py`` runs this in one subprocess per cell and per runtime virtual environment,
 so that a crash of one runtime (some segfault) costs one cell only. FIXTURE_DIR is any export folder
@@ -39,16 +41,20 @@ from ovpasses.check import count_fused_sdpa
 from ovpasses.greedy import greedy_generate
 from ovpasses.precision import EXACT_CPU_CONFIG
 
+REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded")
+MODES = ("unmodified", *REWRITE_MODES, "decomposed")
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
 
 
 def apply_mode(model: ov.Model, mode: str) -> ov.Model:
     """``model`` as the mode runs it, changed in place: ``unmodified``, ``rewritten``
-    (:func:`ovpasses.rewrite`), ``unshared`` (``rewrite(kv_sharing="unshare")``) or ``decomposed``
-    (every SDPA decomposed)."""
-    if mode in ("rewritten", "unshared"):
+    (:func:`ovpasses.rewrite`), ``unshared`` (``rewrite(kv_sharing="unshare")``), ``bounded``
+    (``rewrite(sliding_window="bounded")``), ``unshared-bounded`` (both) or ``decomposed`` (every SDPA
+    decomposed)."""
+    if mode in REWRITE_MODES:
         import ovpasses
-        ovpasses.rewrite(model, kv_sharing="unshare" if mode == "unshared" else "keep")
+        ovpasses.rewrite(model, kv_sharing="unshare" if mode.startswith("unshared") else "keep",
+                         sliding_window="bounded" if mode.endswith("bounded") else "full")
     elif mode == "decomposed":
         from openvino.passes import Manager
 
@@ -169,7 +175,7 @@ def _genai(model: ov.Model, fixture: Path, path: str, prompt: list[int], steps: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fixture", type=Path)
-    parser.add_argument("--mode", choices=["unmodified", "rewritten", "unshared", "decomposed"], required=True)
+    parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--path", choices=["core", "stateful", "paged"], required=True)
     parser.add_argument("--prompt", choices=PROMPTS, default="default")
     args = parser.parse_args(argv)

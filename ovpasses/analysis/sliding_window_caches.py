@@ -1,0 +1,381 @@
+"""Which KV caches only sliding-window attention reads, their window, and whether they can be bounded.
+Changes nothing.
+
+A cache that only sliding-window SDPAs read (each with a mask that
+:mod:`ovpasses.analysis.sliding_window_masks` recognises, window ``W``: key ``k`` is seen from query
+``q`` when ``k > q - W``) never needs more than its last ``W - 1`` positions at the next step: the
+next query is at ``q >= T`` (``T`` positions stored), so it sees keys ``k > T - W``. Such a cache can
+be *bounded* (``SlidingWindowKVCacheBounding``): its Assign stores only the last ``keep = W - 1 +
+margin`` positions of ``Concat(past, new)``; the SDPA still attends ``Concat(past, new)``, so a
+prefill chunk longer than ``W`` stays exact.
+
+The graph it is about, per cache variable ``v`` (``k_cache_BHkvSD``: [batch, KV heads, sequence, head
+size]; the sequence axis is the Concat's)::
+
+    ReadValue(v) -> [Convert] -> [Gather(beam_idx)] -> Concat(past, new) -> [Convert] -> Assign(v)
+          |                            |                    |
+       (ShapeOf)                   (ShapeOf)  --> past length, positions, masks, GQA target shapes
+                                                            |
+                     [Convert] [Transpose] [Unsqueeze -> Broadcast(target) -> Reshape(constant)]
+                                                            |
+                                                     SDPA (K or V), mask = sliding-window Select
+
+What the exporter derives from the cache's length (the ShapeOf nodes on the chain from the
+ReadValue to the Concat) must keep its value once the cache is bounded: it is re-sourced from a
+*reference* cache that still holds the whole context (one no sliding SDPA bounds). What lies on the
+path from the Concat to the SDPA must work with fewer positions: it may hold only Convert, Transpose
+and Unsqueeze with constant inputs, Broadcast (its target's sequence element is rebuilt from the
+layer's own data) and Reshape to a constant shape; a ShapeOf past the Concat, any other operation, or
+a Broadcast whose sequence axis cannot be followed (after a Reshape) refuses the cache, and the
+refusal says which node. Refusals are typed (:class:`Refusal`) with a detail naming what refused.
+
+A model with no cache that keeps the whole context (every cache bounded) is refused whole: nothing
+would tell the positions and the masks how long the context is.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+import openvino as ov
+from openvino.passes import AnyInput, Matcher, Optional, WrapType
+
+from ovpasses._ov import SDPA_TYPE
+from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, KEY_PORT, VALUE_PORT, KVSharingAnalysis
+from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
+
+MASK_PORT = 3
+
+
+class Refusal(str, enum.Enum):
+    """Why a cache is not bounded (the JSON carries the value; :data:`REFUSALS` the sentence)."""
+
+    FULL_ATTENTION = "full_attention"
+    SUBGRAPH_READER = "subgraph_reader"
+    OFF_PATH_READER = "off_path_reader"
+    NO_ASSIGN = "no_assign"
+    SEVERAL_READ_VALUES = "several_read_values"
+    NO_CACHE_CONCAT = "no_cache_concat"
+    UNSUPPORTED_PATH = "unsupported_path"
+    SHAPE_PAST_CONCAT = "shape_past_concat"
+    WINDOW_TOO_SMALL = "window_too_small"
+    NO_FULL_CACHE = "no_full_cache"
+    ALREADY_BOUNDED = "already_bounded"
+
+
+REFUSALS = {
+    Refusal.FULL_ATTENTION: "an SDPA that reads it attends without a sliding-window mask",
+    Refusal.SUBGRAPH_READER: "a sub-graph operation (not analysed) also reads it",
+    Refusal.OFF_PATH_READER: "an SDPA reads it off the Assign's path (its own Gather/Concat on the ReadValue)",
+    Refusal.NO_ASSIGN: "no Assign writes it",
+    Refusal.SEVERAL_READ_VALUES: "its variable has several ReadValues",
+    Refusal.NO_CACHE_CONCAT: "no ReadValue -> [Convert] -> [Gather] -> Concat(past, new) -> [Convert] -> Assign "
+                             "chain stores it",
+    Refusal.UNSUPPORTED_PATH: "its path to an SDPA holds an operation the bounding does not know works with "
+                              "fewer positions",
+    Refusal.SHAPE_PAST_CONCAT: "a ShapeOf reads its data past the Concat (a shape that would change once bounded)",
+    Refusal.WINDOW_TOO_SMALL: "its window is smaller than 2: nothing to keep",
+    Refusal.NO_FULL_CACHE: "no cache keeps the whole context, from which the past length, the positions and the "
+                           "masks could be computed",
+    Refusal.ALREADY_BOUNDED: "already bounded (its Assign stores a window of the Concat)",
+}
+
+
+@dataclass(frozen=True)
+class BoundedCache:
+    """One cache the bounding keeps short: at most ``keep`` positions, for readers of window ``window``."""
+
+    variable_id: str
+    window: int                    # the widest window among its readers
+    keep: int                      # positions stored at most: window - 1 + margin
+    readers: tuple[str, ...]       # SDPA friendly names
+    sequence_axis: int             # the Concat axis (non-negative)
+    bytes_per_token: int | None    # per position at batch 1 (None: a dynamic dimension)
+
+    def to_dict(self) -> dict:
+        return {"variable_id": self.variable_id, "window": self.window, "keep": self.keep,
+                "readers": list(self.readers), "sequence_axis": self.sequence_axis,
+                "bytes_per_token": self.bytes_per_token}
+
+
+@dataclass(frozen=True)
+class CacheRefusal:
+    reason: Refusal
+    detail: str = ""
+
+    @property
+    def message(self) -> str:
+        return REFUSALS[self.reason] + (f" ({self.detail})" if self.detail else "")
+
+    def to_dict(self) -> dict:
+        return {"reason": self.reason.value, "message": self.message}
+
+
+@dataclass
+class SlidingWindowCaches:
+    """The result of :func:`analyze_sliding_window_caches`: plain data, one source for the pass and reports."""
+
+    windows: dict[str, int | None]           # per SDPA that reads a cache: its window, None = full attention
+    bounded: dict[str, BoundedCache]         # variable id -> the bounding it gets
+    refused: dict[str, CacheRefusal]         # variable id -> why it is not bounded
+    reference: str | None = None             # the variable the past length is re-sourced from
+    margin: int = 0
+    cache_bytes_per_token: dict[str, int | None] = field(default_factory=dict)   # every cache variable
+
+    @property
+    def model_refusal(self) -> CacheRefusal | None:
+        """Set when no cache can be bounded for a reason of the whole model (:data:`Refusal.NO_FULL_CACHE`)."""
+        reasons = {r.reason for r in self.refused.values()}
+        return CacheRefusal(Refusal.NO_FULL_CACHE) if Refusal.NO_FULL_CACHE in reasons else None
+
+    def kv_bytes(self, context: int, bounded: bool = True) -> int | None:
+        """KV-cache bytes at batch 1 after ``context`` positions: every cache, the bounded ones holding at
+        most ``keep`` positions (``bounded=False``: as the unmodified model holds them). None: unknown."""
+        total = 0
+        for vid, per_token in self.cache_bytes_per_token.items():
+            if per_token is None:
+                return None
+            kept = min(context, self.bounded[vid].keep) if bounded and vid in self.bounded else context
+            total += per_token * kept
+        return total
+
+    def to_dict(self) -> dict:
+        return {"margin": self.margin, "reference": self.reference,
+                "windows": dict(self.windows),
+                "bounded": [b.to_dict() for b in self.bounded.values()],
+                "refused": {vid: r.to_dict() for vid, r in self.refused.items()}}
+
+
+# ---------------------------------------------------------------------------------------------- patterns
+
+
+def cache_chain_pattern(variables: Iterable[str] | None = None) -> tuple[WrapType, WrapType, WrapType]:
+    """``ReadValue(v) -> [Convert] -> [Gather(x, indices, axis)] -> Concat(past, new)`` (``v`` among
+    ``variables``, or any); returns (Concat, ReadValue, new) labels."""
+    wanted = None if variables is None else set(variables)
+    read_value = (WrapType("opset6.ReadValue") if wanted is None else
+                  WrapType("opset6.ReadValue", lambda out: variable_id(out.get_node()) in wanted))
+    converted = Optional(["opset1.Convert"], read_value.output(0))
+    past = Optional(["opset8.Gather"], [converted.output(0), AnyInput().output(0), AnyInput().output(0)])
+    new = AnyInput()
+    concat = WrapType("opset1.Concat", [past.output(0), new.output(0)])
+    return concat, read_value, new
+
+
+def variable_id(node: ov.Node) -> str:
+    return str(node.get_attributes()["variable_id"])
+
+
+@dataclass
+class CacheNodes:
+    """The nodes of one cache as :func:`cache_nodes` finds them (not plain data: for the pass)."""
+
+    read_value: ov.Node
+    chain: list[ov.Node]             # ReadValue, [Convert], [Gather]: the past, in order
+    concat: ov.Node
+    new: ov.Output                   # the Concat's second input
+    axis: int
+    assign: ov.Node
+    stored: ov.Input                 # the Assign's input (through Converts): where a Slice goes
+    broadcasts: list[tuple[ov.Node, int]] = field(default_factory=list)   # GQA Broadcast, sequence axis of its output
+    shape_ofs: list[ov.Node] = field(default_factory=list)                # ShapeOf on the chain or the Concat
+    readers: list[tuple[ov.Node, int]] = field(default_factory=list)      # (SDPA, port)
+
+
+def cache_nodes(concat: ov.Node, read_value: ov.Node, new: ov.Output) -> CacheNodes | CacheRefusal:
+    """The nodes of the cache whose chain ends in ``concat`` (matched by :func:`cache_chain_pattern`), or
+    why the bounding cannot take it. Walks the Concat's consumers once (iteratively)."""
+    chain = [concat.input_value(0).get_node()]
+    while chain[-1] is not read_value:
+        chain.append(chain[-1].input_value(0).get_node())
+    chain.reverse()
+    axis = concat.get_attributes()["axis"]
+    rank = concat.get_output_partial_shape(0).rank
+    if rank.is_dynamic:
+        return CacheRefusal(Refusal.UNSUPPORTED_PATH, f"Concat '{concat.get_friendly_name()}' has a dynamic rank")
+    rank = rank.get_length()
+    axis %= rank
+    found = CacheNodes(read_value, chain, concat, new, axis, None, None)   # type: ignore[arg-type]
+    stored = [concat]
+    while stored:
+        for target in stored.pop().output(0).get_target_inputs():
+            if target.get_node().get_type_name() == "Convert":
+                stored.append(target.get_node())
+            elif target.get_node().get_friendly_name().endswith(BOUND_SUFFIX):
+                return CacheRefusal(Refusal.ALREADY_BOUNDED)
+    for index, node in enumerate(chain):
+        following = chain[index + 1] if index + 1 < len(chain) else concat
+        for target in node.output(0).get_target_inputs():
+            consumer = target.get_node()
+            if consumer.get_type_name() == "ShapeOf":
+                found.shape_ofs.append(consumer)
+            elif consumer != following or (consumer is concat and target.get_index() != 0):
+                return CacheRefusal(Refusal.OFF_PATH_READER if consumer.get_type_name() == SDPA_TYPE else
+                                    Refusal.UNSUPPORTED_PATH,
+                                    f"{consumer.get_type_name()} '{consumer.get_friendly_name()}' reads "
+                                    f"'{node.get_friendly_name()}'")
+    # the path from the Concat: (output, sequence axis in it or None once unknown, whether an Assign may follow)
+    pending: list[tuple[ov.Output, int | None]] = [(concat.output(0), axis)]
+    while pending:
+        output, seq = pending.pop()
+        for target in output.get_target_inputs():
+            node = target.get_node()
+            kind = node.get_type_name()
+            where = f"{kind} '{node.get_friendly_name()}'"
+            if kind == "ShapeOf":
+                if output.get_node() is not concat:
+                    return CacheRefusal(Refusal.SHAPE_PAST_CONCAT, where)
+                found.shape_ofs.append(node)
+            elif kind == "Assign":
+                if found.assign is not None:
+                    return CacheRefusal(Refusal.UNSUPPORTED_PATH, f"two Assigns store it ({where})")
+                if variable_id(node) != variable_id(read_value):
+                    return CacheRefusal(Refusal.UNSUPPORTED_PATH, f"{where} stores it into another variable")
+                found.assign, found.stored = node, target
+            elif kind == SDPA_TYPE:
+                if target.get_index() not in (KEY_PORT, VALUE_PORT):
+                    return CacheRefusal(Refusal.UNSUPPORTED_PATH, f"it reaches port {target.get_index()} of {where}")
+                found.readers.append((node, target.get_index()))
+            elif kind == "Convert":
+                pending.append((node.output(0), seq))
+            elif kind == "Transpose" and seq is not None and (perm := _constant(node.input_value(1))) is not None:
+                pending.append((node.output(0), list(perm.reshape(-1)).index(seq)))
+            elif kind == "Unsqueeze" and seq is not None and (axes := _constant(node.input_value(1))) is not None:
+                out_rank = node.get_output_partial_shape(0).rank.get_length()
+                inserted = sorted(int(a) % out_rank for a in axes.reshape(-1))
+                kept = [i for i in range(out_rank) if i not in inserted]
+                pending.append((node.output(0), kept[seq]))
+            elif kind == "Broadcast" and node.get_input_size() == 2 and target.get_index() == 0 and seq is not None \
+                    and node.get_output_partial_shape(0).rank.is_static \
+                    and node.get_input_partial_shape(0).rank.is_static \
+                    and node.get_input_partial_shape(1).is_static:
+                out_seq = seq + node.get_output_partial_shape(0).rank.get_length() - \
+                    node.get_input_partial_shape(0).rank.get_length()
+                found.broadcasts.append((node, out_seq))
+                pending.append((node.output(0), out_seq))
+            elif kind == "Reshape" and target.get_index() == 0 and _constant(node.input_value(1)) is not None:
+                pending.append((node.output(0), None))
+            else:
+                return CacheRefusal(Refusal.UNSUPPORTED_PATH, where)
+    if found.assign is None:
+        return CacheRefusal(Refusal.NO_ASSIGN)
+    # the Assign's input comes from the Concat through Converts only (not through the GQA path)
+    source = found.stored.get_source_output().get_node()
+    while source is not concat:
+        if source.get_type_name() != "Convert":
+            return CacheRefusal(Refusal.UNSUPPORTED_PATH, f"the Assign stores {source.get_type_name()} "
+                                                          f"'{source.get_friendly_name()}'")
+        source = source.input_value(0).get_node()
+    return found
+
+
+def _constant(output: ov.Output) -> np.ndarray | None:
+    node = output.get_node()
+    return node.get_data() if node.get_type_name() == "Constant" else None
+
+
+def _bytes_per_token(concat: ov.Node, axis: int, element_type: ov.Type) -> int | None:
+    pshape = concat.get_output_partial_shape(0)
+    size = element_type.size
+    for index in range(1, pshape.rank.get_length()):   # dim 0 is the batch: counted as 1
+        if index == axis:
+            continue
+        if pshape[index].is_dynamic:
+            return None
+        size *= pshape[index].get_length()
+    return size
+
+
+# ---------------------------------------------------------------------------------------------- the analysis
+
+
+def sdpa_windows(analysis: KVSharingAnalysis, masks: list[SlidingWindowMask]) -> dict[str, int | None]:
+    """Per SDPA that reads a cache, the window of its sliding-window mask, or None (full attention)."""
+    window_of = {name: mask.window for mask in masks for name in mask.sdpa_direct + mask.sdpa_sliced}
+    return {name: window_of.get(name) for name, info in analysis.sdpa.items() if info.kv_variables}
+
+
+def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, masks: list[SlidingWindowMask],
+                                  margin: int = 0) -> SlidingWindowCaches:
+    """Which caches of ``model`` the bounding can keep to ``W - 1 + margin`` positions, and why not the others.
+
+    ``analysis`` and ``masks`` are the model's KV-sharing analysis and its sliding-window masks as found
+    now. A cache is bounded when every SDPA that reads it has a sliding-window mask, nothing the analysis
+    cannot see reads it, and :func:`cache_nodes` takes its graph; the reference (where the past length is
+    read from) is the first cache that is not bounded and has a cache chain.
+    """
+    windows = sdpa_windows(analysis, masks)
+    chains: dict[str, tuple[ov.Node, ov.Node, ov.Output]] = {}
+    concat_label, read_value_label, new_label = cache_chain_pattern()
+    matcher = Matcher(concat_label, "SlidingWindowCaches.cache_chain")
+    for node in model.get_ordered_ops():
+        if node.get_type_name() == "Concat" and matcher.match(node.output(0)):
+            pvm = matcher.get_pattern_value_map()
+            chains.setdefault(variable_id(pvm[read_value_label].get_node()),
+                              (node, pvm[read_value_label].get_node(), pvm[new_label]))
+    element_types = {v.get_info().variable_id: v.get_info().data_type for v in model.get_variables()}
+
+    bounded: dict[str, BoundedCache] = {}
+    refused: dict[str, CacheRefusal] = {}
+    per_token: dict[str, int | None] = {}
+    for vid, cache in analysis.caches.items():
+        if vid in chains:
+            concat = chains[vid][0]
+            axis = concat.get_attributes()["axis"] % concat.get_output_partial_shape(0).rank.get_length()
+            per_token[vid] = _bytes_per_token(concat, axis, element_types.get(vid, concat.get_output_element_type(0)))
+        else:
+            per_token[vid] = None
+        if not cache.sdpa:
+            continue
+        full = [n for n in cache.sdpa if windows.get(n) is None]
+        if full:
+            refused[vid] = CacheRefusal(Refusal.FULL_ATTENTION, f"layer {analysis.layer(full[0])}")
+        elif cache.unanalysed_readers:
+            refused[vid] = CacheRefusal(Refusal.SUBGRAPH_READER, ", ".join(cache.unanalysed_readers))
+        elif cache.off_path_readers:
+            refused[vid] = CacheRefusal(Refusal.OFF_PATH_READER, ", ".join(
+                f"layer {analysis.layer(n)}" for n in cache.off_path_readers))
+        elif cache.assign is None:
+            refused[vid] = CacheRefusal(Refusal.NO_ASSIGN)
+        elif len(cache.read_values) != 1:
+            refused[vid] = CacheRefusal(Refusal.SEVERAL_READ_VALUES)
+        elif vid not in chains:
+            refused[vid] = CacheRefusal(Refusal.NO_CACHE_CONCAT)
+        elif (window := max(windows[n] for n in cache.sdpa)) < 2:
+            refused[vid] = CacheRefusal(Refusal.WINDOW_TOO_SMALL, f"window {window}")
+        else:
+            nodes = cache_nodes(*chains[vid])
+            if isinstance(nodes, CacheRefusal):
+                refused[vid] = nodes
+            elif {n.get_friendly_name() for n, _ in nodes.readers} != set(cache.sdpa):
+                refused[vid] = CacheRefusal(Refusal.UNSUPPORTED_PATH, "its readers are not all on its Concat's path")
+            else:
+                bounded[vid] = BoundedCache(vid, window, window - 1 + margin, cache.sdpa, nodes.axis, per_token[vid])
+    # an SDPA reads K and V of one length: both caches bounded, or neither (and K from a cache)
+    changed = True
+    while changed:
+        changed = False
+        for vid in list(bounded):
+            for name in bounded[vid].readers:
+                reads = analysis.sdpa[name].kv_variables
+                other = next((v for v in reads if v not in bounded), None)
+                no_key = not any(name in analysis.caches[v].key_readers for v in reads)
+                if other is not None or no_key:
+                    refused[vid] = CacheRefusal(Refusal.UNSUPPORTED_PATH, (
+                        f"layer {analysis.layer(name)} also reads {analysis.cache_label(other)}, which is not bounded"
+                        if other is not None else f"layer {analysis.layer(name)} reads its K from no cache"))
+                    del bounded[vid]
+                    changed = True
+                    break
+    # the reference: a cache left whole (it holds every position), not one an earlier run bounded
+    reference = next((vid for vid in analysis.caches if vid not in bounded and vid in chains
+                      and (vid not in refused or refused[vid].reason != Refusal.ALREADY_BOUNDED)
+                      and len(analysis.caches[vid].read_values) == 1), None)
+    if bounded and reference is None:
+        for vid in bounded:
+            refused[vid] = CacheRefusal(Refusal.NO_FULL_CACHE)
+        bounded = {}
+    return SlidingWindowCaches(windows, bounded, refused, reference if bounded else None, margin, per_token)

@@ -1,0 +1,252 @@
+"""SlidingWindowKVCacheBounding: a KV cache that only sliding-window attention reads keeps its last W-1 positions.
+
+Why: a sliding-window layer (Gemma 3n, Gemma 4: window ``W``; key ``k`` is seen from query ``q`` when
+``k > q - W``) never looks further back than ``W - 1`` positions from the next token, yet the exported
+stateful model stores its whole history, so its KV state and the time to copy and attend it grow with
+the context. This pass makes the Assign store only the last ``keep = W - 1 + margin`` positions; the
+SDPA still attends ``Concat(past, new)``, so a prefill chunk longer than ``W`` stays exact (as
+transformers' ``DynamicSlidingWindowLayer`` does). Which caches, their window and the reference cache
+come from :func:`ovpasses.analysis.sliding_window_caches.analyze_sliding_window_caches` (plain data).
+
+For each bounded cache ``v`` (``k_cache_BHkvSD``; ``T`` positions stored unbounded, ``P = min(T, keep)``
+bounded; ``n`` new tokens; ``ref`` a cache left whole)::
+
+    Before:
+      ReadValue(v) -> Gather(beam) -> Concat(past, new) ---------------------------------> Assign(v)
+                          |                |   k_cache_BHkvS(T+n)D
+                       ShapeOf          ShapeOf                  Unsqueeze -> Broadcast(target [.., T+n, ..]) -> Reshape
+                          |                |                                       |
+                     past length T    [B, Hkv, T+n, D]                     SDPA(Q, K, V, mask [B, 1, n, T+n])
+
+    After:
+      ReadValue(v) -> Gather(beam) -> Concat(past, new) -> Slice(last keep, sequence axis) -> Assign(v)
+                                           |   k_cache_BHkvS(P+n)D
+      ScatterUpdate(ShapeOf(past), seq, ShapeOf(ref past)[seq])         = the shape unbounded: [.., T, ..]
+      ScatterUpdate(ShapeOf(new), seq, ShapeOf(ref past)[seq] + n)      = [B, Hkv, T+n, D]
+                                 Unsqueeze -> Broadcast(target with 1 at seq, bidirectional) -> Reshape
+                                                                            |
+            SDPA(Q, K, V, Slice(mask, start -(P+n), key axis) [B, 1, n, P+n])
+
+* What the exporter derives from the cache's length (past length, positions, masks, other layers'
+  GQA target shapes) reads the ShapeOf nodes; each now computes the shape the cache would have had
+  unbounded, from the reference cache's length, so every such value is what it was.
+* The layer's own GQA Broadcast gets its sequence length from its data: a 1 in the target's sequence
+  element and bidirectional mode give the input's length; the other elements are what they were
+  (a valid numpy broadcast is the same bidirectional broadcast).
+* The bounded cache holds the last ``P`` positions, so its keys are the last ``P + n`` columns of the
+  mask: ``Slice(mask, -(P+n), end)`` on the key axis. The columns dropped are keys
+  ``k <= T - W``: no query ``q >= T`` sees them.
+* A client that trims every state by ``N`` positions (openvino_genai's chat rollback,
+  ``trim_kv_cache``) leaves a bounded cache ``N`` positions short. With ``N <= margin`` it still holds
+  the ``W - 1`` the mask needs; beyond that, the Slice's start is computed through a Concat of
+  mismatched shapes that fails the inference (``.../lost_positions_check``) when the cache holds fewer
+  than ``min(T, W - 1)`` positions: the model never decodes from a cache that lost positions the mask
+  needs.
+
+The bounded layers leave the CPU plugin's stateful SDPA kernel (its pattern allows nothing between
+Concat and Assign). A second run finds each bounded cache by its Slice (friendly name ending in
+:data:`~ovpasses.analysis.sliding_window_caches.BOUND_SUFFIX`) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import openvino as ov
+from openvino import opset8
+from openvino import opset13 as ops
+from openvino.passes import Matcher, ModelPass
+
+from ovpasses._ov import copy_runtime_info
+from ovpasses.analysis.sliding_window_caches import (
+    BOUND_SUFFIX,
+    MASK_PORT,
+    CacheNodes,
+    CacheRefusal,
+    SlidingWindowCaches,
+    cache_chain_pattern,
+    cache_nodes,
+    variable_id,
+)
+from ovpasses.errors import PassInvariantError
+
+log = logging.getLogger(__name__)
+
+RT_BOUNDED = "ovpasses_sliding_window_bound"   # on each node the pass makes: the variable it bounds
+KEYS_SUFFIX = "/sliding_window_keys"
+CHECK_SUFFIX = "/lost_positions_check"
+INT64_MAX = np.iinfo(np.int64).max
+
+
+def _i64(values) -> ov.Node:
+    return ops.constant(np.asarray(values, np.int64).reshape(-1))
+
+
+class SlidingWindowKVCacheBounding(ModelPass):
+    """Bound the caches ``plan.bounded`` names (a :class:`SlidingWindowCaches` of this model), re-sourcing
+    lengths from ``plan.reference``. ``self.bounded`` lists the variable ids changed.
+
+    A ModelPass: one rewrite spans a cache's chain, its GQA path, its readers' masks and the reference
+    cache elsewhere in the graph. It finds each chain with the analysis' pattern
+    (:func:`cache_chain_pattern`) and trusts the analysis for what the pattern cannot say (the path
+    from the Concat); a cache whose graph no longer matches the plan raises.
+    """
+
+    NAME = "SlidingWindowKVCacheBounding"
+
+    def __init__(self, plan: SlidingWindowCaches) -> None:
+        ModelPass.__init__(self)
+        self.plan = plan
+        self.bounded: list[str] = []
+
+    def run_on_model(self, model: ov.Model) -> bool:
+        if not self.plan.bounded:
+            return False
+        wanted = set(self.plan.bounded) | {self.plan.reference}
+        concat_label, read_value_label, new_label = cache_chain_pattern(wanted)
+        matcher = Matcher(concat_label, f"{self.NAME}.cache_chain")
+        chains: dict[str, tuple[ov.Node, ov.Node, ov.Output]] = {}
+        for node in model.get_ordered_ops():
+            if node.get_type_name() == "Concat" and matcher.match(node.output(0)):
+                pvm = matcher.get_pattern_value_map()
+                chains.setdefault(variable_id(pvm[read_value_label].get_node()),
+                                  (node, pvm[read_value_label].get_node(), pvm[new_label]))
+        missing = sorted(wanted - set(chains))
+        if missing:
+            raise PassInvariantError(f"{self.NAME}: the plan names cache {', '.join(missing)}, and the model has "
+                                     "no cache chain of it")
+        ref_concat = chains[self.plan.reference][0]
+        ref_axis = ref_concat.get_attributes()["axis"] % ref_concat.get_output_partial_shape(0).rank.get_length()
+        # Gather(ShapeOf(past), scalar axis): the form of the exporters' past length, which openvino's
+        # PagedAttention converter recognises and replaces (another form keeps reading a state it removes)
+        past_length_scalar = ops.gather(ops.shape_of(ref_concat.input_value(0), "i64"),
+                                        ops.constant(np.int64(ref_axis)), ops.constant(np.int64(0)))
+        past_length = ops.unsqueeze(past_length_scalar, _i64([0]))
+        past_length.set_friendly_name(f"{ref_concat.get_friendly_name()}/past_length")
+        masks: dict[tuple[ov.Output, str], ov.Output] = {}   # (mask, K variable) -> its keys' columns
+        for vid, bounded in self.plan.bounded.items():
+            nodes = cache_nodes(*chains[vid])
+            if isinstance(nodes, CacheRefusal):
+                raise PassInvariantError(f"{self.NAME}: cache {vid} no longer takes the bounding: {nodes.message}")
+            made = self._bound(nodes, bounded.keep, past_length.output(0))
+            for sdpa, port in nodes.readers:
+                if port == 1:
+                    made += self._slice_mask(sdpa, nodes, bounded.window, past_length.output(0), masks)
+            for node in made:
+                node.get_rt_info()[RT_BOUNDED] = vid
+            self.bounded.append(vid)
+            log.debug("%s: %s keeps its last %d positions (window %d)", self.NAME, vid, bounded.keep, bounded.window)
+        model.validate_nodes_and_infer_types()
+        return True
+
+    def _bound(self, nodes: CacheNodes, keep: int, past_length: ov.Output) -> list[ov.Node]:
+        made: list[ov.Node] = []
+        axis = nodes.axis
+        # every shape read from the chain or the Concat: the shape unbounded
+        for shape_of in nodes.shape_ofs:
+            source = shape_of.input_value(0)
+            if source.get_node() is nodes.concat:
+                base = ops.shape_of(nodes.new, "i64")
+                length = ops.add(past_length, ops.gather(base, _i64([axis]), _i64([0])))
+                made += [base, length]
+            else:
+                base = ops.shape_of(source, "i64")
+                length = past_length
+                made.append(base)
+            shape = opset8.scatter_update(base, _i64([axis]), length, _i64([0]))
+            made.append(shape)
+            output_type = shape_of.get_output_element_type(0)
+            if output_type != ov.Type.i64:
+                shape = ops.convert(shape, output_type)
+                made.append(shape)
+            copy_runtime_info(shape_of, made)
+            shape.set_friendly_name(shape_of.get_friendly_name())
+            shape_of.output(0).replace(shape.output(0))
+        # the stored value: the last `keep` positions
+        stored = nodes.stored.get_source_output()
+        window = opset8.slice(stored, _i64([-keep]), _i64([INT64_MAX]), _i64([1]), _i64([axis]))
+        window.set_friendly_name(nodes.concat.get_friendly_name() + BOUND_SUFFIX)
+        copy_runtime_info(nodes.assign, window)
+        nodes.stored.replace_source_output(window.output(0))
+        made.append(window)
+        # the GQA broadcast: its sequence length from its own input
+        for broadcast, out_axis in nodes.broadcasts:
+            target = broadcast.input_value(1)
+            length = target.get_partial_shape()[0].get_length()
+            position = out_axis - (broadcast.get_output_partial_shape(0).rank.get_length() - length)
+            constant = target.get_node().get_data() if target.get_node().get_type_name() == "Constant" else None
+            if 0 <= position and constant is not None and int(constant.reshape(-1)[position]) == 1 \
+                    and broadcast.get_attributes()["mode"] == "bidirectional":
+                continue   # takes its input's length already
+            if not 0 <= position < length:
+                raise PassInvariantError(f"{self.NAME}: Broadcast '{broadcast.get_friendly_name()}' has no target "
+                                         f"element for the sequence axis {out_axis}")
+            one = ops.constant(np.array([1], target.get_element_type().to_dtype()))
+            new_target = opset8.scatter_update(target, _i64([position]), one, _i64([0]))
+            replacement = ops.broadcast(broadcast.input_value(0), new_target, broadcast_spec="BIDIRECTIONAL")
+            copy_runtime_info(broadcast, [new_target, replacement])
+            replacement.set_friendly_name(broadcast.get_friendly_name())
+            broadcast.output(0).replace(replacement.output(0))
+            made += [new_target, replacement]
+        return made
+
+    def _slice_mask(self, sdpa: ov.Node, nodes: CacheNodes, window: int, past_length: ov.Output,
+                    masks: dict[tuple[ov.Output, str], ov.Output]) -> list[ov.Node]:
+        """Give ``sdpa`` (which reads ``nodes``' cache as K) the mask columns of its keys: the last P+n."""
+        if sdpa.get_input_size() <= MASK_PORT:
+            raise PassInvariantError(f"{self.NAME}: SDPA '{sdpa.get_friendly_name()}' has no mask; the plan "
+                                     "bounds only caches read under a sliding-window mask")
+        mask = sdpa.input_value(MASK_PORT)
+        key = (mask, variable_id(nodes.read_value))
+        if key in masks:
+            sdpa.input(MASK_PORT).replace_source_output(masks[key])
+            return []
+        # one Slice on the Select: openvino's PagedAttention converter reads the window only from
+        # Slice(Select) at the SDPA (measured: 2026.0.0 with SlidingWindowMaskSliceInsertion's Slice, 2026.4.1
+        # with the Slice the VLM export writes; a Slice on that Slice loses the window)
+        source, stop = mask, None
+        if (columns_slice := _columns_slice(mask.get_node())) is not None:
+            source, stop = columns_slice.input_value(0), columns_slice.input_value(2)
+        name = f"{nodes.concat.get_friendly_name()}"
+        axis = _i64([nodes.axis])
+        key_length = ops.gather(ops.shape_of(nodes.concat, "i64"), axis, _i64([0]))
+        columns = ops.gather(ops.shape_of(source, "i64"), _i64([-1]), _i64([0]))
+        end = columns if stop is None else ops.minimum(ops.convert(stop, ov.Type.i64), columns)
+        # positions the mask needs from the past: min(T, W-1); the cache holds `held`. Fewer: the Concat of a
+        # [1, 1] and a [1, 2] tensor on axis 0 fails the inference, so no step runs on a cache that lost them
+        # (measured on 2026.0.0 and 2026.4.1: the CPU plugin checks Concat's shapes at run time; it does not
+        # check a Reshape's element count or an Add's broadcast)
+        held = ops.gather(ops.shape_of(nodes.chain[-1].output(0), "i64"), axis, _i64([0]))
+        needed = ops.minimum(past_length, _i64([window - 1]))
+        lost = ops.convert(ops.less(held, needed), ov.Type.i64)
+        zeros = ops.broadcast(_i64(0), ops.concat([_i64([1]), ops.add(lost, _i64([1]))], 0))
+        check = ops.concat([ops.broadcast(_i64(0), _i64([1, 1])), zeros], 0)
+        check.set_friendly_name(name + CHECK_SUFFIX)
+        start = ops.add(ops.reduce_sum(check, _i64([0]), keep_dims=False), ops.subtract(end, key_length))
+        keys = opset8.slice(source, start, end, _i64([1]), _i64([-1]))
+        keys.set_friendly_name(name + KEYS_SUFFIX)
+        made = [key_length, columns, end, held, needed, lost, zeros, check, start, keys]
+        copy_runtime_info(mask.get_node(), made)
+        masks[key] = keys.output(0)
+        sdpa.input(MASK_PORT).replace_source_output(keys.output(0))
+        return made
+
+
+def _columns_slice(node: ov.Node) -> ov.Node | None:
+    """``node`` when it is ``Slice(mask, 0, stop, 1, last axis)`` (the columns ``[0, stop)`` of a mask, as
+    SlidingWindowMaskSliceInsertion and some exporters write it), else None."""
+    if node.get_type_name() != "Slice" or node.get_input_size() != 5:
+        return None
+    rank = node.get_input_partial_shape(0).rank
+    values = [_constant_values(node.input_value(i)) for i in (1, 3, 4)]
+    if rank.is_dynamic or any(v is None for v in values):
+        return None
+    start, step, axes = values
+    last = rank.get_length() - 1
+    return node if list(start) == [0] and list(step) == [1] and [a % (last + 1) for a in axes] == [last] else None
+
+
+def _constant_values(output: ov.Output) -> np.ndarray | None:
+    node = output.get_node()
+    return node.get_data().reshape(-1) if node.get_type_name() == "Constant" else None
