@@ -25,6 +25,7 @@ from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, analyze_kv_sharing
 from ovpasses.analysis.sliding_window_caches import Refusal
 from ovpasses.passes.sliding_window_cache_bounding import CHECK_SUFFIX, SlidingWindowKVCacheBounding
 from ovpasses.pipeline import BOUNDED
+from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.runtimes import FIRST_FIXED, installed_version
 from ovpasses.testing.graphs import StackSpec, build_stack
 
@@ -32,8 +33,6 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
 TINY8 = FIXTURES / "tiny8"
 WINDOW = 16
-# exact comparisons: f32 compute, f32 cache, no dynamic quantization
-CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 AFFECTED = installed_version() < FIRST_FIXED
 AFFECTED_PYTHON = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
 needs_affected = pytest.mark.skipif(not AFFECTED_PYTHON.exists(),
@@ -59,7 +58,7 @@ class Greedy:
     """Greedy decoding over ov.Core with the prompt in chunks, keeping each step's last logits."""
 
     def __init__(self, model: ov.Model):
-        self.request = ov.Core().compile_model(model, "CPU", CONFIG).create_infer_request()
+        self.request = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG).create_infer_request()
         self.request.reset_state()
         self.past = 0
 
@@ -137,7 +136,7 @@ def test_fusion_prediction_says_bounded_layers_leave_the_kernel():
     model = read()
     summary = ovpasses.rewrite(model, sliding_window="bounded")
     fusion = summary.fusion()
-    compiled = ov.Core().compile_model(model, "CPU", CONFIG)
+    compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
     from ovpasses.check import count_fused_sdpa
     assert count_fused_sdpa(compiled) == sum(v.expected for v in fusion.values()) == 0
     exclusive = {n for n in fusion if summary.analysis.layer(n) in (0, 1)}   # the others: a shared Concat first
@@ -276,7 +275,7 @@ ANSWER = 12
 
 def chat(folder: Path, **kwargs) -> list[str]:
     import openvino_genai as genai
-    pipe = genai.LLMPipeline(str(folder), "CPU", **kwargs, **CONFIG)
+    pipe = genai.LLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
     pipe.get_tokenizer().set_chat_template(CHAT_TEMPLATE)
     config = genai.GenerationConfig()
     config.max_new_tokens = config.min_new_tokens = ANSWER
