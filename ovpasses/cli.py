@@ -407,10 +407,11 @@ def _interrupted(exc: KeyboardInterrupt) -> str:
     """What an interrupted run leaves, truly: signals wait while a commit renames (ovpasses.signals), so
     a run stops either before its commit or after it."""
     name = f"by {exc.args[0]}" if isinstance(exc, signals.Interrupted) else "by SIGINT"
-    if not commit.COMMITTED:
+    kept = [path for path in dict.fromkeys(commit.COMMITTED) if os.path.lexists(path)]   # not temporary folders
+    if not kept:
         return f"interrupted {name}; nothing was written"
-    written = ", ".join(str(path) for path in dict.fromkeys(commit.COMMITTED))
-    return f"interrupted {name} after the rewrite was written: {written} hold the new version"
+    written = ", ".join(str(path) for path in kept)
+    return f"interrupted {name} after the rewrite was written: the new version is in {written}"
 
 
 class _OneLineFormatter(logging.Formatter):

@@ -458,8 +458,10 @@ def recover(folder: Path) -> list[str]:
 AT_FDCWD = -100
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
-_libc = ctypes.CDLL(None, use_errno=True)
-_renameat2_fn = getattr(_libc, "renameat2", None)
+try:   # glibc 2.28+ and musl name it; elsewhere (macOS, Windows) the journalled fallback runs
+    _renameat2_fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+except (OSError, TypeError):
+    _renameat2_fn = None
 
 
 def _renameat2(source: Path, target: Path, flags: int) -> bool:

@@ -36,8 +36,10 @@ def _ptrace_works() -> bool:
     return subprocess.run([STRACE, "-o", "/dev/null", "true"], capture_output=True).returncode == 0
 
 
-needs_strace = pytest.mark.skipif(not _ptrace_works(), reason="strace is missing or ptrace is not permitted here; "
-                                                             "fault injection needs both (apt-get install strace)")
+# in CI (tools/test.sh installs strace) a missing strace fails these tests instead of skipping them
+needs_strace = pytest.mark.skipif(not _ptrace_works() and not os.environ.get("CI"),
+                                  reason="strace is missing or ptrace is not permitted here; fault injection needs "
+                                         "both (apt-get install strace)")
 pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not installed at {OVPASS}")
 
 
@@ -462,7 +464,7 @@ def run_trial(scenario: Scenario, root: Path, step: tuple, signal_name: str, old
     target = scenario.target(root)
     if signal_name != "KILL":   # it waited for the commit (or came before it) and cleaned up after itself
         assert leftovers(root, target) == [], (where, leftovers(root, target))
-        said_new = "hold the new version" in run.stderr
+        said_new = "the new version is in" in run.stderr
         assert said_new or "nothing was written" in run.stderr, (where, run.stderr)
         assert state == (new if said_new else old), (where, run.stderr)
     pending = (scenario.commit_dir(root) / commit.JOURNAL_NAME).exists()

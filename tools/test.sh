@@ -2,6 +2,14 @@
 # Set up what the test suite needs and run it. Extra arguments go to pytest (e.g. --runslow).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# strace delivers the signals and faults of the file-layer tests (tests/test_file_commit.py)
+if ! command -v strace >/dev/null; then
+    if [[ $(id -u) == 0 ]]; then
+        apt-get update -qq >/dev/null && apt-get install -y -qq strace >/dev/null
+    else
+        echo "tools/test.sh: strace is missing and this user cannot install it (apt-get install strace)" >&2
+    fi
+fi
 bash tools/venv.sh dev
 # an affected runtime for the runtime-matrix tests (the newest is the dev venv itself)
 bash tools/venv.sh ov 2026.0.0
