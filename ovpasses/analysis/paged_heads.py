@@ -24,10 +24,11 @@ The graph it is about, per cache variable ``v`` (``k_cache_BHkvSD``)::
                                                                  |
                                                     SDPA (port 1 or 2), Q [B, H, L, E]
 
-A cache is taken when :func:`~ovpasses.analysis.sliding_window_caches.cache_nodes` takes its chain
-(ShapeOf nodes on the chain and on the Concat are allowed: they are given the original shape back),
-the Concat is rank 4 on axis 2 with static ``Hkv`` and ``D``, and every reader reaches it through
-Convert, Unsqueeze, Broadcast and Reshape only. A model is padded whole or not at all: one layer left
+A cache is taken when :func:`padding_nodes` takes its graph: nothing but the next chain node and
+ShapeOf reads the past (ShapeOf nodes on the chain and on the Concat are given the original shape
+back), the Concat is rank 4 on axis 2 with static ``Hkv`` and ``D``, and from the Concat only Convert,
+Unsqueeze, Broadcast and Reshape lead to the SDPAs' K and V ports and to the Assign (Converts only):
+the padding rebuilds that path, so nothing else may read it. A model is padded whole or not at all: one layer left
 in another layout is what breaks the kernel, so any refusal refuses the model, and says which cache
 or layer and why (:class:`HeadsRefusal`).
 """
@@ -43,7 +44,8 @@ import openvino as ov
 from openvino.passes import Matcher
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
-from ovpasses.analysis.sliding_window_caches import CacheRefusal, cache_chain_pattern, cache_nodes, variable_id
+from ovpasses.analysis.kv_sharing import KEY_PORT, VALUE_PORT
+from ovpasses.analysis.sliding_window_caches import cache_chain_pattern, variable_id
 
 # the operations a cache's data may cross on its way to an SDPA's K or V; the padding rebuilds this path
 PATH_OPS = frozenset({"Convert", "Unsqueeze", "Broadcast", "Reshape"})
@@ -67,8 +69,8 @@ HEADS_REFUSALS = {
     HeadsRefusal.NOT_BHKVSD: "its Concat is not a rank-4 [batch, KV heads, sequence, head size] concatenation "
                              "on axis 2",
     HeadsRefusal.DYNAMIC_LAYOUT: "its KV heads or head size are not static",
-    HeadsRefusal.READER_PATH: "a reader reaches it through an operation other than Convert, Unsqueeze, Broadcast "
-                              "and Reshape",
+    HeadsRefusal.READER_PATH: "something other than Convert, Unsqueeze, Broadcast and Reshape lies between it and "
+                              "attention, or reads that path",
     HeadsRefusal.QUERY_LAYOUT: "its query is not a rank-4 [batch, heads, length, head size] tensor with static "
                                "heads and head size",
     HeadsRefusal.NOT_GROUPED: "its query heads are not a multiple of the KV heads every cache would get",
@@ -178,17 +180,60 @@ def cache_chains(model: ov.Model, variables: set[str] | None = None) -> dict[str
     return chains
 
 
-def reader_path(sdpa: ov.Node, port: int, concat: ov.Node) -> list[ov.Node] | None:
-    """The nodes from ``concat`` to ``sdpa``'s input ``port`` (first input of each), when only
-    :data:`PATH_OPS` lie between; else None."""
-    path: list[ov.Node] = []
-    node = sdpa.input_value(port).get_node()
+@dataclass
+class PaddingNodes:
+    """The nodes of one cache as :func:`padding_nodes` finds them (not plain data: for the pass)."""
+
+    read_value: ov.Node
+    concat: ov.Node
+    new: ov.Output                                                    # the Concat's second input
+    shape_ofs: list[ov.Node] = field(default_factory=list)           # on the chain or the Concat
+    readers: list[tuple[ov.Node, int]] = field(default_factory=list)  # (SDPA, port 1 or 2)
+
+
+def padding_nodes(concat: ov.Node, read_value: ov.Node, new: ov.Output) -> PaddingNodes | str:
+    """The nodes of the cache whose chain (matched by :func:`cache_chain_pattern`) ends in ``concat``, or
+    why the padding cannot take it (a sentence naming the node). Walks the path from the Concat once,
+    iteratively; an edge is a data edge into a node's input 0 (Broadcast and Reshape shape inputs are not
+    the cache's data)."""
+    found = PaddingNodes(read_value, concat, new)
+    chain = [concat.input_value(0).get_node()]
+    while chain[-1] is not read_value:
+        chain.append(chain[-1].input_value(0).get_node())
+    for index, node in enumerate(chain):
+        following = chain[index - 1] if index else concat
+        for target in node.output(0).get_target_inputs():
+            consumer = target.get_node()
+            if consumer.get_type_name() == "ShapeOf":
+                found.shape_ofs.append(consumer)
+            elif consumer is not following or (consumer is concat and target.get_index() != 0):
+                return f"{consumer.get_type_name()} '{consumer.get_friendly_name()}' reads the past off the Concat"
+    pending = [concat]
+    while pending:
+        node = pending.pop()
+        for target in node.output(0).get_target_inputs():
+            consumer, kind = target.get_node(), target.get_node().get_type_name()
+            where = f"{kind} '{consumer.get_friendly_name()}'"
+            if kind == "ShapeOf" and node is concat:
+                found.shape_ofs.append(consumer)
+            elif kind == "Assign" and all(n.get_type_name() == "Convert" for n in _back_to(node, concat)):
+                continue
+            elif kind == "ScaledDotProductAttention" and target.get_index() in (KEY_PORT, VALUE_PORT):
+                found.readers.append((consumer, target.get_index()))
+            elif kind in PATH_OPS and target.get_index() == 0:
+                pending.append(consumer)
+            else:
+                return f"{where} reads it on its way to attention"
+    return found
+
+
+def _back_to(node: ov.Node, concat: ov.Node) -> list[ov.Node]:
+    """The nodes from ``node`` back to ``concat`` (first inputs), ``concat`` excluded."""
+    out = []
     while node is not concat:
-        if node.get_type_name() not in PATH_OPS:
-            return None
-        path.append(node)
+        out.append(node)
         node = node.input_value(0).get_node()
-    return path
+    return out
 
 
 def _static(shape: ov.PartialShape, index: int) -> int | None:
@@ -227,16 +272,14 @@ def analyze_paged_heads(model: ov.Model, analysis: KVSharingAnalysis) -> PagedHe
             refusals.append(PaddingRefusal(HeadsRefusal.CACHE_GRAPH, vid, "read by a sub-graph or off its Assign's "
                                                                           "path"))
             continue
-        found = cache_nodes(*chains[vid])
-        if isinstance(found, CacheRefusal):
-            refusals.append(PaddingRefusal(HeadsRefusal.CACHE_GRAPH, vid, found.message))
+        found = padding_nodes(*chains[vid])
+        if isinstance(found, str):
+            refusals.append(PaddingRefusal(HeadsRefusal.READER_PATH, vid, found))
             continue
         for sdpa, port in found.readers:
             name = sdpa.get_friendly_name()
             nodes_by_name[name] = sdpa
             readers.setdefault(name, {})[port] = vid
-            if reader_path(sdpa, port, concat) is None:
-                refusals.append(PaddingRefusal(HeadsRefusal.READER_PATH, vid, f"layer {analysis.layer(name)}"))
     layers: dict[str, LayerHeads] = {}
     for name in analysis.sdpa:
         if name not in readers:

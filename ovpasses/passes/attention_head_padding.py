@@ -55,9 +55,8 @@ from openvino import opset8
 from openvino import opset13 as ops
 from openvino.passes import ModelPass
 
-from ovpasses._ov import copy_runtime_info
-from ovpasses.analysis.paged_heads import PagedHeads, cache_chains
-from ovpasses.analysis.sliding_window_caches import CacheRefusal, cache_nodes
+from ovpasses._ov import SDPA_TYPE, copy_runtime_info
+from ovpasses.analysis.paged_heads import PagedHeads, cache_chains, padding_nodes
 from ovpasses.errors import PassInvariantError
 
 log = logging.getLogger(__name__)
@@ -96,17 +95,25 @@ class AttentionHeadPadding(ModelPass):
                                      "no cache chain of it")
         variables = {v.get_info().variable_id: v for v in model.get_variables()}
         made: list[ov.Node] = []
+        # first, while every shape is still consistent: a scale for each changed SDPA without one
+        changed = set(self.plan.changed_layers)
+        for node in model.get_ordered_ops():
+            if node.get_type_name() == SDPA_TYPE and node.get_friendly_name() in changed \
+                    and node.get_input_size() <= SCALE_PORT:
+                made += self._explicit_scale(node, self.plan.layers[node.get_friendly_name()].head_size)
+        # an SDPA replaced above stays a consumer of its inputs until it is freed: readers are taken by name
+        live = {n.get_friendly_name(): n for n in model.get_ordered_ops() if n.get_type_name() == SDPA_TYPE}
         expansions: dict[tuple, ov.Output] = {}
         readers: dict[str, ov.Node] = {}
         for vid in wanted:
-            nodes = cache_nodes(*chains[vid])
-            if isinstance(nodes, CacheRefusal):
-                raise PassInvariantError(f"{self.NAME}: cache {vid} no longer takes the padding: {nodes.message}")
+            nodes = padding_nodes(*chains[vid])
+            if isinstance(nodes, str):
+                raise PassInvariantError(f"{self.NAME}: cache {vid} no longer takes the padding: {nodes}")
             layout = self.plan.caches[vid]
             made += self._pad_cache(nodes, layout.kv_heads, layout.head_size, variables[vid])
-            for sdpa, port in nodes.readers:
-                made += self._rebuild_path(sdpa, port, nodes.concat, expansions)
-                readers[sdpa.get_friendly_name()] = sdpa
+            for name, port in sorted({(sdpa.get_friendly_name(), port) for sdpa, port in nodes.readers}):
+                made += self._rebuild_path(live[name], port, nodes.concat, expansions)
+                readers[name] = live[name]
             self.padded.append(vid)
         for name, sdpa in readers.items():
             made += self._pad_query_and_slice(sdpa, self.plan.layers[name])
@@ -193,29 +200,31 @@ class AttentionHeadPadding(ModelPass):
         sdpa.input(port).replace_source_output(expansions[key])
         return made
 
+    def _explicit_scale(self, sdpa: ov.Node, head_size: int) -> list[ov.Node]:
+        """``sdpa`` with the specification's default scale, 1/sqrt(E) of the original Q, as an input: a
+        padded Q would change the default."""
+        element = sdpa.get_input_element_type(0)
+        scale = ops.constant(np.array(1 / math.sqrt(head_size), element.to_dtype()))
+        made: list[ov.Node] = [scale]
+        if sdpa.get_input_size() > MASK_PORT:
+            mask = sdpa.input_value(MASK_PORT)
+        else:   # the specification allows a scalar zero: no mask
+            mask = ops.constant(np.array(0, element.to_dtype())).output(0)
+            made.append(mask.get_node())
+        replacement = ops.scaled_dot_product_attention(sdpa.input_value(0), sdpa.input_value(KEY_PORT),
+                                                       sdpa.input_value(VALUE_PORT), mask, scale,
+                                                       causal=sdpa.get_attributes()["causal"])
+        replacement.set_friendly_name(sdpa.get_friendly_name())
+        made.append(replacement)
+        copy_runtime_info(sdpa, made)
+        sdpa.output(0).replace(replacement.output(0))
+        return made
+
     def _pad_query_and_slice(self, sdpa: ov.Node, layer) -> list[ov.Node]:
-        """Q padded to the target head size, the scale explicit, the output sliced back to ``Ev``."""
+        """Q padded to the target head size and the output sliced back to ``Ev``."""
         target_size = self.plan.target[1]
         name = sdpa.get_friendly_name()
         made: list[ov.Node] = []
-        if sdpa.get_input_size() <= SCALE_PORT:
-            # the specification's default scale is 1/sqrt(E) of the original Q; a padded Q would change it
-            element = sdpa.get_input_element_type(0)
-            inputs = [sdpa.input_value(i) for i in range(3)]
-            scale = ops.constant(np.array(1 / math.sqrt(layer.head_size), element.to_dtype()))
-            made.append(scale)
-            if sdpa.get_input_size() > MASK_PORT:
-                mask = sdpa.input_value(MASK_PORT)
-            else:   # the specification allows a scalar zero: no mask
-                mask = ops.constant(np.array(0, element.to_dtype())).output(0)
-                made.append(mask.get_node())
-            replacement = ops.scaled_dot_product_attention(*inputs, mask, scale,
-                                                           causal=sdpa.get_attributes()["causal"])
-            replacement.set_friendly_name(name)
-            made.append(replacement)
-            copy_runtime_info(sdpa, made)
-            sdpa.output(0).replace(replacement.output(0))
-            sdpa = replacement
         if layer.head_size != target_size:
             padded = ops.pad(sdpa.input_value(0), _i64([0, 0, 0, 0]), _i64([0, 0, 0, target_size - layer.head_size]),
                              "constant")

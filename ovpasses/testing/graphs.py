@@ -857,6 +857,7 @@ class HeadsStackSpec:
     seed: int = 0
     kv_source: tuple[int, ...] | None = None
     k_eq_v: tuple[int, ...] = ()
+    scale: float | None = 1.0   # None: the SDPA has no scale input (the specification's 1/sqrt(D))
 
     @property
     def sources(self) -> tuple[int, ...]:
@@ -932,8 +933,8 @@ def build_heads_stack(spec: HeadsStackSpec) -> ov.Model:
             sinks.append(ops.assign(cache_BHkvSD, variable))
             caches.setdefault(i, []).append(cache_BHkvSD)
             kv.append(_heads_expand(cache_BHkvSD, batch, kv_heads, heads, head))
-        attention = ops.scaled_dot_product_attention(q_BHLD, kv[0], kv[1], mask, _const(1.0, ov.Type.f32),
-                                                     causal=False)
+        scale = () if spec.scale is None else (_const(spec.scale, ov.Type.f32),)
+        attention = ops.scaled_dot_product_attention(q_BHLD, kv[0], kv[1], mask, *scale, causal=False)
         attention.set_friendly_name(f"layers.{i}.self_attn.sdpa")
         merged = ops.reshape(ops.transpose(attention, _i64([0, 2, 1, 3])), _i64([0, 0, heads * head]), special_zero=True)
         x = ops.add(x, ops.matmul(merged, ops.constant(wo), False, False))
@@ -982,7 +983,8 @@ def heads_stack_reference(spec: HeadsStackSpec, tokens: list[int]) -> np.ndarray
             kv[i] = k, v
         k, v = kv[spec.sources[i]]
         rep = heads // kv_heads
-        attention = sdpa_reference(q, np.repeat(k, rep, axis=0), np.repeat(v, rep, axis=0), causal=True, scale=1.0)
+        attention = sdpa_reference(q, np.repeat(k, rep, axis=0), np.repeat(v, rep, axis=0), causal=True,
+                                   scale=spec.scale)
         x = x + attention.transpose(1, 0, 2).reshape(n, heads * head) @ wo
     return x
 
