@@ -73,21 +73,21 @@ def _cost(before: int | None, after: int | None) -> str:
 
 def summary_lines(data: dict) -> list[str]:
     """The report lines of a :meth:`PagedHeadsStep.to_dict` (rewrite and inspect print the same); none when
-    there is nothing to say (one layout, padding not asked for)."""
+    there is nothing to say (one layout, or padding neither asked for nor needed by the runtime)."""
     target = "x".join(map(str, data["target"])) if data["target"] else None
     cost = _cost(data["bytes_per_token"], data["bytes_per_token_padded"])
     action = PagedHeadsAction(data["action"])
     if action == PagedHeadsAction.PADDED:
         return [f"paged heads: pad: {len(data['changed'])} caches padded to {target} (KV heads x head size; were "
-                f"{data['layouts']}); {cost}"]
+                f"{data['layouts']})", f"  {cost}"]
     if action == PagedHeadsAction.REFUSED:
         return [f"paged heads: not padded: {r['message']}" for r in data["refusals"][:3]]
     if action == PagedHeadsAction.NOT_SELECTED:
         return [f"paged heads: not applied (pass {AttentionHeadPadding.NAME} not selected); planned: "
                 f"{len(data['padded'])} caches to {target}"]
-    if action == PagedHeadsAction.KEPT and data["padded"]:
-        return [f"paged heads: {data['layouts']} (KV heads x head size); --paged-heads pad would make every "
-                f"cache {target}: {cost}"]
+    if action == PagedHeadsAction.KEPT and data["padded"] and data["needed"]:
+        return [f"paged heads: {data['layouts']} (KV heads x head size)",
+                f"  --paged-heads pad would make every cache {target}: {cost}"]
     return []
 
 
