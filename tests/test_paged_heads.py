@@ -257,6 +257,43 @@ def test_affected_genai_paged_keeps_the_window_once_padded(fixture, prompt):
     assert cell(AFFECTED, fixture, "paged-pad", "paged", prompt)["status"] == "ok"
 
 
+AFFECTED_CONTINUOUS_BATCHING = """
+import json, shutil, tempfile, numpy as np, openvino as ov, openvino_genai as genai, ovpasses
+from pathlib import Path
+from ovpasses.precision import EXACT_CPU_CONFIG
+fixture = Path("tests/fixtures/gemma4/e2b35")
+reference = json.loads((fixture / "reference.json").read_text())
+out = {"runtime": ov.get_version()}
+for mode in ("keep", "pad"):
+    with tempfile.TemporaryDirectory() as tmp:   # no tokenizer: token ids in, token ids out
+        for name in ("config.json", "generation_config.json"):
+            shutil.copy(fixture / name, Path(tmp) / name)
+        model = ov.Core().read_model(fixture / "openvino_model.xml")
+        ovpasses.rewrite(model, paged_heads=mode)
+        ov.save_model(model, Path(tmp) / "openvino_model.xml", compress_to_fp16=False)
+        pipe = genai.ContinuousBatchingPipeline(tmp, genai.SchedulerConfig(), "CPU", EXACT_CPU_CONFIG)
+        config = genai.GenerationConfig()
+        config.max_new_tokens = config.min_new_tokens = len(reference["generated_ids"])
+        config.do_sample = False
+        result = pipe.generate([ov.Tensor(np.array([reference["prompt_ids"]], np.int64))], [config])
+        out[mode] = [int(t) for t in result[0].m_generation_ids[0]]
+        del pipe
+out["expected"] = reference["generated_ids"]
+print(json.dumps(out))
+"""
+
+
+@needs_affected
+def test_affected_continuous_batching_pipeline_decodes_e2b35_once_padded():
+    """openvino_genai.ContinuousBatchingPipeline itself (what OpenVINO Model Server runs) on 2026.0."""
+    proc = subprocess.run([str(AFFECTED), "-c", AFFECTED_CONTINUOUS_BATCHING], capture_output=True, text=True,
+                          timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["runtime"].startswith("2026.0") and len(out["expected"]) == 20
+    assert out["keep"] != out["expected"] and out["pad"] == out["expected"]
+
+
 AFFECTED_STACK = """
 import json, numpy as np, ovpasses
 from ovpasses.precision import EXACT_CPU_CONFIG
