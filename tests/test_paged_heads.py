@@ -294,6 +294,53 @@ def test_affected_continuous_batching_pipeline_decodes_e2b35_once_padded():
     assert out["keep"] != out["expected"] and out["pad"] == out["expected"]
 
 
+AFFECTED_GENAI_STACK = """
+import json, tempfile, numpy as np, openvino as ov, openvino_genai as genai, ovpasses
+from pathlib import Path
+from ovpasses.precision import EXACT_CPU_CONFIG
+from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_greedy
+spec, prompt, steps = HeadsStackSpec(*%r, kv_source=%r, k_eq_v=%r, hidden=%r, seed=%r, scale=%r), %r, 12
+expected, margin = heads_stack_greedy(spec, prompt, steps)
+out = {"runtime": ov.get_version(), "expected": expected, "margin": margin}
+for mode in ("keep", "pad"):
+    for path in ("paged", "stateful"):
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": spec.hidden}))
+            (Path(tmp) / "generation_config.json").write_text(json.dumps({"eos_token_id": spec.vocab}))
+            model = build_heads_stack(spec)
+            ovpasses.rewrite(model, paged_heads=mode)
+            ov.save_model(model, Path(tmp) / "openvino_model.xml", compress_to_fp16=False)
+            kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
+            pipe = genai.LLMPipeline(tmp, "CPU", **kwargs, **EXACT_CPU_CONFIG)
+            config = genai.GenerationConfig()
+            config.max_new_tokens = config.min_new_tokens = steps
+            config.do_sample = False
+            ids = np.array([prompt], np.int64)
+            result = pipe.generate(genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config)
+            out[f"{mode}-{path}"] = [int(t) for t in result.tokens[0]]
+            del pipe
+print(json.dumps(out))
+"""
+# the 26B/31B layout with no scale input; after [5, 1, 3, 2, 6, 4] its greedy tokens take 4 values, the smallest
+# top-1/top-2 margin 1.47 (float32 differs from float64 by 1e-4 of the largest output)
+GENAI_LARGE = HeadsStackSpec(LARGE_LIKE.layers, k_eq_v=LARGE_LIKE.k_eq_v, hidden=16, seed=3, scale=None)
+
+
+@needs_affected
+def test_affected_genai_paged_decodes_the_large_layout_once_padded():
+    """The 26B/31B layout (sliding 4 KV heads x 8, full 1 x 16 with K = V, adjacent full layers) through
+    openvino_genai on 2026.0, its output read as logits: greedy tokens of the float64 reference."""
+    spec = GENAI_LARGE
+    code = AFFECTED_GENAI_STACK % ((spec.layers,), spec.kv_source, spec.k_eq_v, spec.hidden, spec.seed, spec.scale,
+                                   [5, 1, 3, 2, 6, 4])
+    proc = subprocess.run([str(AFFECTED), "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout.splitlines()[-1])
+    assert out["runtime"].startswith("2026.0") and out["margin"] > 1 and len(set(out["expected"])) > 3
+    assert out["pad-paged"] == out["pad-stateful"] == out["keep-stateful"] == out["expected"]
+    assert out["keep-paged"] != out["expected"]
+
+
 AFFECTED_STACK = """
 import json, numpy as np, ovpasses
 from ovpasses.precision import EXACT_CPU_CONFIG

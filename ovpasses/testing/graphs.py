@@ -989,6 +989,18 @@ def heads_stack_reference(spec: HeadsStackSpec, tokens: list[int]) -> np.ndarray
     return x
 
 
+def heads_stack_greedy(spec: HeadsStackSpec, prompt: list[int], steps: int) -> tuple[list[int], float]:
+    """Greedy tokens of :func:`build_heads_stack` (its output read as logits over ``hidden`` tokens) after
+    ``prompt``, from :func:`heads_stack_reference`, and the smallest top-1/top-2 margin on the way."""
+    ids, margin = list(prompt), np.inf
+    for _ in range(steps):
+        row = heads_stack_reference(spec, ids)[-1]
+        top = np.sort(row)[-2:]
+        margin = min(margin, float(top[1] - top[0]))
+        ids.append(int(row.argmax()))
+    return ids[len(prompt):], margin
+
+
 # --------------------------------------------------------------------------------------------------
 # Layers of different attention kinds sharing caches: the graphs the sharing lint judges
 # --------------------------------------------------------------------------------------------------
