@@ -89,15 +89,22 @@ def test_padded_stack_matches_the_float64_reference_stateful_and_paged(spec):
 
 @given(heads_stack_specs())
 def test_padding_keeps_every_drawn_layout_exact(spec):
+    """Some drawn stacks are sharp enough that float32 itself strays 1e-4 from float64 (measured: 1.2e-4
+    padded, the same order unpadded); the padded model may not stray more than twice as far as the
+    unpadded one on the same path (summation order over the zero columns), nor past RELATIVE. A padding
+    defect (a head read from the wrong KV head, a scale from the padded size) strays by O(1)."""
     reference = heads_stack_reference(spec, TOKENS)
     model, summary = padded(spec)
     target = summary.paged_heads.plan.target
     assert {(v.get_info().data_shape[1].get_length(), v.get_info().data_shape[3].get_length())
             for v in model.get_variables()} == {target}
     stateful = run_heads_stack(ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG), TOKENS, PREFILL)
-    assert error(stateful, reference) < RELATIVE
+    unpadded = run_heads_stack(ov.Core().compile_model(build_heads_stack(spec), "CPU", EXACT_CPU_CONFIG), TOKENS,
+                               PREFILL)
+    assert error(stateful, reference) < max(RELATIVE, 2 * error(unpadded, reference))
     paged = heads_stack_paged_outputs(spec, TOKENS, PREFILL, EXACT_CPU_CONFIG, model=padded(spec)[0])
-    assert error(paged, reference) < RELATIVE
+    paged_unpadded = heads_stack_paged_outputs(spec, TOKENS, PREFILL, EXACT_CPU_CONFIG)   # right on 2026.3+
+    assert error(paged, reference) < max(RELATIVE, 2 * error(paged_unpadded, reference))
 
 
 # --------------------------------------------------------------------------------------- structure
@@ -176,6 +183,22 @@ def test_keep_changes_nothing_and_plans():
 
 
 # --------------------------------------------------------------------------------------- the fixture
+
+@pytest.mark.parametrize("fixture, options", [
+    ("e2b35", {"kv_sharing": "unshare"}), ("tiny8", {"sliding_window": "bounded"}),
+    ("tiny8", {"kv_sharing": "unshare", "sliding_window": "bounded"})], ids=["unshare", "bounded", "both"])
+def test_padding_composes_with_unsharing_and_bounding(fixture, options):
+    """The stateful path of the padded IR with the other opt-in rewrites: transformers' 20 tokens (tiny8:
+    12 + 20 tokens, past its window of 16, so a bounded cache really drops positions)."""
+    from ovpasses.greedy import greedy_generate
+
+    reference = json.loads((FIXTURES / fixture / "reference.json").read_text())
+    model = ov.Core().read_model(FIXTURES / fixture / "openvino_model.xml")
+    summary = ovpasses.rewrite(model, paged_heads="pad", **options)
+    assert summary.paged_heads.action == PagedHeadsAction.PADDED
+    compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
+    assert greedy_generate(compiled, reference["prompt_ids"], 20) == reference["generated_ids"]
+
 
 def test_e2b35_plan_and_its_cost():
     """15 owner layers (12 sliding head size 8, 3 full 16; one KV head): the 24 sliding caches grow to 16,
@@ -258,68 +281,70 @@ def test_affected_genai_paged_keeps_the_window_once_padded(fixture, prompt):
 
 
 AFFECTED_CONTINUOUS_BATCHING = """
-import json, shutil, tempfile, numpy as np, openvino as ov, openvino_genai as genai, ovpasses
+import json, os, shutil, tempfile, numpy as np, openvino as ov, openvino_genai as genai, ovpasses
 from pathlib import Path
 from ovpasses.precision import EXACT_CPU_CONFIG
-fixture = Path("tests/fixtures/gemma4/e2b35")
+fixture, mode = Path("tests/fixtures/gemma4/e2b35"), %r
 reference = json.loads((fixture / "reference.json").read_text())
-out = {"runtime": ov.get_version()}
-for mode in ("keep", "pad"):
-    with tempfile.TemporaryDirectory() as tmp:   # no tokenizer: token ids in, token ids out
-        for name in ("config.json", "generation_config.json"):
-            shutil.copy(fixture / name, Path(tmp) / name)
-        model = ov.Core().read_model(fixture / "openvino_model.xml")
-        ovpasses.rewrite(model, paged_heads=mode)
-        ov.save_model(model, Path(tmp) / "openvino_model.xml", compress_to_fp16=False)
-        pipe = genai.ContinuousBatchingPipeline(tmp, genai.SchedulerConfig(), "CPU", EXACT_CPU_CONFIG)
-        config = genai.GenerationConfig()
-        config.max_new_tokens = config.min_new_tokens = len(reference["generated_ids"])
-        config.do_sample = False
-        result = pipe.generate([ov.Tensor(np.array([reference["prompt_ids"]], np.int64))], [config])
-        out[mode] = [int(t) for t in result[0].m_generation_ids[0]]
-        del pipe
-out["expected"] = reference["generated_ids"]
-print(json.dumps(out))
+tmp = tempfile.mkdtemp()   # no tokenizer: token ids in, token ids out
+for name in ("config.json", "generation_config.json"):
+    shutil.copy(fixture / name, Path(tmp) / name)
+model = ov.Core().read_model(fixture / "openvino_model.xml")
+ovpasses.rewrite(model, paged_heads=mode)
+ov.save_model(model, Path(tmp) / "openvino_model.xml", compress_to_fp16=False)
+pipe = genai.ContinuousBatchingPipeline(tmp, genai.SchedulerConfig(), "CPU", EXACT_CPU_CONFIG)
+config = genai.GenerationConfig()
+config.max_new_tokens = config.min_new_tokens = len(reference["generated_ids"])
+config.do_sample = False
+result = pipe.generate([ov.Tensor(np.array([reference["prompt_ids"]], np.int64))], [config])
+print(json.dumps({"runtime": ov.get_version(), "tokens": [int(t) for t in result[0].m_generation_ids[0]],
+                  "expected": reference["generated_ids"]}), flush=True)
+shutil.rmtree(tmp)
+os._exit(0)   # genai 2026.0 - 2026.2 segfaults now and then when a pipeline is destroyed (measured after the print)
 """
 
 
 @needs_affected
 def test_affected_continuous_batching_pipeline_decodes_e2b35_once_padded():
-    """openvino_genai.ContinuousBatchingPipeline itself (what OpenVINO Model Server runs) on 2026.0."""
-    proc = subprocess.run([str(AFFECTED), "-c", AFFECTED_CONTINUOUS_BATCHING], capture_output=True, text=True,
-                          timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.splitlines()[-1])
-    assert out["runtime"].startswith("2026.0") and len(out["expected"]) == 20
-    assert out["keep"] != out["expected"] and out["pad"] == out["expected"]
+    """openvino_genai.ContinuousBatchingPipeline itself (what OpenVINO Model Server runs) on 2026.0, one
+    process per IR: the unpadded one may corrupt the heap (a crash is as wrong as wrong tokens)."""
+    def run(mode: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(AFFECTED), "-c", AFFECTED_CONTINUOUS_BATCHING % mode], capture_output=True,
+                              text=True, timeout=600, cwd=ROOT)
+
+    keep = run("keep")
+    assert keep.returncode != 0 or (lambda o: o["tokens"] != o["expected"])(json.loads(keep.stdout.splitlines()[-1]))
+    pad = run("pad")
+    assert pad.returncode == 0, pad.stderr[-2000:]
+    out = json.loads(pad.stdout.splitlines()[-1])
+    assert out["runtime"].startswith("2026.0") and len(out["expected"]) == 20 and out["tokens"] == out["expected"]
 
 
 AFFECTED_GENAI_STACK = """
-import json, tempfile, numpy as np, openvino as ov, openvino_genai as genai, ovpasses
+import json, os, shutil, tempfile, numpy as np, openvino as ov, openvino_genai as genai, ovpasses
 from pathlib import Path
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_greedy
 spec, prompt, steps = HeadsStackSpec(*%r, kv_source=%r, k_eq_v=%r, hidden=%r, seed=%r, scale=%r), %r, 12
+mode, path = %r, %r
 expected, margin = heads_stack_greedy(spec, prompt, steps)
-out = {"runtime": ov.get_version(), "expected": expected, "margin": margin}
-for mode in ("keep", "pad"):
-    for path in ("paged", "stateful"):
-        with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": spec.hidden}))
-            (Path(tmp) / "generation_config.json").write_text(json.dumps({"eos_token_id": spec.vocab}))
-            model = build_heads_stack(spec)
-            ovpasses.rewrite(model, paged_heads=mode)
-            ov.save_model(model, Path(tmp) / "openvino_model.xml", compress_to_fp16=False)
-            kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
-            pipe = genai.LLMPipeline(tmp, "CPU", **kwargs, **EXACT_CPU_CONFIG)
-            config = genai.GenerationConfig()
-            config.max_new_tokens = config.min_new_tokens = steps
-            config.do_sample = False
-            ids = np.array([prompt], np.int64)
-            result = pipe.generate(genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config)
-            out[f"{mode}-{path}"] = [int(t) for t in result.tokens[0]]
-            del pipe
-print(json.dumps(out))
+tmp = tempfile.mkdtemp()
+(Path(tmp) / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": spec.hidden}))
+(Path(tmp) / "generation_config.json").write_text(json.dumps({"eos_token_id": spec.vocab}))
+model = build_heads_stack(spec)
+ovpasses.rewrite(model, paged_heads=mode)
+ov.save_model(model, Path(tmp) / "openvino_model.xml", compress_to_fp16=False)
+kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
+pipe = genai.LLMPipeline(tmp, "CPU", **kwargs, **EXACT_CPU_CONFIG)
+config = genai.GenerationConfig()
+config.max_new_tokens = config.min_new_tokens = steps
+config.do_sample = False
+ids = np.array([prompt], np.int64)
+result = pipe.generate(genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config)
+print(json.dumps({"runtime": ov.get_version(), "expected": expected, "margin": margin,
+                  "tokens": [int(t) for t in result.tokens[0]]}), flush=True)
+shutil.rmtree(tmp)
+os._exit(0)   # genai 2026.0 - 2026.2 segfaults now and then when a pipeline is destroyed (measured after the print)
 """
 # the 26B/31B layout with no scale input; after [5, 1, 3, 2, 6, 4] its greedy tokens take 4 values, the smallest
 # top-1/top-2 margin 1.47, far above what float32 moves (RELATIVE of the largest output)
@@ -331,14 +356,20 @@ def test_affected_genai_paged_decodes_the_large_layout_once_padded():
     """The 26B/31B layout (sliding 4 KV heads x 8, full 1 x 16 with K = V, adjacent full layers) through
     openvino_genai on 2026.0, its output read as logits: greedy tokens of the float64 reference."""
     spec = GENAI_LARGE
-    code = AFFECTED_GENAI_STACK % ((spec.layers,), spec.kv_source, spec.k_eq_v, spec.hidden, spec.seed, spec.scale,
-                                   [5, 1, 3, 2, 6, 4])
-    proc = subprocess.run([str(AFFECTED), "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    out = json.loads(proc.stdout.splitlines()[-1])
-    assert out["runtime"].startswith("2026.0") and out["margin"] > 1 and len(set(out["expected"])) > 3
-    assert out["pad-paged"] == out["pad-stateful"] == out["keep-stateful"] == out["expected"]
-    assert out["keep-paged"] != out["expected"]
+
+    def run(mode: str, path: str) -> subprocess.CompletedProcess:   # one process each: see above
+        code = AFFECTED_GENAI_STACK % ((spec.layers,), spec.kv_source, spec.k_eq_v, spec.hidden, spec.seed,
+                                       spec.scale, [5, 1, 3, 2, 6, 4], mode, path)
+        return subprocess.run([str(AFFECTED), "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+    for mode, path in (("pad", "paged"), ("pad", "stateful"), ("keep", "stateful")):
+        proc = run(mode, path)
+        assert proc.returncode == 0, f"{mode} {path}: {proc.stderr[-2000:]}"
+        out = json.loads(proc.stdout.splitlines()[-1])
+        assert out["runtime"].startswith("2026.0") and out["margin"] > 1 and len(set(out["expected"])) > 3
+        assert out["tokens"] == out["expected"], (mode, path)
+    keep = run("keep", "paged")
+    assert keep.returncode != 0 or (lambda o: o["tokens"] != o["expected"])(json.loads(keep.stdout.splitlines()[-1]))
 
 
 AFFECTED_STACK = """
