@@ -74,7 +74,8 @@ def worker(fixture: Path, row: str, decode: int, repeats: int) -> dict:
 
                 def step(new: list[int]) -> np.ndarray:
                     nonlocal past
-                    request.infer({"input_ids": np.array([new]), "attention_mask": np.ones((1, past + len(new)), np.int64),
+                    request.infer({"input_ids": np.array([new]),
+                                   "attention_mask": np.ones((1, past + len(new)), np.int64),
                                    "position_ids": np.arange(past, past + len(new))[None],
                                    "beam_idx": np.zeros(1, np.int32)})
                     past += len(new)

@@ -37,7 +37,8 @@ FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
 NEWEST = Path(sys.executable)
 AFFECTED = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
 register_profiles()   # the ci profile: no deadline (compiling takes tens of ms with a long tail)
-needs_affected = pytest.mark.skipif(not AFFECTED.exists(), reason="needs .venvs/ov-2026.0.0 (bash tools/venv.sh ov 2026.0.0)")
+needs_affected = pytest.mark.skipif(not AFFECTED.exists(),
+                                    reason="needs .venvs/ov-2026.0.0 (bash tools/venv.sh ov 2026.0.0)")
 
 TOKENS, PREFILL = [5, 17, 33, 2, 60, 41, 9, 28, 50, 11], 6
 # f32 through stacks whose outputs reach O(100) against float64: summation order only, relative to the
@@ -173,6 +174,17 @@ def test_query_heads_that_no_kv_head_count_groups_refuse_the_model():
     assert refusal.reason == HeadsRefusal.NOT_GROUPED and refusal.where == "layer 1"
     assert any("--paged-heads pad could not pad this model" in w for w in summary.warnings)
     assert {tuple(v.get_info().data_shape)[3].get_length() for v in model.get_variables()} == {8, 16}
+
+
+def test_without_the_pass_selected_nothing_is_padded_and_the_plan_says_so():
+    model = build_heads_stack(E2B_LIKE)
+    passes = [name for name in ovpasses.pipeline.PIPELINE_PASSES if name != AttentionHeadPadding.NAME]
+    summary = ovpasses.rewrite(model, "2026.0", passes=passes, paged_heads="pad")
+    assert summary.paged_heads.action == PagedHeadsAction.NOT_SELECTED
+    assert summary.paged_heads.plan.padded == ["past_key_values.0.keypresent.0.key",
+                                               "past_key_values.0.valuepresent.0.value"]
+    assert {v.get_info().data_shape[3].get_length() for v in model.get_variables()} == {8, 16}
+    assert "paged heads: not applied (pass AttentionHeadPadding not selected)" in str(summary)
 
 
 def test_keep_changes_nothing_and_plans():
@@ -381,7 +393,8 @@ spec, tokens, pad = HeadsStackSpec(*%r, kv_source=%r, k_eq_v=%r, hidden=%r), %r,
 model = build_heads_stack(spec)
 if pad:
     ovpasses.rewrite(model, paged_heads="pad")
-got, ref = heads_stack_paged_outputs(spec, tokens, prefill=6, config=EXACT_CPU_CONFIG, model=model), heads_stack_reference(spec, tokens)
+got = heads_stack_paged_outputs(spec, tokens, prefill=6, config=EXACT_CPU_CONFIG, model=model)
+ref = heads_stack_reference(spec, tokens)
 error = np.nan_to_num(np.abs(got - ref), nan=np.inf).max() / max(1.0, np.abs(ref).max())
 print(json.dumps({"runtime": __import__("openvino").get_version(), "error": float(error)}))
 """

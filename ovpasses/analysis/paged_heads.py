@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 import openvino as ov
 from openvino.passes import Matcher
 
-from ovpasses.analysis.kv_sharing import KVSharingAnalysis
-from ovpasses.analysis.kv_sharing import KEY_PORT, VALUE_PORT
+from ovpasses._ov import SDPA_TYPE
+from ovpasses.analysis.kv_sharing import KEY_PORT, VALUE_PORT, KVSharingAnalysis
 from ovpasses.analysis.sliding_window_caches import cache_chain_pattern, variable_id
 
 # the operations a cache's data may cross on its way to an SDPA's K or V; the padding rebuilds this path
@@ -218,7 +218,7 @@ def padding_nodes(concat: ov.Node, read_value: ov.Node, new: ov.Output) -> Paddi
                 found.shape_ofs.append(consumer)
             elif kind == "Assign" and all(n.get_type_name() == "Convert" for n in _back_to(node, concat)):
                 continue
-            elif kind == "ScaledDotProductAttention" and target.get_index() in (KEY_PORT, VALUE_PORT):
+            elif kind == SDPA_TYPE and target.get_index() in (KEY_PORT, VALUE_PORT):
                 found.readers.append((consumer, target.get_index()))
             elif kind in PATH_OPS and target.get_index() == 0:
                 pending.append(consumer)
