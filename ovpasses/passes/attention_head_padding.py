@@ -40,8 +40,11 @@ reader with ``H`` query heads, ``E`` its Q/K head size, ``Ev`` its V head size):
 * The variable's shape becomes ``[?, Hkv*, ?, D*]``: the stateful model's state and the paged caches
   the converter makes grow by ``Hkv* D* / (Hkv D)`` for this cache (see ``PagedHeads.bytes_per_token``).
 
-A second run finds every cache in one layout and changes nothing (the analysis plans nothing).
-A ModelPass: one rewrite spans a cache chain, its variable, its ShapeOf nodes and every reader.
+Order matters: SDPAs without a scale are replaced first, while every shape is still consistent (a node
+validates its inputs when it is made); a replaced SDPA stays a consumer of its inputs until it is freed,
+so readers are then taken by friendly name. A second run finds every cache in one layout and changes
+nothing (the analysis plans nothing). A ModelPass: one rewrite spans a cache chain, its variable, its
+ShapeOf nodes and every reader.
 """
 
 from __future__ import annotations
