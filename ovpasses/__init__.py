@@ -10,6 +10,7 @@ from ovpasses.errors import (
     UnsupportedRuntimeError,
 )
 from ovpasses.passes import (
+    AttentionHeadPadding,
     ConvertOneHot16ToOneHot1,
     DisableStatefulSDPAFusion,
     ErfInvConstantFolding,
@@ -25,6 +26,7 @@ from ovpasses.pipeline import RewriteSummary, RuntimeProfile, compile_model, pla
 __version__ = "0.1.0"
 
 __all__ = [
+    "AttentionHeadPadding",
     "ConvertOneHot16ToOneHot1",
     "DeviceNotAvailableError",
     "DisableStatefulSDPAFusion",

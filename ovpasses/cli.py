@@ -21,6 +21,7 @@ import ovpasses
 from ovpasses import (check, check_inputs, commit, devices, folder, genai_check, inspect_report, io, pipeline,
                       precision, runtimes, signals)
 from ovpasses.errors import OvpassesError
+from ovpasses.paged_padding import PAGED_HEADS_MODES
 from ovpasses.pipeline import KV_SHARING_MODES, SLIDING_WINDOW_MODES
 
 EXIT_OK = 0
@@ -73,6 +74,10 @@ def _add_common(sub: argparse.ArgumentParser, runtime: bool = True) -> None:
                          help="full (default): every KV cache holds the whole context; bounded: a cache that only "
                               "sliding-window attention reads keeps its last W-1 positions (the stateful path: "
                               "ov.Core, optimum-intel, openvino_genai with ATTENTION_BACKEND=SDPA)")
+        sub.add_argument("--paged-heads", choices=PAGED_HEADS_MODES, default="keep",
+                         help="keep (default); pad: every KV cache and attention layer gets one KV-head count and "
+                              "head size (zero padding, repeated KV heads), which the CPU PagedAttention of openvino "
+                              "2025.2 - 2026.2 needs (continuous batching, OVMS), at more KV memory per token")
         sub.add_argument("--sliding-window-margin", type=int, default=0, metavar="N",
                          help="with --sliding-window bounded: keep N positions more, so that a client may take "
                               "back N (openvino_genai's stateful chat takes back each answer); a longer rollback "
@@ -232,7 +237,8 @@ def cmd_rewrite(args) -> int:
             io.check_distinct_output(source, target)
     model = io.read_ir(source)
     summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing,
-                               sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin)
+                               sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin,
+                               paged_heads=args.paged_heads)
     if not args.dry_run:
         io.write_ir(model, target)
     if args.format == "json":
@@ -268,6 +274,9 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
 
 
 def _refuse_bounded(args, what: str) -> None:
+    if getattr(args, "paged_heads", "keep") != "keep":
+        raise OvpassesError(f"--paged-heads {args.paged_heads} is not yet supported for {what}; rewrite the IR file "
+                            "(ovpass rewrite IN.xml -o OUT.xml --paged-heads pad)")
     if getattr(args, "sliding_window", "full") != "full":
         raise OvpassesError(f"--sliding-window {args.sliding_window} is not yet supported for {what}; rewrite each "
                             "IR file (ovpass rewrite IN.xml -o OUT.xml --sliding-window bounded)")
@@ -282,7 +291,8 @@ def cmd_inspect(args) -> int:
                    for name in folder.stateful_irs(source)]
     else:
         reports = [(None, inspect_report.inspect_model(io.read_ir(source), runtime, kv_sharing=args.kv_sharing,
-                                                       sliding_window=args.sliding_window))]
+                                                       sliding_window=args.sliding_window,
+                                                       paged_heads=args.paged_heads))]
     if args.format == "json":
         data = reports[0][1] if reports[0][0] is None else {
             "schema": "ovpass.inspect-folder/1", "folder": str(source),

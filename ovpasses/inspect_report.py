@@ -16,6 +16,7 @@ import openvino as ov
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.errors import OvpassesError
+from ovpasses.paged_padding import summary_lines
 from ovpasses.pipeline import run_pipeline
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
@@ -23,14 +24,14 @@ STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless":
 
 
 SUMMARY_FIELDS = ("sliding_window_masks", "warnings", "lint", "unreadable_ops", "readable", "kv_sharing", "unshared",
-                  "kept_shared", "extra_cache_bytes_per_token", "sliding_window", "sliding_window_caches")
+                  "kept_shared", "extra_cache_bytes_per_token", "sliding_window", "sliding_window_caches", "paged_heads")
 
 
 KV_BYTES_CONTEXT = 8192   # the context at which the report gives the KV-cache bytes
 
 
 def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str = "keep",
-                  sliding_window: str = "full") -> dict:
+                  sliding_window: str = "full", paged_heads: str = "keep") -> dict:
     """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``,
     and the operations ``runtime`` cannot read as exported with what the rewrite does about each.
 
@@ -43,7 +44,8 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
     ``cache_bounded``, and ``kv_bytes``: KV-cache bytes per token and at :data:`KV_BYTES_CONTEXT` tokens
     of context (batch 1), as exported and as bounded.
     """
-    summary = run_pipeline(model.clone(), runtime, kv_sharing=kv_sharing, sliding_window=sliding_window)
+    summary = run_pipeline(model.clone(), runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
+                           paged_heads=paged_heads)
     caches = summary.sliding_window_caches
     data = summary.analysis.to_dict()
     fusion, unmodified = summary.fusion(), summary.fusion(unmodified=True)
@@ -174,6 +176,8 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         lines += [f"  {u['variable_id']}: for layer {by_name[u['borrower']]['layer'] if u['borrower'] in by_name else u['borrower']}, "
                   f"{u['bytes_per_token']} bytes/token" for u in report["unshared"]]
         lines += [f"  kept shared: {cache}: {reason}" for cache, reason in report["kept_shared"].items()]
+    if report.get("paged_heads"):
+        lines += summary_lines(report["paged_heads"])
     for message in report["unhandled"]:
         lines.append(f"not handled: {message}")
     for message in report.get("warnings", []):

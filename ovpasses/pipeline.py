@@ -70,6 +70,8 @@ from ovpasses.runtimes import (
 )
 from ovpasses.passes.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
 from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
+from ovpasses.passes.attention_head_padding import AttentionHeadPadding
+from ovpasses.paged_padding import PagedHeadsStep, check_paged_heads, paged_heads_step, sdpa_by_name
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +196,8 @@ def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: 
     out = []
     if profile.paged_cpu_one_head_size and len({(h.head_size, h.v_head_size) for h in paged.values()}) > 1:
         out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose head "
-                   f"size differs, and these differ (heads x head size: {layouts}); no rewrite changes that; {newer}")
+                   f"size differs, and these differ (heads x head size: {layouts}); ovpass rewrite --paged-heads pad "
+                   f"(paged_heads='pad') gives every layer one, at more KV memory; or {newer}")
     if profile.paged_cpu_one_query_head_count and len({h.q_heads for h in paged.values()}) > 1:
         out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose number "
                    f"of query heads differs, and these differ (heads x head size: {layouts}); no rewrite changes "
@@ -340,6 +343,7 @@ class RewriteSummary:
     sliding_window: str = "full"
     # with sliding_window="bounded": which caches are bounded, their windows, why the others are not
     sliding_window_caches: SlidingWindowCaches | None = None
+    paged_heads: PagedHeadsStep | None = None   # the paged_heads step: the plan, what it padded, the cost
 
     @property
     def changed(self) -> bool:
@@ -411,6 +415,7 @@ class RewriteSummary:
             "sliding_window": self.sliding_window,
             "sliding_window_caches": (None if self.sliding_window_caches is None
                                       else self.sliding_window_caches.to_dict()),
+            "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),
         }
 
     def masks_to_dicts(self) -> list[dict]:
@@ -451,6 +456,7 @@ class RewriteSummary:
                             f"past length from {caches.reference})" if caches.bounded else ""))
             for vid, refusal in caches.refused.items():
                 lines.append(f"  not bounded: {vid}: {refusal.message}")
+        lines += self.paged_heads.lines() if self.paged_heads else []
         for message in self.analysis.unhandled:
             lines.append(f"not handled: {message}")
         for finding in self.findings:
@@ -477,6 +483,9 @@ PASSES: dict[str, tuple[type, str]] = {
         SharedKVCacheUnsharing,
         "--kv-sharing unshare only: gives each borrower of a shared cache a cache of its own, so every SDPA can "
         "fuse"),
+    AttentionHeadPadding.NAME: (
+        AttentionHeadPadding,
+        "--paged-heads pad only: every KV cache and attention layer gets one KV-head count and head size (paged CPU)"),
     DisableStatefulSDPAFusion.NAME: (
         DisableStatefulSDPAFusion,
         "keeps SDPAs that read a cache off its Assign path out of the CPU stateful SDPA fusion (no-op Reshape)"),
@@ -535,7 +544,7 @@ def selected_passes(passes: str | Iterable[str] | None) -> frozenset[str]:
 
 def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None,
             kv_sharing: str = "keep", sliding_window: str = "full",
-            sliding_window_margin: int = 0) -> RewriteSummary:
+            sliding_window_margin: int = 0, paged_heads: str = "keep") -> RewriteSummary:
     """Run the pipeline on ``model`` in place for ``runtime`` (default: the installed one).
 
     ``passes`` (names from :data:`PIPELINE_PASSES`: one name, ``"A,B"`` or a list; see
@@ -563,8 +572,12 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     ``sliding_window_margin`` positions more are kept, so that a client may take that many back (openvino_genai's
     stateful chat takes back each answer: measured on 2026.4.1, it needs a margin of the longest answer); a
     client that takes back more makes the inference fail, never decode from a cache that lost what the mask needs.
+
+    ``paged_heads="pad"`` gives every KV cache and attention layer one KV-head count and head size
+    (:class:`AttentionHeadPadding`), which the CPU PagedAttention of 2025.2 - 2026.2 needs; ``summary.paged_heads``
+    says what it padded and the KV bytes per token before and after.
     """
-    summary = run_pipeline(model, runtime, passes, kv_sharing, sliding_window, sliding_window_margin)
+    summary = run_pipeline(model, runtime, passes, kv_sharing, sliding_window, sliding_window_margin, paged_heads)
     if not summary.readable:
         raise UnreadableOperationError(refusal_message(summary.profile.version,
                                                        [a for a in summary.op_versions if not a.handled]))
@@ -573,10 +586,11 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
 
 def run_pipeline(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None,
                  kv_sharing: str = "keep", sliding_window: str = "full",
-                 sliding_window_margin: int = 0) -> RewriteSummary:
+                 sliding_window_margin: int = 0, paged_heads: str = "keep") -> RewriteSummary:
     """:func:`rewrite` without the refusal: the summary says which operations the target still cannot
     read (``summary.readable``, ``summary.op_versions``). ``ovpass inspect`` reports from it."""
     _check_kv_sharing(kv_sharing)
+    check_paged_heads(paged_heads)
     if sliding_window not in SLIDING_WINDOW_MODES:
         raise OvpassesError(f"sliding_window must be one of {', '.join(SLIDING_WINDOW_MODES)}, not {sliding_window!r}")
     if not isinstance(sliding_window_margin, int) or sliding_window_margin < 0:
@@ -601,7 +615,12 @@ def run_pipeline(model: ov.Model, runtime: str | None = None, passes: str | Iter
     unsharing.update_actions(actions, analysis)
     masks = find_sliding_window_masks(sdpa_nodes.values())
     mask_actions = mask_plan(masks, profile)
-    warnings = paged_warnings(profile, analysis, attention_heads(sdpa_nodes), masks)
+    heads_step = paged_heads_step(model, analysis, paged_heads, profile.paged_cpu_one_head_size,
+                                  profile.version_string, selected)
+    if heads_step.changed:
+        reports.append(PassReport(AttentionHeadPadding.NAME, list(heads_step.changed), heads_step.seconds))
+        sdpa_nodes = sdpa_by_name(model, set(sdpa_nodes))   # an SDPA given a scale is a new node
+    warnings = paged_warnings(profile, analysis, attention_heads(sdpa_nodes), masks) + heads_step.warnings()
     barrier_names = {n for n, a in actions.items() if a == BARRIER}
     # an earlier run's barrier already keeps these out: neither a second barrier nor the fallback
     taken: set[str] = _behind_barrier(sdpa_nodes, barrier_names)
@@ -661,7 +680,7 @@ def run_pipeline(model: ov.Model, runtime: str | None = None, passes: str | Iter
                              kinds=kinds, findings=findings, op_versions=lowering.actions, kv_sharing=kv_sharing,
                              unshared=unsharing.unshared, kept_shared=unsharing.kept_shared,
                              analysis_after=analysis if analysis is not detected else None,
-                             sliding_window=sliding_window, sliding_window_caches=caches)
+                             sliding_window=sliding_window, sliding_window_caches=caches, paged_heads=heads_step)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 
@@ -710,7 +729,8 @@ def lower_op_versions(model: ov.Model, target: Version, selected: frozenset[str]
 
 def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,
                   runtime: str | None = None, core: ov.Core | None = None, kv_sharing: str = "keep",
-                  sliding_window: str = "full", sliding_window_margin: int = 0) -> ov.CompiledModel:
+                  sliding_window: str = "full", sliding_window_margin: int = 0,
+                  paged_heads: str = "keep") -> ov.CompiledModel:
     """Rewrite a clone of ``model`` for ``runtime`` (and ``kv_sharing``, ``sliding_window``) and compile it on
     ``device`` (CPU or GPU).
 
@@ -731,7 +751,7 @@ def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", conf
         raise OvpassesError(f"compile_model takes an openvino.Model or the path of an IR .xml file, not "
                             f"{type(model).__name__}")
     rewrite(clone, runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
-            sliding_window_margin=sliding_window_margin)
+            sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
     return core.compile_model(clone, name, config or {})
 
 

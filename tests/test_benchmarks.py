@@ -22,6 +22,7 @@ CASES = {
                         "--prefill", "8", "--decode", "2"], "decode_latency"),
     "unshare_decode": (["--ir", str(TINY8), "--runtimes", "newest", "--rounds", "1", "--contexts", "8",
                         "--decode", "2"], "unshare_decode"),
+    "paged_heads": (["--runtimes", "newest", "--decode", "2", "--repeats", "1"], "paged_heads"),
 }
 
 
@@ -47,3 +48,8 @@ def test_benchmark_script_runs(script, tmp_path):
         assert (rows["keep"]["fused_sdpa"], rows["unshare"]["fused_sdpa"]) == (2, 8)
         assert rows["unshare"]["cache_bytes_per_token"] > rows["keep"]["cache_bytes_per_token"]
         assert rows["unshare"]["ratio_to_keep"] > 0 and rows["unshare"]["peak_rss_mib"] > 0
+    if script == "paged_heads":
+        rows = {row["row"]: row for row in data["rows"]}
+        assert all(row["status"] == "ok" and row["tokens_match"] and row["decode_ms_per_token"] > 0 for row in rows.values())
+        assert rows["paged-padded"]["kv_bytes_per_token"] > rows["paged"]["kv_bytes_per_token"]
+        assert rows["stateful-padded"]["kv_bytes_per_token"] == rows["paged-padded"]["kv_bytes_per_token"]

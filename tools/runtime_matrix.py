@@ -13,6 +13,7 @@ a ``reference.json``.
 
 Modes: ``unmodified`` and ``decomposed`` run the export as it is / with every SDPA decomposed;
 ``rewritten`` is ``ovpasses.rewrite`` under the runtime itself (which must read the IR first);
+``paged-pad`` the same with ``paged_heads="pad"`` (one head layout for the paged path);
 ``prepared`` is the way to an older runtime: the folder is rewritten under the *newest* runtime,
 ``ovpass rewrite FIXTURE -o TMP --runtime VERSION`` in .venvs/dev, and that folder then runs
 unmodified under VERSION.
@@ -32,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ["2025.2.0", "2025.4.1", "2026.0.0", "2026.1.0", "2026.2.1", "2026.3.1", "newest"]
 FIXTURES = ["tiny8", "e2b35", "tiny8u", "tiny8u:long", "vlm8", "gemma3n/tiny8"]
-MODES = ["unmodified", "rewritten", "unshared", "decomposed", "prepared"]
+MODES = ["unmodified", "rewritten", "unshared", "paged-pad", "decomposed", "prepared"]
 PATHS = ["core", "stateful", "paged"]
 # the workers import this checkout's ovpasses, whatever the venvs have installed
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtimes", nargs="+", default=RUNTIMES)
     parser.add_argument("--fixtures", nargs="+", default=FIXTURES)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=MODES[:2],
-                        help="unshared: rewritten with --kv-sharing unshare; decomposed: every SDPA decomposed; "
+                        help="unshared: rewritten with --kv-sharing unshare; paged-pad: rewritten with --paged-heads "
+                             "pad; decomposed: every SDPA decomposed; "
                              "prepared: rewritten for the runtime under the newest one (default: unmodified rewritten)")
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=PATHS)
     parser.add_argument("--create", action="store_true", help="create missing runtime venvs with tools/venv.sh")

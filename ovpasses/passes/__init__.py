@@ -1,5 +1,6 @@
 """The ovpasses transformations, one per module."""
 
+from ovpasses.passes.attention_head_padding import AttentionHeadPadding
 from ovpasses.passes.convert_one_hot16_to_one_hot1 import ConvertOneHot16ToOneHot1
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.erfinv_constant_folding import ErfInvConstantFolding
@@ -11,6 +12,7 @@ from ovpasses.passes.sliding_window_cache_bounding import SlidingWindowKVCacheBo
 from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 
 __all__ = [
+    "AttentionHeadPadding",
     "ConvertOneHot16ToOneHot1",
     "DisableStatefulSDPAFusion",
     "ErfInvConstantFolding",

@@ -843,13 +843,37 @@ class HeadsStackSpec:
         K/V expanded to H heads (Unsqueeze -> Broadcast -> Reshape) when Hkv < H
         x = x + SDPA(q, k, v, causal mask from position_ids, scale 1) @ Wo
 
-    The output (``logits``) is the last ``x``.
+    The output (``logits``) is the last ``x``. Two layouts of the Gemma 4 family, as data:
+
+    * ``kv_source[i] = j < i``: layer i writes no cache and reads layer j's (a KV-shared borrower, as
+      Gemma 4 E2B/E4B's last layers; layer j's ``(Hkv, D)``; its own query heads);
+    * ``i in k_eq_v``: one projection feeds both of layer i's caches (``v_new_BHkvLD = k_new_BHkvLD``;
+      Gemma 4 26B/31B's full layers take V from the raw k_proj output).
     """
 
     layers: tuple[tuple[int, int, int], ...] = ((4, 2, 16), (4, 2, 32))
     hidden: int = 32
     vocab: int = 64
     seed: int = 0
+    kv_source: tuple[int, ...] | None = None
+    k_eq_v: tuple[int, ...] = ()
+    scale: float | None = 1.0   # None: the SDPA has no scale input (the specification's 1/sqrt(D))
+
+    @property
+    def sources(self) -> tuple[int, ...]:
+        return tuple(range(len(self.layers))) if self.kv_source is None else self.kv_source
+
+    def __post_init__(self) -> None:
+        for i, (heads, kv_heads, head) in enumerate(self.layers):
+            if heads % kv_heads:
+                raise ValueError(f"layer {i}: {heads} query heads are not a multiple of {kv_heads} KV heads")
+        if len(self.sources) != len(self.layers):
+            raise ValueError("kv_source needs one entry per layer")
+        for i, j in enumerate(self.sources):
+            if not 0 <= j <= i or self.sources[j] != j or self.layers[j][1:] != self.layers[i][1:] \
+                    or self.layers[i][0] % self.layers[j][1]:
+                raise ValueError(f"layer {i} cannot read layer {j}'s cache (an owner at or before it, with its "
+                                 "KV heads and head size)")
 
 
 def heads_stack_weights(spec: HeadsStackSpec) -> tuple[np.ndarray, list[tuple[np.ndarray, ...]]]:
@@ -884,15 +908,20 @@ def build_heads_stack(spec: HeadsStackSpec) -> ov.Model:
     seen = ops.less_equal(ops.unsqueeze(key_pos_1S, _i64([0, 1, 2])),
                           ops.unsqueeze(params["position_ids"], _i64([1, 3])))
     mask = ops.select(seen, _const(0.0, ov.Type.f32), _const(-np.inf, ov.Type.f32))
-    sinks = []
+    sinks, caches = [], {}
     for i, ((heads, kv_heads, head), (wq, wk, wv, wo)) in enumerate(zip(spec.layers, weights)):
         def split(t: ov.Node, n: int) -> ov.Node:
             return ops.transpose(ops.reshape(t, _i64([0, 0, n, head]), special_zero=True), _i64([0, 2, 1, 3]))
 
         q_BHLD = split(ops.matmul(x, ops.constant(wq), False, False), heads)
-        kv = []
-        for kind, w in (("key", wk), ("value", wv)):
-            new_BHkvLD = split(ops.matmul(x, ops.constant(w), False, False), kv_heads)
+        if spec.sources[i] != i:   # a borrower: the owner's caches
+            kv = [_heads_expand(cache_BHkvSD, batch, kv_heads, heads, head) for cache_BHkvSD in caches[spec.sources[i]]]
+        else:
+            kv = []
+            k_new_BHkvLD = split(ops.matmul(x, ops.constant(wk), False, False), kv_heads)
+        for kind, w in (() if spec.sources[i] != i else (("key", wk), ("value", wv))):
+            new_BHkvLD = (k_new_BHkvLD if kind == "key" or i in spec.k_eq_v else
+                          split(ops.matmul(x, ops.constant(w), False, False), kv_heads))
             info = VariableInfo()
             info.data_shape = ov.PartialShape([-1, kv_heads, -1, head])
             info.data_type = ov.Type.f32
@@ -902,14 +931,10 @@ def build_heads_stack(spec: HeadsStackSpec) -> ov.Model:
             cache_BHkvSD = ops.concat([ops.gather(ops.read_value(init, variable), params["beam_idx"], _i64(0)),
                                        new_BHkvLD], 2)
             sinks.append(ops.assign(cache_BHkvSD, variable))
-            if kv_heads < heads:
-                length = ops.gather(ops.shape_of(cache_BHkvSD), _i64([2]), _i64(0))
-                expanded = ops.broadcast(ops.unsqueeze(cache_BHkvSD, _i64(2)),
-                                         ops.concat([batch, _i64([kv_heads, heads // kv_heads]), length, _i64([head])], 0))
-                cache_BHkvSD = ops.reshape(expanded, ops.concat([batch, _i64([heads]), length, _i64([head])], 0), False)
-            kv.append(cache_BHkvSD)
-        attention = ops.scaled_dot_product_attention(q_BHLD, kv[0], kv[1], mask, _const(1.0, ov.Type.f32),
-                                                     causal=False)
+            caches.setdefault(i, []).append(cache_BHkvSD)
+            kv.append(_heads_expand(cache_BHkvSD, batch, kv_heads, heads, head))
+        scale = () if spec.scale is None else (_const(spec.scale, ov.Type.f32),)
+        attention = ops.scaled_dot_product_attention(q_BHLD, kv[0], kv[1], mask, *scale, causal=False)
         attention.set_friendly_name(f"layers.{i}.self_attn.sdpa")
         merged = ops.reshape(ops.transpose(attention, _i64([0, 2, 1, 3])), _i64([0, 0, heads * head]), special_zero=True)
         x = ops.add(x, ops.matmul(merged, ops.constant(wo), False, False))
@@ -918,20 +943,62 @@ def build_heads_stack(spec: HeadsStackSpec) -> ov.Model:
     return ov.Model([result], sinks, list(params.values()), "heads_stack")
 
 
+def run_heads_stack(compiled: ov.CompiledModel, tokens: list[int], prefill: int) -> np.ndarray:
+    """Outputs of a compiled stateful :func:`build_heads_stack` model for ``tokens``: a prefill of the first
+    ``prefill``, then one token at a time; one row per token (as :func:`heads_stack_reference`)."""
+    request = compiled.create_infer_request()
+    rows, past = [], 0
+    for chunk in [tokens[:prefill]] + [[t] for t in tokens[prefill:]]:
+        total = past + len(chunk)
+        request.infer({"input_ids": np.array([chunk], np.int64), "attention_mask": np.ones((1, total), np.int64),
+                       "position_ids": np.arange(past, total, dtype=np.int64)[None],
+                       "beam_idx": np.zeros(1, np.int32)})
+        rows.append(np.array(request.get_output_tensor(0).data[0], copy=True))
+        past = total
+    return np.concatenate(rows)
+
+
+def _heads_expand(cache_BHkvSD: ov.Node, batch: ov.Node, kv_heads: int, heads: int, head: int) -> ov.Node:
+    """[B, Hkv, S, D] -> [B, H, S, D] as the exporters write GQA (Unsqueeze -> Broadcast -> Reshape); as is when Hkv = H."""
+    if kv_heads == heads:
+        return cache_BHkvSD
+    length = ops.gather(ops.shape_of(cache_BHkvSD), _i64([2]), _i64(0))
+    expanded = ops.broadcast(ops.unsqueeze(cache_BHkvSD, _i64(2)),
+                             ops.concat([batch, _i64([kv_heads, heads // kv_heads]), length, _i64([head])], 0))
+    return ops.reshape(expanded, ops.concat([batch, _i64([heads]), length, _i64([head])], 0), False)
+
+
 def heads_stack_reference(spec: HeadsStackSpec, tokens: list[int]) -> np.ndarray:
     """Float64 output [len(tokens), hidden] of :func:`build_heads_stack` for one sequence, from the
     operation specifications (every position of the sequence, as a prefill of all of it computes it)."""
     emb, weights = heads_stack_weights(spec)
     n = len(tokens)
     x = emb[tokens].astype(np.float64) + 0.01 * np.arange(n)[:, None]
-    for (heads, kv_heads, head), (wq, wk, wv, wo) in zip(spec.layers, weights):
+    kv = {}
+    for i, ((heads, kv_heads, head), (wq, wk, wv, wo)) in enumerate(zip(spec.layers, weights)):
         q = (x @ wq).reshape(n, heads, head).transpose(1, 0, 2)
-        k = (x @ wk).reshape(n, kv_heads, head).transpose(1, 0, 2)
-        v = (x @ wv).reshape(n, kv_heads, head).transpose(1, 0, 2)
+        if spec.sources[i] == i:
+            k = (x @ wk).reshape(n, kv_heads, head).transpose(1, 0, 2)
+            v = k if i in spec.k_eq_v else (x @ wv).reshape(n, kv_heads, head).transpose(1, 0, 2)
+            kv[i] = k, v
+        k, v = kv[spec.sources[i]]
         rep = heads // kv_heads
-        attention = sdpa_reference(q, np.repeat(k, rep, axis=0), np.repeat(v, rep, axis=0), causal=True, scale=1.0)
+        attention = sdpa_reference(q, np.repeat(k, rep, axis=0), np.repeat(v, rep, axis=0), causal=True,
+                                   scale=spec.scale)
         x = x + attention.transpose(1, 0, 2).reshape(n, heads * head) @ wo
     return x
+
+
+def heads_stack_greedy(spec: HeadsStackSpec, prompt: list[int], steps: int) -> tuple[list[int], float]:
+    """Greedy tokens of :func:`build_heads_stack` (its output read as logits over ``hidden`` tokens) after
+    ``prompt``, from :func:`heads_stack_reference`, and the smallest top-1/top-2 margin on the way."""
+    ids, margin = list(prompt), np.inf
+    for _ in range(steps):
+        row = heads_stack_reference(spec, ids)[-1]
+        top = np.sort(row)[-2:]
+        margin = min(margin, float(top[1] - top[0]))
+        ids.append(int(row.argmax()))
+    return ids[len(prompt):], margin
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Run one exported LLM fixture one way, under whichever OpenVINO this interpreter has.
 
-    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|unshared|bounded|unshared-bounded|decomposed
+    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|unshared|bounded|unshared-bounded|paged-pad|decomposed
                                       --path core|stateful|paged
                                       [--prompt default|long]
 
@@ -8,7 +8,8 @@ prints one JSON object: the runtime, whether the tokens equal transformers' (ref
 error if it failed, and the fused SDPA count (core path). ``--prompt long`` uses the reference's
 ``long_prompt`` (a prompt longer than the sliding window; only fixtures exported with
 ``--long-prompt-length`` have one). ``bounded`` and ``unshared-bounded`` add
-``sliding_window="bounded"``. ``decomposed`` is the blunt alternative to
+``sliding_window="bounded"``; ``paged-pad`` adds ``paged_heads="pad"`` (one head layout for the CPU
+PagedAttention). ``decomposed`` is the blunt alternative to
 ovpasses' plan: every SDPA decomposed by ScaledDotProductAttentionDecomposition.
 ``tools/runtime_matrix.py`` runs this in one subprocess per cell and per runtime virtual environment,
 so that a crash of one runtime (some segfault) costs one cell only. FIXTURE_DIR is any export folder
@@ -41,7 +42,7 @@ from ovpasses.check import count_fused_sdpa
 from ovpasses.greedy import greedy_generate
 from ovpasses.precision import EXACT_CPU_CONFIG
 
-REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded")
+REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded", "paged-pad")
 MODES = ("unmodified", *REWRITE_MODES, "decomposed")
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
 
@@ -49,12 +50,14 @@ MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "gener
 def apply_mode(model: ov.Model, mode: str) -> ov.Model:
     """``model`` as the mode runs it, changed in place: ``unmodified``, ``rewritten``
     (:func:`ovpasses.rewrite`), ``unshared`` (``rewrite(kv_sharing="unshare")``), ``bounded``
-    (``rewrite(sliding_window="bounded")``), ``unshared-bounded`` (both) or ``decomposed`` (every SDPA
+    (``rewrite(sliding_window="bounded")``), ``unshared-bounded`` (both), ``paged-pad``
+    (``rewrite(paged_heads="pad")``) or ``decomposed`` (every SDPA
     decomposed)."""
     if mode in REWRITE_MODES:
         import ovpasses
         ovpasses.rewrite(model, kv_sharing="unshare" if mode.startswith("unshared") else "keep",
-                         sliding_window="bounded" if mode.endswith("bounded") else "full")
+                         sliding_window="bounded" if mode.endswith("bounded") else "full",
+                         paged_heads="pad" if mode == "paged-pad" else "keep")
     elif mode == "decomposed":
         from openvino.passes import Manager
 

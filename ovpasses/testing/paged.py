@@ -118,11 +118,14 @@ def paged_greedy(compiled: ov.CompiledModel, prompt: list[int], steps: int) -> l
     return out
 
 
-def heads_stack_paged_outputs(spec, tokens: list[int], prefill: int, config: dict | None = None) -> np.ndarray:
-    """Outputs of :func:`ovpasses.testing.graphs.build_heads_stack` converted to PagedAttention, for
-    ``tokens``: a prefill of the first ``prefill``, then one token at a time; one row per token."""
+def heads_stack_paged_outputs(spec, tokens: list[int], prefill: int, config: dict | None = None,
+                              model: ov.Model | None = None) -> np.ndarray:
+    """Outputs of :func:`ovpasses.testing.graphs.build_heads_stack` (or of ``model``, that stack rewritten)
+    converted to PagedAttention, for ``tokens``: a prefill of the first ``prefill``, then one token at a
+    time; one row per token."""
     from ovpasses.testing.graphs import build_heads_stack
 
-    compiled = ov.Core().compile_model(to_paged(build_heads_stack(spec)), "CPU", config or {})
+    model = build_heads_stack(spec) if model is None else model
+    compiled = ov.Core().compile_model(to_paged(model), "CPU", config or {})
     sequence = PagedSequence(compiled)
     return np.concatenate([sequence.feed(tokens[:prefill])] + [sequence.feed([t]) for t in tokens[prefill:]])

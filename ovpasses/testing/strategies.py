@@ -19,6 +19,9 @@ benchmark and a hand-written test see the same construction. Every axis the buil
 * static or dynamic batch (the sequence dimension of a cache is always dynamic), batch 1 or 2;
 * f32 or f16.
 
+:func:`heads_stack_specs` draws :class:`~ovpasses.testing.graphs.HeadsStackSpec` head layouts (KV heads,
+head sizes, KV-shared borrowers, K = V layers, scale present or not) for the paged head padding.
+
 Settings profiles for the property tests are registered here too (see :func:`register_profiles`).
 """
 
@@ -29,7 +32,7 @@ import os
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from ovpasses.testing.graphs import StackSpec, sharing_layout
+from ovpasses.testing.graphs import HeadsStackSpec, StackSpec, sharing_layout
 
 Sources = tuple[int | None, ...]
 
@@ -148,6 +151,32 @@ def stack_specs(draw, max_layers: int = 5, **fixed) -> StackSpec:
     )
     values.update(fixed)
     return StackSpec(**{name: draw(_value(v)) for name, v in values.items()})
+
+
+@st.composite
+def heads_stack_specs(draw, max_layers: int = 4) -> HeadsStackSpec:
+    """A :class:`HeadsStackSpec` with one query-head count (as Gemma 3n and 4) and per owner layer a KV-head
+    count dividing it and a head size, some layers borrowing an earlier owner's caches (its layout) and
+    some storing their K as V; the SDPA scale explicit or absent."""
+    heads = draw(st.sampled_from([4, 8]))
+    layers, sources, k_eq_v = [], [], []
+    for i in range(draw(st.integers(2, max_layers))):
+        owners = [j for j in range(i) if sources[j] == j]
+        if owners and draw(st.booleans()):
+            source = draw(st.sampled_from(owners))
+            layers.append(layers[source])
+            sources.append(source)
+            continue
+        kv_heads = draw(st.sampled_from([d for d in (1, 2, 4) if heads % d == 0]))
+        layers.append((heads, kv_heads, draw(st.sampled_from([4, 8, 16]))))
+        sources.append(i)
+        if draw(st.booleans()):
+            k_eq_v.append(i)
+    # at scale 1 some drawn K = V stacks make float32 itself lose 5e-4 against float64 (padded or not): the
+    # softmax is that sharp; the hand-written specs of tests/test_paged_heads.py cover scale 1
+    scale = draw(st.sampled_from([0.5, None]))
+    return HeadsStackSpec(tuple(layers), kv_source=tuple(sources), k_eq_v=tuple(k_eq_v), scale=scale,
+                          seed=draw(st.integers(0, 3)))
 
 
 def step_counts() -> st.SearchStrategy[tuple[int, int]]:

@@ -1,0 +1,430 @@
+"""``--paged-heads pad`` (issue 23): one KV-head count and one head size for every cache and layer, so that
+the CPU PagedAttention of openvino 2025.2 - 2026.2 (one executor per model, keyed by precision only) runs
+every layer with the right kernel.
+
+Numbers against the float64 reference of :func:`heads_stack_reference` on synthetic stacks with the
+Gemma 4 layouts (E2B/E4B: one KV head, head sizes differing, KV-shared borrowers; 26B/31B: sliding 4 KV
+heads x 8, full 1 x 16 with K = V, adjacent full layers), through the stateful model and the real
+PagedAttention converter and kernel (newest runtime here; 2026.0 in .venvs/ov-2026.0.0). The Gemma 4
+fixture e2b35 through openvino_genai's continuous batching on 2026.0 (``ovpasses.testing.matrix``,
+mode ``paged-pad``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+from hypothesis import given
+
+import ovpasses
+from ovpasses.analysis.kv_sharing import analyze_kv_sharing
+from ovpasses.analysis.paged_heads import HeadsRefusal, analyze_paged_heads
+from ovpasses.paged_padding import PagedHeadsAction
+from ovpasses.passes.attention_head_padding import AttentionHeadPadding
+from ovpasses.precision import EXACT_CPU_CONFIG
+from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference, run_heads_stack
+from ovpasses.testing.paged import heads_stack_paged_outputs
+from ovpasses.testing.strategies import heads_stack_specs, register_profiles
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
+NEWEST = Path(sys.executable)
+AFFECTED = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
+register_profiles()   # the ci profile: no deadline (compiling takes tens of ms with a long tail)
+needs_affected = pytest.mark.skipif(not AFFECTED.exists(),
+                                    reason="needs .venvs/ov-2026.0.0 (bash tools/venv.sh ov 2026.0.0)")
+
+TOKENS, PREFILL = [5, 17, 33, 2, 60, 41, 9, 28, 50, 11], 6
+# f32 through stacks whose outputs reach O(100) against float64: summation order only, relative to the
+# largest output (measured on 2026.4.1, padded or not, stateful or paged: at most 2e-5 over the specs here
+# and the drawn ones at scale 0.5 or 1/sqrt(D); 5e-4 for some drawn K = V stacks at scale 1, unpadded too)
+RELATIVE = 1e-4
+
+# E2B/E4B: one KV head; "sliding" layers head size 8, "full" 16; layers 2 and 3 borrow 0's and 1's caches
+E2B_LIKE = HeadsStackSpec(((4, 1, 8), (4, 1, 16), (4, 1, 8), (4, 1, 16)), kv_source=(0, 1, 0, 1))
+# 26B/31B: sliding 4 KV heads x 8, full 1 x 16 with V = the raw K projection, two full layers adjacent
+LARGE_LIKE = HeadsStackSpec(((8, 4, 8), (8, 1, 16), (8, 1, 16), (8, 4, 8)), k_eq_v=(1, 2), hidden=16)
+# no scale input: the specification's 1/sqrt(E) of the original head size must survive the padding
+NO_SCALE = HeadsStackSpec(((4, 2, 8), (4, 1, 16)), scale=None)
+SPECS = {"e2b-like": E2B_LIKE, "large-like": LARGE_LIKE, "no-scale": NO_SCALE}
+
+
+def error(got: np.ndarray, reference: np.ndarray) -> float:
+    """Largest difference relative to the largest reference output (NaN: inf)."""
+    return float(np.nan_to_num(np.abs(got - reference), nan=np.inf).max() / max(1.0, np.abs(reference).max()))
+
+
+def padded(spec: HeadsStackSpec, runtime: str | None = None):
+    model = build_heads_stack(spec)
+    return model, ovpasses.rewrite(model, runtime, paged_heads="pad")
+
+
+def sdpa_by_layer(model: ov.Model) -> list[ov.Node]:
+    return [n for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"]
+
+
+def constant(output: ov.Output) -> list:
+    node = output.get_node()
+    assert node.get_type_name() == "Constant", node
+    return node.get_data().reshape(-1).tolist()
+
+
+# --------------------------------------------------------------------------------------- numbers
+
+@pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS)
+def test_padded_stack_matches_the_float64_reference_stateful_and_paged(spec):
+    reference = heads_stack_reference(spec, TOKENS)
+    model, summary = padded(spec)
+    assert summary.paged_heads.action == PagedHeadsAction.PADDED
+    stateful = run_heads_stack(ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG), TOKENS, PREFILL)
+    assert error(stateful, reference) < RELATIVE
+    paged = heads_stack_paged_outputs(spec, TOKENS, PREFILL, EXACT_CPU_CONFIG, model=padded(spec)[0])
+    assert error(paged, reference) < RELATIVE
+
+
+@given(heads_stack_specs())
+def test_padding_keeps_every_drawn_layout_exact(spec):
+    """Some drawn stacks are sharp enough that float32 itself strays 1e-4 from float64 (measured: 1.2e-4
+    padded, the same order unpadded); the padded model may not stray more than twice as far as the
+    unpadded one on the same path (summation order over the zero columns), nor past RELATIVE. A padding
+    defect (a head read from the wrong KV head, a scale from the padded size) strays by O(1)."""
+    reference = heads_stack_reference(spec, TOKENS)
+    model, summary = padded(spec)
+    target = summary.paged_heads.plan.target
+    assert {(v.get_info().data_shape[1].get_length(), v.get_info().data_shape[3].get_length())
+            for v in model.get_variables()} == {target}
+    stateful = run_heads_stack(ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG), TOKENS, PREFILL)
+    unpadded = run_heads_stack(ov.Core().compile_model(build_heads_stack(spec), "CPU", EXACT_CPU_CONFIG), TOKENS,
+                               PREFILL)
+    assert error(stateful, reference) < max(RELATIVE, 2 * error(unpadded, reference))
+    paged = heads_stack_paged_outputs(spec, TOKENS, PREFILL, EXACT_CPU_CONFIG, model=padded(spec)[0])
+    paged_unpadded = heads_stack_paged_outputs(spec, TOKENS, PREFILL, EXACT_CPU_CONFIG)   # right on 2026.3+
+    assert error(paged, reference) < max(RELATIVE, 2 * error(paged_unpadded, reference))
+
+
+# --------------------------------------------------------------------------------------- structure
+
+@pytest.mark.parametrize("spec", SPECS.values(), ids=SPECS)
+def test_padded_layers_read_padded_queries_and_slice_their_outputs(spec):
+    model, summary = padded(spec)
+    kv_target, head_target = summary.paged_heads.plan.target
+    assert (kv_target, head_target) == (max(kv for _, kv, _ in spec.layers), max(d for _, _, d in spec.layers))
+    for variable in model.get_variables():
+        shape = variable.get_info().data_shape
+        assert (shape[1].get_length(), shape[3].get_length()) == (kv_target, head_target)
+    for (heads, kv_heads, head), sdpa in zip(spec.layers, sdpa_by_layer(model), strict=True):
+        # the scale: the layer's own, or 1/sqrt(original head size) made explicit
+        assert constant(sdpa.input_value(4)) == pytest.approx([spec.scale or 1 / np.sqrt(head)])
+        query = sdpa.input_value(0).get_node()
+        for port in (1, 2):
+            assert list(sdpa.get_input_partial_shape(port))[1].get_length() == heads
+            assert sdpa.get_input_partial_shape(port)[3].get_length() == head_target
+        (consumer,) = [t.get_node() for t in sdpa.output(0).get_target_inputs()]
+        if head == head_target:
+            assert query.get_type_name() != "Pad" and consumer.get_type_name() == "Transpose"
+            continue
+        assert query.get_type_name() == "Pad" and query.get_attributes()["pad_mode"] == "constant"
+        assert constant(query.input_value(2)) == [0, 0, 0, head_target - head]
+        assert consumer.get_type_name() == "Slice"
+        assert [constant(consumer.input_value(i)) for i in (1, 2, 3, 4)] == [[0], [head], [1], [3]]
+
+
+def test_k_equal_v_layers_store_one_projection_in_both_caches():
+    model, _ = padded(LARGE_LIKE)
+    stored = {}
+    for node in model.get_ordered_ops():
+        if node.get_type_name() == "Assign":
+            concat = node.input_value(0).get_node()
+            new = concat.input_value(1).get_node()
+            while new.get_type_name() in ("Pad", "Gather"):   # what the padding put on the new positions
+                new = new.input_value(0).get_node()
+            stored[node.get_attributes()["variable_id"]] = new
+    for layer in LARGE_LIKE.k_eq_v:
+        key, value = (stored[f"past_key_values.{layer}.{kind}present.{layer}.{kind}"] for kind in ("key", "value"))
+        assert key is value
+    assert stored["past_key_values.0.keypresent.0.key"] is not stored["past_key_values.0.valuepresent.0.value"]
+
+
+def test_padding_is_idempotent_in_memory_and_read_back(tmp_path):
+    model, first = padded(E2B_LIKE)
+    assert [p.name for p in first.passes if p.changed and p.name == AttentionHeadPadding.NAME]
+    again = ovpasses.rewrite(model, paged_heads="pad")
+    assert again.paged_heads.action == PagedHeadsAction.UNIFORM and not again.changed
+    ov.save_model(model, tmp_path / "m.xml", compress_to_fp16=False)
+    read_back = ov.Core().read_model(tmp_path / "m.xml")
+    summary = ovpasses.rewrite(read_back, paged_heads="pad")
+    assert summary.paged_heads.action == PagedHeadsAction.UNIFORM and not summary.changed
+    reference = heads_stack_reference(E2B_LIKE, TOKENS)
+    stateful = run_heads_stack(ov.Core().compile_model(read_back, "CPU", EXACT_CPU_CONFIG), TOKENS, PREFILL)
+    assert error(stateful, reference) < RELATIVE
+
+
+def test_query_heads_that_no_kv_head_count_groups_refuse_the_model():
+    spec = HeadsStackSpec(((4, 4, 8), (2, 2, 16)))
+    model, summary = padded(spec, "2026.0")
+    step = summary.paged_heads
+    assert step.action == PagedHeadsAction.REFUSED and not summary.changed
+    (refusal,) = step.plan.refusals
+    assert refusal.reason == HeadsRefusal.NOT_GROUPED and refusal.where == "layer 1"
+    assert any("--paged-heads pad could not pad this model" in w for w in summary.warnings)
+    assert {tuple(v.get_info().data_shape)[3].get_length() for v in model.get_variables()} == {8, 16}
+
+
+def test_without_the_pass_selected_nothing_is_padded_and_the_plan_says_so():
+    model = build_heads_stack(E2B_LIKE)
+    passes = [name for name in ovpasses.pipeline.PIPELINE_PASSES if name != AttentionHeadPadding.NAME]
+    summary = ovpasses.rewrite(model, "2026.0", passes=passes, paged_heads="pad")
+    assert summary.paged_heads.action == PagedHeadsAction.NOT_SELECTED
+    assert summary.paged_heads.plan.padded == ["past_key_values.0.keypresent.0.key",
+                                               "past_key_values.0.valuepresent.0.value"]
+    assert {v.get_info().data_shape[3].get_length() for v in model.get_variables()} == {8, 16}
+    assert "paged heads: not applied (pass AttentionHeadPadding not selected)" in str(summary)
+
+
+def test_keep_changes_nothing_and_plans():
+    model = build_heads_stack(E2B_LIKE)
+    summary = ovpasses.rewrite(model, "2026.0")
+    assert summary.paged_heads.action == PagedHeadsAction.KEPT and summary.paged_heads.plan.padded
+    assert {v.get_info().data_shape[3].get_length() for v in model.get_variables()} == {8, 16}
+
+
+# --------------------------------------------------------------------------------------- the fixture
+
+@pytest.mark.parametrize("fixture, options", [
+    ("e2b35", {"kv_sharing": "unshare"}), ("tiny8", {"sliding_window": "bounded"}),
+    ("tiny8", {"kv_sharing": "unshare", "sliding_window": "bounded"})], ids=["unshare", "bounded", "both"])
+def test_padding_composes_with_unsharing_and_bounding(fixture, options):
+    """The stateful path of the padded IR with the other opt-in rewrites: transformers' 20 tokens (tiny8:
+    12 + 20 tokens, past its window of 16, so a bounded cache really drops positions)."""
+    from ovpasses.greedy import greedy_generate
+
+    reference = json.loads((FIXTURES / fixture / "reference.json").read_text())
+    model = ov.Core().read_model(FIXTURES / fixture / "openvino_model.xml")
+    summary = ovpasses.rewrite(model, paged_heads="pad", **options)
+    assert summary.paged_heads.action == PagedHeadsAction.PADDED
+    compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
+    assert greedy_generate(compiled, reference["prompt_ids"], 20) == reference["generated_ids"]
+
+
+def test_e2b35_plan_and_its_cost():
+    """15 owner layers (12 sliding head size 8, 3 full 16; one KV head): the 24 sliding caches grow to 16,
+    and the 28 layers that read them (12 owners, 16 borrowers) change."""
+    model = ov.Core().read_model(FIXTURES / "e2b35" / "openvino_model.xml")
+    plan = analyze_paged_heads(model, analyze_kv_sharing(model))
+    assert plan.target == (1, 16) and len(plan.padded) == 24 and len(plan.changed_layers) == 28
+    assert plan.layouts() == "1x16 in 6 caches, 1x8 in 24 caches"
+    assert (plan.bytes_per_token(), plan.bytes_per_token(padded=True)) == (1152, 1920)   # f32: 4 bytes
+
+
+@pytest.mark.parametrize("fixture, window", [("e2b35", 512), ("tiny8", 16)])
+def test_on_runtimes_that_lose_the_window_padding_leaves_one_line_saying_from_where(fixture, window):
+    """2025.2 - 2025.4: the padding mends the head layouts; what is left is the window, said in one line
+    with the context from which the tokens go wrong (measured in the runtime matrix on 2025.2.0: e2b35
+    padded gives transformers' tokens, its 512 window not reached; tiny8 goes wrong past its 16)."""
+    model = ov.Core().read_model(FIXTURES / fixture / "openvino_model.xml")
+    summary = ovpasses.rewrite(model, "2025.2", paged_heads="pad")
+    assert summary.paged_heads.action == PagedHeadsAction.PADDED
+    (warning,) = summary.warnings
+    assert "ignores sliding windows" in warning and f"outgrow the window ({window})" in warning
+
+
+def ovpass(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([str(NEWEST.parent / "ovpass"), *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_says_what_padding_costs_and_where_it_is_needed():
+    xml = FIXTURES / "e2b35" / "openvino_model.xml"
+    padded_run = ovpass("rewrite", xml, "--dry-run", "--runtime", "2026.0", "--paged-heads", "pad")
+    assert padded_run.returncode == 0, padded_run.stderr
+    assert ("paged heads: pad: 24 caches padded to 1x16 (KV heads x head size; were 1x16 in 6 caches, 1x8 in 24 "
+            "caches)\n  KV bytes per token (batch 1) 1152 -> 1920 (1.67x)") in padded_run.stdout
+    assert "mixes up layers" not in padded_run.stdout
+    inspected = ovpass("inspect", xml, "--runtime", "2026.0")
+    assert "  --paged-heads pad would make every cache 1x16: KV bytes per token (batch 1) 1152 -> 1920 (1.67x)" \
+        in inspected.stdout.splitlines()
+    assert "paged heads" not in ovpass("inspect", xml, "--runtime", "2026.4.1").stdout   # not needed there
+    (warning,) = [line for line in inspected.stdout.splitlines() if "mixes up layers whose head size" in line]
+    assert "--paged-heads pad" in warning and 'ATTENTION_BACKEND="SDPA"' in warning and "2026.3 or newer" in warning
+    newest = ovpass("rewrite", xml, "--dry-run", "--runtime", "2026.4.1", "--paged-heads", "pad", "--format", "json")
+    data = json.loads(newest.stdout)
+    assert data["paged_heads"]["action"] == "padded" and not data["paged_heads"]["needed"]
+    assert any(w.startswith("--paged-heads pad is not needed on openvino 2026.4.1") for w in data["warnings"])
+
+
+def cell(python: Path, fixture: str, mode: str, path: str, prompt: str = "default") -> dict:
+    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(FIXTURES / fixture), "--mode", mode,
+                           "--path", path, "--prompt", prompt], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and lines, f"worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    return json.loads(lines[-1])
+
+
+@needs_affected
+def test_affected_genai_paged_decodes_e2b35_once_padded():
+    """openvino_genai's continuous batching on 2026.0: as rewritten today, wrong from the 2nd token; padded,
+    transformers' 20 tokens."""
+    before = cell(AFFECTED, "e2b35", "rewritten", "paged")
+    assert before["runtime"].startswith("2026.0") and before["status"] == "wrong tokens", before
+    after = cell(AFFECTED, "e2b35", "paged-pad", "paged")
+    assert after["runtime"].startswith("2026.0") and after["status"] == "ok", after
+
+
+@needs_affected
+@pytest.mark.parametrize("path", ["core", "stateful"])
+def test_affected_stateful_path_stays_at_reference_once_padded(path):
+    result = cell(AFFECTED, "e2b35", "paged-pad", path)
+    assert result["status"] == "ok", result
+    if path == "core":
+        assert result["fused_sdpa"] == 13   # every exclusive cache still fused (as rewritten without padding)
+
+
+@needs_affected
+@pytest.mark.parametrize("fixture, prompt", [("tiny8", "default"), ("tiny8u", "long")])
+def test_affected_genai_paged_keeps_the_window_once_padded(fixture, prompt):
+    """Past the window (16): the padding keeps the sliding-window Slice that the 2026.0 converter reads."""
+    assert cell(AFFECTED, fixture, "paged-pad", "paged", prompt)["status"] == "ok"
+
+
+AFFECTED_CONTINUOUS_BATCHING = """
+import json, os, shutil, tempfile, numpy as np, openvino as ov, openvino_genai as genai, ovpasses
+from pathlib import Path
+from ovpasses.precision import EXACT_CPU_CONFIG
+fixture, mode = Path("tests/fixtures/gemma4/e2b35"), %r
+reference = json.loads((fixture / "reference.json").read_text())
+tmp = tempfile.mkdtemp()   # no tokenizer: token ids in, token ids out
+for name in ("config.json", "generation_config.json"):
+    shutil.copy(fixture / name, Path(tmp) / name)
+model = ov.Core().read_model(fixture / "openvino_model.xml")
+ovpasses.rewrite(model, paged_heads=mode)
+ov.save_model(model, Path(tmp) / "openvino_model.xml", compress_to_fp16=False)
+pipe = genai.ContinuousBatchingPipeline(tmp, genai.SchedulerConfig(), "CPU", EXACT_CPU_CONFIG)
+config = genai.GenerationConfig()
+config.max_new_tokens = config.min_new_tokens = len(reference["generated_ids"])
+config.do_sample = False
+result = pipe.generate([ov.Tensor(np.array([reference["prompt_ids"]], np.int64))], [config])
+print(json.dumps({"runtime": ov.get_version(), "tokens": [int(t) for t in result[0].m_generation_ids[0]],
+                  "expected": reference["generated_ids"]}), flush=True)
+shutil.rmtree(tmp)
+os._exit(0)   # genai 2026.0 - 2026.2 segfaults now and then when a pipeline is destroyed (measured after the print)
+"""
+
+
+@needs_affected
+def test_affected_continuous_batching_pipeline_decodes_e2b35_once_padded():
+    """openvino_genai.ContinuousBatchingPipeline itself (what OpenVINO Model Server runs) on 2026.0, one
+    process per IR: the unpadded one may corrupt the heap (a crash is as wrong as wrong tokens)."""
+    def run(mode: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(AFFECTED), "-c", AFFECTED_CONTINUOUS_BATCHING % mode], capture_output=True,
+                              text=True, timeout=600, cwd=ROOT)
+
+    keep = run("keep")
+    assert keep.returncode != 0 or (lambda o: o["tokens"] != o["expected"])(json.loads(keep.stdout.splitlines()[-1]))
+    pad = run("pad")
+    assert pad.returncode == 0, pad.stderr[-2000:]
+    out = json.loads(pad.stdout.splitlines()[-1])
+    assert out["runtime"].startswith("2026.0") and len(out["expected"]) == 20 and out["tokens"] == out["expected"]
+
+
+AFFECTED_GENAI_STACK = """
+import json, os, shutil, tempfile, numpy as np, openvino as ov, openvino_genai as genai, ovpasses
+from pathlib import Path
+from ovpasses.precision import EXACT_CPU_CONFIG
+from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_greedy
+spec, prompt, steps = HeadsStackSpec(*%r, kv_source=%r, k_eq_v=%r, hidden=%r, seed=%r, scale=%r), %r, 12
+mode, path = %r, %r
+expected, margin = heads_stack_greedy(spec, prompt, steps)
+tmp = tempfile.mkdtemp()
+(Path(tmp) / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": spec.hidden}))
+(Path(tmp) / "generation_config.json").write_text(json.dumps({"eos_token_id": spec.vocab}))
+model = build_heads_stack(spec)
+ovpasses.rewrite(model, paged_heads=mode)
+ov.save_model(model, Path(tmp) / "openvino_model.xml", compress_to_fp16=False)
+kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
+pipe = genai.LLMPipeline(tmp, "CPU", **kwargs, **EXACT_CPU_CONFIG)
+config = genai.GenerationConfig()
+config.max_new_tokens = config.min_new_tokens = steps
+config.do_sample = False
+ids = np.array([prompt], np.int64)
+result = pipe.generate(genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config)
+print(json.dumps({"runtime": ov.get_version(), "expected": expected, "margin": margin,
+                  "tokens": [int(t) for t in result.tokens[0]]}), flush=True)
+shutil.rmtree(tmp)
+os._exit(0)   # genai 2026.0 - 2026.2 segfaults now and then when a pipeline is destroyed (measured after the print)
+"""
+# the 26B/31B layout with no scale input; after [5, 1, 3, 2, 6, 4] its greedy tokens take 4 values, the smallest
+# top-1/top-2 margin 1.47, far above what float32 moves (RELATIVE of the largest output)
+GENAI_LARGE = HeadsStackSpec(LARGE_LIKE.layers, k_eq_v=LARGE_LIKE.k_eq_v, hidden=16, seed=3, scale=None)
+
+
+@needs_affected
+def test_affected_genai_paged_decodes_the_large_layout_once_padded():
+    """The 26B/31B layout (sliding 4 KV heads x 8, full 1 x 16 with K = V, adjacent full layers) through
+    openvino_genai on 2026.0, its output read as logits: greedy tokens of the float64 reference."""
+    spec = GENAI_LARGE
+
+    def run(mode: str, path: str) -> subprocess.CompletedProcess:   # one process each: see above
+        code = AFFECTED_GENAI_STACK % ((spec.layers,), spec.kv_source, spec.k_eq_v, spec.hidden, spec.seed,
+                                       spec.scale, [5, 1, 3, 2, 6, 4], mode, path)
+        return subprocess.run([str(AFFECTED), "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+
+    for mode, path in (("pad", "paged"), ("pad", "stateful"), ("keep", "stateful")):
+        proc = run(mode, path)
+        assert proc.returncode == 0, f"{mode} {path}: {proc.stderr[-2000:]}"
+        out = json.loads(proc.stdout.splitlines()[-1])
+        assert out["runtime"].startswith("2026.0") and out["margin"] > 1 and len(set(out["expected"])) > 3
+        assert out["tokens"] == out["expected"], (mode, path)
+    keep = run("keep", "paged")
+    assert keep.returncode != 0 or (lambda o: o["tokens"] != o["expected"])(json.loads(keep.stdout.splitlines()[-1]))
+
+
+AFFECTED_STACK = """
+import json, numpy as np, ovpasses
+from ovpasses.precision import EXACT_CPU_CONFIG
+from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
+from ovpasses.testing.paged import heads_stack_paged_outputs
+spec, tokens, pad = HeadsStackSpec(*%r, kv_source=%r, k_eq_v=%r, hidden=%r), %r, %r
+model = build_heads_stack(spec)
+if pad:
+    ovpasses.rewrite(model, paged_heads="pad")
+got = heads_stack_paged_outputs(spec, tokens, prefill=6, config=EXACT_CPU_CONFIG, model=model)
+ref = heads_stack_reference(spec, tokens)
+error = np.nan_to_num(np.abs(got - ref), nan=np.inf).max() / max(1.0, np.abs(ref).max())
+print(json.dumps({"runtime": __import__("openvino").get_version(), "error": float(error)}))
+"""
+
+
+def venv_python(version: str) -> Path:
+    return ROOT / ".venvs" / f"ov-{version}" / "bin" / "python"
+
+
+def runtime_venv(version: str):
+    """``version`` as a pytest param, skipped where .venvs/ov-VERSION is missing (2026.0.0 is in the default
+    run; tools/venv.sh ov VERSION makes the others)."""
+    return pytest.param(version, marks=pytest.mark.skipif(
+        not venv_python(version).exists(), reason=f"needs .venvs/ov-{version} (bash tools/venv.sh ov {version})"))
+
+
+@pytest.mark.parametrize("version", [runtime_venv(v) for v in ("2026.0.0", "2026.1.0", "2026.2.1")])
+@pytest.mark.parametrize("spec", [E2B_LIKE, LARGE_LIKE], ids=["e2b-like", "large-like"])
+def test_affected_paged_attention_is_right_once_padded(spec, version):
+    """The CPU PagedAttention of 2026.0 - 2026.2 on the Gemma 4 layouts: garbage (or a crash) as built, the
+    float64 reference once padded. (2025.2 - 2025.4 lay their paged caches out otherwise: the runtime
+    matrix covers them through openvino_genai.)"""
+    def run(pad: bool) -> subprocess.CompletedProcess:
+        code = AFFECTED_STACK % ((spec.layers,), spec.kv_source, spec.k_eq_v, spec.hidden, TOKENS, pad)
+        return subprocess.run([str(venv_python(version)), "-c", code], capture_output=True, text=True,
+                              timeout=300, cwd=ROOT)
+
+    before = run(False)   # heap corruption may abort the process: as wrong as a wrong number
+    assert before.returncode != 0 or json.loads(before.stdout.splitlines()[-1])["error"] > 1e-2, before.stdout
+    after = run(True)
+    assert after.returncode == 0, after.stderr[-2000:]
+    out = json.loads(after.stdout.splitlines()[-1])
+    assert out["runtime"].startswith(version) and out["error"] < RELATIVE
