@@ -1,7 +1,7 @@
 """``ovpass``: a thin command-line shell over ovpasses (argument parsing, file I/O, exit codes).
 
-The work is done by :mod:`ovpasses.pipeline` (the passes and the rewrite), :mod:`ovpasses.inspect_report`
-(the KV-sharing report), :mod:`ovpasses.check` (the side-by-side check) and :mod:`ovpasses.io` (safe IR
+The work is done by :mod:`ovpasses.pipeline` (the passes and the rewrite), :mod:`ovpasses.report.inspect`
+(the KV-sharing report), :mod:`ovpasses.check` (the side-by-side check) and :mod:`ovpasses.files.io` (safe IR
 reading and writing); this module only wires arguments to them.
 """
 
@@ -18,8 +18,12 @@ from pathlib import Path
 import openvino as ov
 
 import ovpasses
-from ovpasses import (check, check_inputs, commit, devices, folder, genai_check, inspect_report, io, pipeline,
-                      precision, runtimes, signals)
+from ovpasses import check, devices, pipeline, precision
+from ovpasses.check import genai as genai_check
+from ovpasses.check import inputs as check_inputs
+from ovpasses.files import commit, folder, io, signals
+from ovpasses.plan import runtimes
+from ovpasses.report import inspect as inspect_report
 from ovpasses.errors import OvpassesError
 from ovpasses.pipeline import KV_SHARING_MODES, SLIDING_WINDOW_MODES
 
@@ -404,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interrupted(exc: KeyboardInterrupt) -> str:
-    """What an interrupted run leaves, truly: signals wait while a commit renames (ovpasses.signals), so
+    """What an interrupted run leaves, truly: signals wait while a commit renames (ovpasses.files.signals), so
     a run stops either before its commit or after it."""
     name = f"by {exc.args[0]}" if isinstance(exc, signals.Interrupted) else "by SIGINT"
     if not commit.COMMITTED:

@@ -2,7 +2,7 @@
 
 ``rewrite(model)`` runs in place and returns a :class:`RewriteSummary`; ``compile_model(model)``
 rewrites a clone and hands it to the CPU or GPU plugin. What changes depends on the runtime profile
-(see :func:`profile_for`, the facts in :mod:`ovpasses.runtimes` and the table in README.md), chosen
+(see :func:`profile_for`, the facts in :mod:`ovpasses.plan.runtimes` and the table in README.md), chosen
 from ``openvino.get_version()`` unless ``runtime`` names a release. Three plans, each pure over plain
 data: :func:`plan` per SDPA (the KV caches), :func:`mask_plan` per sliding-window mask
 (openvino_genai's paged path) and :func:`paged_warnings` for what no rewrite mends on that path.
@@ -45,7 +45,7 @@ from ovpasses.analysis.stateful_fusion import FusionVerdict, predict_fusion
 from ovpasses.analysis.op_versions import UnreadableOp, analyze_op_versions, op_version
 from ovpasses.devices import normalize_device, resolve_device
 from ovpasses.errors import OvpassesError, UnreadableOperationError, UnsupportedRuntimeError
-from ovpasses.io import read_ir
+from ovpasses.files.io import read_ir
 from ovpasses.passes.convert_one_hot16_to_one_hot1 import ConvertOneHot16ToOneHot1
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
 from ovpasses.passes.erfinv_constant_folding import ErfInvConstantFolding
@@ -53,7 +53,7 @@ from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecompo
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.passes.shared_kv_cache_unsharing import SharedKVCacheUnsharing, UnsharedCache, plan_unsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
-from ovpasses.runtimes import (
+from ovpasses.plan.runtimes import (
     FIRST_FIXED,
     NEWEST_KNOWN,
     OLDEST_SUPPORTED,
@@ -122,7 +122,7 @@ def profile_for(runtime: str | None = None) -> RuntimeProfile:
     """The profile of ``runtime`` (a release: ``"2026.0"``, ``"2026.4.1"``) or, when None, of the installed runtime.
 
     Raises :class:`UnsupportedRuntimeError` for a name that is not a release and for a release older than
-    :data:`~ovpasses.runtimes.OLDEST_SUPPORTED`; logs a warning (once per release) for one newer than every
+    :data:`~ovpasses.plan.runtimes.OLDEST_SUPPORTED`; logs a warning (once per release) for one newer than every
     release the profiles were measured on, and applies the fixed profile to it.
     """
     if runtime is None:
@@ -715,7 +715,7 @@ def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", conf
     ``device`` (CPU or GPU).
 
     ``model`` is an ``ov.Model`` or, as for OpenVINO's own ``compile_model``, the path of an IR ``.xml``
-    (read with :func:`ovpasses.io.read_ir`). ``device`` is any case in its family part (``"cpu"``,
+    (read with :func:`ovpasses.files.io.read_ir`). ``device`` is any case in its family part (``"cpu"``,
     ``"gpu.0"``); one that OpenVINO does not see here raises :class:`DeviceNotAvailableError`.
     """
     core = core or ov.Core()

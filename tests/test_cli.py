@@ -21,7 +21,7 @@ from ovpasses import analyze_kv_sharing
 from ovpasses.pipeline import NATIVE, SHAPEOF
 from ovpasses.pipeline import PASSES
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.runtimes import installed_version
+from ovpasses.plan.runtimes import installed_version
 from ovpasses.testing.fixture_variants import compress_weights, fill_weight, variant_folder
 from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 

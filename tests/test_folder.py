@@ -18,8 +18,8 @@ from pathlib import Path
 import openvino as ov
 import pytest
 
-from ovpasses import commit
-from ovpasses.folder import holds_stateful_attention, ir_files_in, rewrite_folder
+from ovpasses.files import commit
+from ovpasses.files.folder import holds_stateful_attention, ir_files_in, rewrite_folder
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"

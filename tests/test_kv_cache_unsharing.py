@@ -15,7 +15,7 @@ import pytest
 
 import ovpasses
 from ovpasses import OvpassesError, analyze_kv_sharing, cli
-from ovpasses.folder import rewrite_folder
+from ovpasses.files.folder import rewrite_folder
 from ovpasses.passes.shared_kv_cache_unsharing import (
     NO_INITIALISER,
     SCALAR_MASK,

@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 import ovpasses
 from ovpasses.analysis.op_versions import analyze_op_versions, layer_versions, unreadable_versions
 from ovpasses.errors import UnreadableOperationError
-from ovpasses.inspect_report import inspect_model
+from ovpasses.report.inspect import inspect_model
 from ovpasses.passes import ErfInvConstantFolding
 from ovpasses.passes.erfinv_constant_folding import erfinv
 from ovpasses.pipeline import LOWERING_PASSES, lower_op_versions
 from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
-from ovpasses.runtimes import OPS_FIRST_READ, installed_version, parse_release
+from ovpasses.plan.runtimes import OPS_FIRST_READ, installed_version, parse_release
 from ovpasses.testing.graphs import (
     NewerOpsSpec,
     build_newer_ops,

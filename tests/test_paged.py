@@ -21,7 +21,7 @@ from ovpasses import SlidingWindowMaskSliceInsertion
 from ovpasses.analysis.sliding_window_masks import find_sliding_window_masks
 from ovpasses.pipeline import MASK_IGNORED, MASK_NATIVE, MASK_SLICE, MASK_SLICED_ALREADY, profile_for
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.inspect_report import inspect_model, inspect_text
+from ovpasses.report.inspect import inspect_model, inspect_text
 from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
 from ovpasses.testing.paged import heads_stack_paged_outputs, paged_attention_inputs, to_paged
 

@@ -34,7 +34,7 @@ import ovpasses
 from ovpasses import OvpassesError, ScaledDotProductAttentionDecomposition, analyze_kv_sharing
 from ovpasses.passes.shared_kv_cache_unsharing import NO_INITIALISER, SCALAR_MASK
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
-from ovpasses.runtimes import FIRST_FIXED, installed_version
+from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.testing.graphs import (
     STACK_OUTPUT,
     StackSpec,

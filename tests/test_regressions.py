@@ -18,7 +18,7 @@ from ovpasses.check import count_fused_sdpa
 from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, is_fusion_barrier
 from ovpasses.pipeline import BARRIER, DECOMPOSE, NATIVE, PIPELINE_PASSES, SHAPEOF, UNANALYSED
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
-from ovpasses.runtimes import FIRST_FIXED, installed_version
+from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.testing.graphs import (
     LOOP_SDPA,
     CacheLoopSpec,

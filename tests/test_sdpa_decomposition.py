@@ -9,7 +9,7 @@ from openvino.passes import Manager
 
 from ovpasses import ScaledDotProductAttentionDecomposition
 from ovpasses.precision import EXACT_CPU_CONFIG as F32
-from ovpasses.runtimes import installed_version
+from ovpasses.plan.runtimes import installed_version
 from ovpasses.testing.graphs import AttentionSpec, attention_inputs, attention_reference, build_attention
 
 

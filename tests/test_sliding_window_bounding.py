@@ -26,7 +26,7 @@ from ovpasses.analysis.sliding_window_caches import Refusal
 from ovpasses.passes.sliding_window_cache_bounding import CHECK_SUFFIX, SlidingWindowKVCacheBounding
 from ovpasses.pipeline import BOUNDED
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.runtimes import FIRST_FIXED, installed_version
+from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.testing.graphs import StackSpec, build_stack
 
 ROOT = Path(__file__).resolve().parent.parent

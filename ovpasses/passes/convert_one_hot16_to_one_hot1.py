@@ -1,7 +1,7 @@
 """ConvertOneHot16ToOneHot1: OneHot-16 as the OneHot-1 that computes the same, for runtimes without it.
 
 Why: openvino 2025.2's opset16 does not hold OneHot (``Opset opset16 doesn't contain the operation with
-type: OneHot``; measured, see :mod:`ovpasses.runtimes`), so an IR that a newer OpenVINO wrote with a
+type: OneHot``; measured, see :mod:`ovpasses.plan.runtimes`), so an IR that a newer OpenVINO wrote with a
 OneHot-16 cannot be read there. OneHot-16 differs from OneHot-1 only by ``negative_indices_mode``; the
 specification says that with ``ignore_negative`` it "behaves exactly as OneHot-1", and ``normalize``
 maps an index ``i`` in ``[-depth, -1]`` to ``depth + i`` before the same selection. Both are exact in

@@ -2,7 +2,7 @@
 
 Why: ErfInv is an opset17 operation, and openvino 2025.2 - 2026.1 cannot read an IR that holds one
 (``Cannot create ErfInv layer ... from unsupported opset: opset17``; measured, see
-:mod:`ovpasses.runtimes`). Gemma 3n exports it for the activation sparsity of its first layers: the
+:mod:`ovpasses.plan.runtimes`). Gemma 3n exports it for the activation sparsity of its first layers: the
 threshold ``mean + std * sqrt(2) * erfinv(2p - 1)``, with the sparsity ``p`` a Constant, so the
 exporter leaves ``ErfInv(Constant 2p - 1)`` in the IR. Folded here, the IR holds no opset17
 operation and the value is the one the specification defines.

@@ -1,6 +1,6 @@
 """``ovpass check``: run an original and a rewritten model side by side on the same inputs and compare.
 
-:func:`check_model` compiles both, runs a prefill and decode steps (:func:`ovpasses.check_inputs.make_feeds`)
+:func:`check_model` compiles both, runs a prefill and decode steps (:func:`ovpasses.check.inputs.make_feeds`)
 through each (:func:`run_steps`) and returns a :class:`CheckReport` with the verdict. Where the original
 cannot run, the rewritten model is compared with an independent reference that can: the same IR with
 every SDPA decomposed by :class:`~ovpasses.passes.ScaledDotProductAttentionDecomposition` (the
@@ -22,13 +22,13 @@ import openvino as ov
 from openvino.passes import Manager
 
 from ovpasses._ov import SDPA_TYPE
-from ovpasses.check_inputs import InputSource, InputUnknownError, make_feeds  # noqa: F401 - make_feeds re-exported
+from ovpasses.check.inputs import InputSource, InputUnknownError, make_feeds  # noqa: F401 - make_feeds re-exported
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.pipeline import rewrite
 from ovpasses.precision import EXACT_CPU_CONFIG, Precision, compiled_precision
-from ovpasses.runtimes import installed_version, version_string
+from ovpasses.plan.runtimes import installed_version, version_string
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ writes ``openvino_model.xml``; ``--task image-text-to-text`` writes ``openvino_l
 beside text, per-layer and vision embedding IRs; both add tokenizer and detokenizer IRs, configs and
 processor files. :func:`rewrite_folder` rewrites each IR that holds stateful attention (a ReadValue
 and a ScaledDotProductAttention), copies every other file byte for byte, and puts the new folder in
-place with :func:`ovpasses.commit.replace_all`: a temporary folder beside the target is renamed into
+place with :func:`ovpasses.files.commit.replace_all`: a temporary folder beside the target is renamed into
 place, so the target is the old folder or the new one, whole.
 
 Which IRs hold stateful attention is read from the XML's layer types, without building the model:
@@ -16,7 +16,7 @@ pipeline itself, and an IR without stateful attention that holds an operation th
 (from its XML's layer versions) by :func:`ovpasses.pipeline.lower_op_versions` alone. An operation
 that cannot be replaced refuses the whole folder, naming the file. Tokenizer IRs converted by a newer
 openvino_tokenizers than the target's are copied as they are, with a warning: openvino_genai releases
-before it crash when they load them (:data:`ovpasses.runtimes.TOKENIZERS_CRASH_OLDER_GENAI`).
+before it crash when they load them (:data:`ovpasses.plan.runtimes.TOKENIZERS_CRASH_OLDER_GENAI`).
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ovpasses import commit, io
+from ovpasses.files import commit, io
 from ovpasses.analysis.op_versions import unreadable_versions
 from ovpasses.errors import OvpassesError, UnreadableOperationError
 from ovpasses.pipeline import OpVersionAction, RewriteSummary, lower_op_versions, profile_for, rewrite, selected_passes
-from ovpasses.runtimes import TOKENIZERS_CRASH_OLDER_GENAI, Version, parse_release, version_string
+from ovpasses.plan.runtimes import TOKENIZERS_CRASH_OLDER_GENAI, Version, parse_release, version_string
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,7 @@ def _warn_newer_tokenizers(source: Path, irs: list[str], target: Version) -> Non
             newer[name] = converted
     if newer and TOKENIZERS_CRASH_OLDER_GENAI:
         log.warning("%s: converted by openvino_tokenizers %s, which openvino_genai %s cannot load (measured: genai "
-                    "releases older than the converter segfault; ovpasses.runtimes); they are copied as they are: "
+                    "releases older than the converter segfault; ovpasses.plan.runtimes); they are copied as they are: "
                     "convert the tokenizer again with openvino_tokenizers %s, or give genai token ids",
                     ", ".join(newer), ", ".join(sorted({version_string(v) for v in newer.values()})),
                     version_string(target[:2]), version_string(target[:2]))
