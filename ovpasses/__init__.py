@@ -20,7 +20,10 @@ from ovpasses.passes import (
     SlidingWindowMaskSliceInsertion,
     SharedKVCacheUnsharing,
 )
-from ovpasses.pipeline import RewriteSummary, RuntimeProfile, compile_model, plan, profile_for, rewrite
+from ovpasses.pipeline import compile_model, rewrite
+from ovpasses.plan.decisions import plan
+from ovpasses.plan.profiles import RuntimeProfile, profile_for
+from ovpasses.summary import RewriteSummary
 
 __version__ = "0.1.0"
 

@@ -24,6 +24,7 @@ from ovpasses.check import inputs as check_inputs
 from ovpasses.files import commit, folder, io, signals
 from ovpasses.plan import runtimes
 from ovpasses.report import inspect as inspect_report
+from ovpasses.report import schemas
 from ovpasses.errors import OvpassesError
 from ovpasses.pipeline import KV_SHARING_MODES, SLIDING_WINDOW_MODES
 
@@ -289,7 +290,7 @@ def cmd_inspect(args) -> int:
                                                        sliding_window=args.sliding_window))]
     if args.format == "json":
         data = reports[0][1] if reports[0][0] is None else {
-            "schema": "ovpass.inspect-folder/1", "folder": str(source),
+            "schema": schemas.INSPECT_FOLDER, "folder": str(source),
             "models": [{"file": name, "report": report} for name, report in reports]}
         print(json.dumps(data, indent=2))
         return EXIT_OK
@@ -337,7 +338,7 @@ def cmd_check(args) -> int:
         if not is_folder:
             print(reports[0][1].to_json())
         else:
-            print(json.dumps({"schema": "ovpass.check-folder/1", "folder": str(source), "verdict_code": worst,
+            print(json.dumps({"schema": schemas.CHECK_FOLDER, "folder": str(source), "verdict_code": worst,
                               "models": [{"file": name, **report.to_dict()} for name, report in reports],
                               "genai": [r.to_dict() for r in genai_reports]}, indent=2))
     else:

@@ -5,12 +5,15 @@ import pytest
 
 import ovpasses
 from ovpasses import DeviceNotAvailableError, OvpassesError
-from ovpasses.pipeline import BARRIER, NATIVE, NATIVE_UNFUSED, PIPELINE_PASSES, STATELESS
+from ovpasses.pipeline import PIPELINE_PASSES
+from ovpasses.plan.decisions import Action
 from ovpasses.pipeline import PASSES
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_steps
 
 from test_regressions import assert_matches_reference  # noqa: E402  (tests/ is on sys.path)
+
+BARRIER, NATIVE, NATIVE_UNFUSED, STATELESS = Action.BARRIER, Action.NATIVE, Action.NATIVE_UNFUSED, Action.STATELESS
 
 HAS_GPU = any(d.startswith("GPU") for d in ov.Core().available_devices)
 # f32 through the whole graph: see the tolerance note in test_properties.py

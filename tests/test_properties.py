@@ -266,7 +266,7 @@ def test_decomposition_scales_qk_output(spec, counts):
     decomposition = ScaledDotProductAttentionDecomposition()
     manager.register_pass(decomposition)
     manager.run_passes(model)
-    assert sorted(decomposition.decomposed) == sorted(inputs)
+    assert sorted(decomposition.changed) == sorted(inputs)
     assert not sdpa_nodes(model)
 
     by_name = {n.get_friendly_name(): n for n in model.get_ordered_ops()}

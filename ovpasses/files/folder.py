@@ -13,7 +13,7 @@ the tokenizer IRs need openvino_tokenizers' extension to be read at all.
 
 For a named target (``--runtime 2026.0``), every IR is made readable there: the rewritten IRs by the
 pipeline itself, and an IR without stateful attention that holds an operation the target cannot read
-(from its XML's layer versions) by :func:`ovpasses.pipeline.lower_op_versions` alone. An operation
+(from its XML's layer versions) by :func:`ovpasses.lowering.lower_op_versions` alone. An operation
 that cannot be replaced refuses the whole folder, naming the file. Tokenizer IRs converted by a newer
 openvino_tokenizers than the target's are copied as they are, with a warning: openvino_genai releases
 before it crash when they load them (:data:`ovpasses.plan.runtimes.TOKENIZERS_CRASH_OLDER_GENAI`).
@@ -33,7 +33,12 @@ from pathlib import Path
 from ovpasses.files import commit, io
 from ovpasses.analysis.op_versions import unreadable_versions
 from ovpasses.errors import OvpassesError, UnreadableOperationError
-from ovpasses.pipeline import OpVersionAction, RewriteSummary, lower_op_versions, profile_for, rewrite, selected_passes
+from ovpasses.lowering import OpVersionAction, lower_op_versions
+from ovpasses.pipeline import rewrite, selected_passes
+from ovpasses.plan.profiles import profile_for
+from ovpasses.report import schemas
+from ovpasses.report.text import op_action_text
+from ovpasses.summary import RewriteSummary
 from ovpasses.plan.runtimes import TOKENIZERS_CRASH_OLDER_GENAI, Version, parse_release, version_string
 
 log = logging.getLogger(__name__)
@@ -132,7 +137,7 @@ class FolderSummary:
         return any(m.summary is not None and m.summary.changed or bool(m.op_versions) for m in self.models)
 
     def to_dict(self) -> dict:
-        return {"schema": "ovpass.rewrite-folder/1", "input": self.source, "output": self.target,
+        return {"schema": schemas.REWRITE_FOLDER, "input": self.source, "output": self.target,
                 "changed": self.changed, "models": [m.to_dict() for m in self.models], "copied": list(self.copied)}
 
     def __str__(self) -> str:
@@ -142,7 +147,7 @@ class FolderSummary:
                 lines.append(f"{model.file}:")
                 lines += [f"  {line}" for line in str(model.summary).splitlines()]
             for item in model.op_versions:
-                lines.append(f"{model.file}: cannot be read as exported: {item.op.describe()}: {item.action}")
+                lines.append(f"{model.file}: cannot be read as exported: {item.op.describe()}: {op_action_text(item)}")
         rest = [m.file for m in self.models if m.summary is None and not m.op_versions] + self.copied
         listed = f" ({', '.join(rest[:6])}{', ...' if len(rest) > 6 else ''})" if rest else ""
         lines.append(f"copied unchanged: {len(rest)} file(s){listed}")
@@ -191,7 +196,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
     ``source`` itself. An IR without stateful attention that holds an operation the target runtime
-    cannot read gets only those operations replaced (:func:`~ovpasses.pipeline.lower_op_versions`).
+    cannot read gets only those operations replaced (:func:`~ovpasses.lowering.lower_op_versions`).
     Files other than those IRs are copied byte for byte, sub-folders included; ovpass's own lock,
     journal and temporary files are not copied. A symbolic link is copied as the file or folder it
     points to (``symlinks="copy"``, as ``cp -L``: a Hugging Face cache snapshot is made of links into

@@ -51,10 +51,11 @@ class KVCacheShapeOfDecomposition(MatcherPass):
     """Replace ShapeOf(Concat(past cache, new)) by a shape built from ShapeOf(new) and ShapeOf(past)."""
 
     NAME = "KVCacheShapeOfDecomposition"
+    DESCRIPTION = "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"
 
     def __init__(self) -> None:
         MatcherPass.__init__(self)
-        self.rewritten: list[str] = []
+        self.changed: list[str] = []
 
         read_value = WrapType("opset6.ReadValue")
         cache = Optional(["opset1.Convert"], read_value.output(0))
@@ -89,7 +90,7 @@ class KVCacheShapeOfDecomposition(MatcherPass):
             copy_runtime_info(shape_node, [new_shape, past_shape, length, shape,
                                            length.input_value(0).get_node(), length.input_value(1).get_node()])
             shape_node.output(0).replace(shape.output(0))
-            self.rewritten.append(name)
+            self.changed.append(name)
             log.debug("%s: %s now computed from the inputs of %s", self.NAME, name, concat_node.get_friendly_name())
             return True
 

@@ -173,18 +173,21 @@ class SharedKVCacheUnsharing(ModelPass):
 
     A ModelPass, not a MatcherPass: it adds variables and sinks to the model, which a matcher callback
     cannot reach. It still finds the caches with a pattern (``_cache_concat_pattern``) and reads them
-    through the pattern value map. ``unshared`` lists the variables it added; ``skipped`` says, per
+    through the pattern value map. ``changed`` lists the variables it added (``caches``: what each copies and costs); ``refused`` says, per
     ``"<variable> for <borrower>"`` (or per variable, when the reason holds for the whole cache), why a
     planned copy was not made (the model is then left as it was for that borrower).
     """
 
     NAME = "SharedKVCacheUnsharing"
+    DESCRIPTION = ("--kv-sharing unshare only: gives each borrower of a shared cache a cache of its own, so every SDPA "
+                   "can fuse")
 
     def __init__(self, targets: Mapping[str, Sequence[str]]) -> None:
         ModelPass.__init__(self)
         self.targets = {vid: tuple(borrowers) for vid, borrowers in targets.items() if borrowers}
-        self.unshared: list[UnsharedCache] = []
-        self.skipped: dict[str, str] = {}
+        self.changed: list[str] = []
+        self.caches: list[UnsharedCache] = []
+        self.refused: dict[str, str] = {}
 
     def run_on_model(self, model: ov.Model) -> bool:
         if not self.targets:
@@ -211,15 +214,15 @@ class SharedKVCacheUnsharing(ModelPass):
         for vid, borrowers in self.targets.items():
             rvs = read_values.get(vid, [])
             if len(rvs) != 1:
-                self.skipped[vid] = SEVERAL_READ_VALUES if rvs else "the model has no ReadValue of it"
+                self.refused[vid] = SEVERAL_READ_VALUES if rvs else "the model has no ReadValue of it"
                 continue
             rv = rvs[0]
             if rv.get_input_size() == 0:
-                self.skipped[vid] = NO_INITIALISER
+                self.refused[vid] = NO_INITIALISER
                 continue
             region = _cache_region(rv)
             if any(_scalar_mask(reader) for reader in _readers(region)):
-                self.skipped[vid] = SCALAR_MASK
+                self.refused[vid] = SCALAR_MASK
                 continue
             for borrower in borrowers:
                 node = sdpa.get(borrower)
@@ -230,7 +233,7 @@ class SharedKVCacheUnsharing(ModelPass):
                 cone = _cone(node, ports, region, rv)
                 cache_concats = [c for c in concats.get(vid, []) if c in cone]
                 if len(cache_concats) != 1:
-                    self.skipped[f"{vid} for {borrower}"] = SEVERAL_CACHE_CONCATS if cache_concats else NO_CACHE_CONCAT
+                    self.refused[f"{vid} for {borrower}"] = SEVERAL_CACHE_CONCATS if cache_concats else NO_CACHE_CONCAT
                     continue
                 new_vid = f"{vid}/{labels[borrower]}"
                 if new_vid in infos:
@@ -244,7 +247,8 @@ class SharedKVCacheUnsharing(ModelPass):
                 infos[new_vid] = variable.get_info()
                 new_variables.append(variable)
                 new_sinks.append(assign)
-                self.unshared.append(record)
+                self.caches.append(record)
+                self.changed.append(record.variable_id)
                 log.debug("%s: %s reads %s, a copy of %s", self.NAME, borrower, new_vid, vid)
         if not new_sinks:
             return False
@@ -256,7 +260,7 @@ class SharedKVCacheUnsharing(ModelPass):
     def _unshare(self, rv: ov.Node, info, new_vid: str, borrower: ov.Node, ports: tuple[int, ...],
                  cone: list[ov.Node], cache_concat: ov.Node, label: str):
         """Build ``ReadValue(new_vid)``, copies of ``cone`` on it and ``Assign(new_vid)``; re-point the
-        borrower's ``ports``. Returns (variable, assign, record), or None (reason in ``skipped``) when a
+        borrower's ``ports``. Returns (variable, assign, record), or None (reason in ``refused``) when a
         node of the cone cannot be copied."""
         from openvino.op.util import Variable, VariableInfo
 
@@ -279,7 +283,7 @@ class SharedKVCacheUnsharing(ModelPass):
                 for index in range(node.get_output_size()):
                     copies[(node, index)] = copy.output(index)
         except Exception as error:  # noqa: BLE001 - a node OpenVINO's factory cannot rebuild: leave it shared
-            self.skipped[f"{vid} for {borrower.get_friendly_name()}"] = (
+            self.refused[f"{vid} for {borrower.get_friendly_name()}"] = (
                 f"cannot copy {node.get_type_name()} '{node.get_friendly_name()}' of its path: "
                 f"{str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__}")
             made.clear()

@@ -85,7 +85,7 @@ def _i64(values) -> ov.Node:
 
 class SlidingWindowKVCacheBounding(ModelPass):
     """Bound the caches ``plan.bounded`` names (a :class:`SlidingWindowCaches` of this model), re-sourcing
-    lengths from ``plan.reference``. ``self.bounded`` lists the variable ids changed.
+    lengths from ``plan.reference``. ``self.changed`` lists the variable ids changed.
 
     A ModelPass: one rewrite spans a cache's chain, its GQA path, its readers' masks and the reference
     cache elsewhere in the graph. It finds each chain with the analysis' pattern
@@ -94,11 +94,13 @@ class SlidingWindowKVCacheBounding(ModelPass):
     """
 
     NAME = "SlidingWindowKVCacheBounding"
+    DESCRIPTION = ("--sliding-window bounded only: caches only sliding-window attention reads keep their last W-1 "
+                   "positions")
 
     def __init__(self, plan: SlidingWindowCaches) -> None:
         ModelPass.__init__(self)
         self.plan = plan
-        self.bounded: list[str] = []
+        self.changed: list[str] = []
 
     def run_on_model(self, model: ov.Model) -> bool:
         if not self.plan.bounded:
@@ -135,7 +137,7 @@ class SlidingWindowKVCacheBounding(ModelPass):
                     made += self._slice_mask(sdpa, nodes, bounded.window, past_length.output(0), masks)
             for node in made:
                 node.get_rt_info()[RT_BOUNDED] = vid
-            self.bounded.append(vid)
+            self.changed.append(vid)
             log.debug("%s: %s keeps its last %d positions (window %d)", self.NAME, vid, bounded.keep, bounded.window)
         model.validate_nodes_and_infer_types()
         return True
