@@ -27,9 +27,10 @@ import logging
 import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
-from openvino.passes import AnyInput, Matcher, MatcherPass, Optional, WrapType
+from openvino.passes import Matcher, MatcherPass, WrapType
 
 from ovpasses._ov import copy_runtime_info
+from ovpasses.analysis.cache_chain import cache_chain_pattern
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +58,9 @@ class KVCacheShapeOfDecomposition(MatcherPass):
         MatcherPass.__init__(self)
         self.changed: list[str] = []
 
-        read_value = WrapType("opset6.ReadValue")
-        cache = Optional(["opset1.Convert"], read_value.output(0))
-        past = Optional(["opset8.Gather"], [cache.output(0), AnyInput().output(0), AnyInput().output(0)])
-        new = AnyInput()
         # a KV cache Concat: two inputs, the first from the variable, the result stored back
-        concat = WrapType("opset1.Concat", [past.output(0), new.output(0)], _feeds_assign)
+        chain = cache_chain_pattern(concat_predicate=_feeds_assign)
+        concat, new = chain.concat, chain.new
         shape_of = WrapType("opset3.ShapeOf", concat.output(0))
 
         def callback(matcher: Matcher) -> bool:

@@ -57,10 +57,11 @@ from dataclasses import dataclass, field
 
 import openvino as ov
 from openvino import opset13 as ops
-from openvino.passes import AnyInput, Matcher, ModelPass, Optional, WrapType
+from openvino.passes import Matcher, ModelPass
 from openvino.utils.node_factory import NodeFactory
 
 from ovpasses._ov import SDPA_TYPE, copy_runtime_info
+from ovpasses.analysis.cache_chain import cache_chain_pattern, variable_id
 from ovpasses.analysis.kv_sharing import KEY_PORT, SHAPE_ONLY, STOP, VALUE_PORT, KVSharingAnalysis
 from ovpasses.errors import PassInvariantError
 
@@ -156,23 +157,12 @@ def borrower_labels(names: Iterable[str]) -> dict[str, str]:
 
 
 
-def _cache_concat_pattern(variables: Mapping[str, object]) -> tuple[Matcher, WrapType]:
-    """``ReadValue(v) -> [Convert] -> [Gather(x, indices, axis)] -> Concat(past, new)`` for ``v`` among
-    ``variables``; returns the matcher (rooted at the Concat) and the ReadValue label."""
-    read_value = WrapType("opset6.ReadValue",
-                          lambda out: str(out.get_node().get_attributes()["variable_id"]) in variables)
-    converted = Optional(["opset1.Convert"], read_value.output(0))
-    past = Optional(["opset8.Gather"], [converted.output(0), AnyInput().output(0), AnyInput().output(0)])
-    concat = WrapType("opset1.Concat", [past.output(0), AnyInput().output(0)])
-    return Matcher(concat, "SharedKVCacheUnsharing.cache_concat"), read_value
-
-
 class SharedKVCacheUnsharing(ModelPass):
     """Give each borrower in ``targets`` (cache variable id -> borrower SDPA friendly names, usually
     :func:`plan_unsharing`'s) a KV cache variable of its own.
 
     A ModelPass, not a MatcherPass: it adds variables and sinks to the model, which a matcher callback
-    cannot reach. It still finds the caches with a pattern (``_cache_concat_pattern``) and reads them
+    cannot reach. It still finds the caches with a pattern (:func:`~ovpasses.analysis.cache_chain.cache_chain_pattern`) and reads them
     through the pattern value map. ``changed`` lists the variables it added (``caches``: what each copies and costs); ``refused`` says, per
     ``"<variable> for <borrower>"`` (or per variable, when the reason holds for the whole cache), why a
     planned copy was not made (the model is then left as it was for that borrower).
@@ -194,17 +184,18 @@ class SharedKVCacheUnsharing(ModelPass):
             return False
         ordered = model.get_ordered_ops()
         order = {node: index for index, node in enumerate(ordered)}
-        matcher, read_value_label = _cache_concat_pattern(self.targets)
+        chain = cache_chain_pattern(self.targets)
+        matcher = Matcher(chain.concat, f"{self.NAME}.cache_chain")
         concats: dict[str, list[ov.Node]] = {}     # variable id -> its cache Concats (owner's, off-path ones)
         read_values: dict[str, list[ov.Node]] = {}
         sdpa: dict[str, ov.Node] = {}
         for node in ordered:
             type_name = node.get_type_name()
             if type_name == "Concat" and matcher.match(node.output(0)):
-                rv = matcher.get_pattern_value_map()[read_value_label].get_node()
-                concats.setdefault(_variable_id(rv), []).append(node)
+                rv = matcher.get_pattern_value_map()[chain.read_value].get_node()
+                concats.setdefault(variable_id(rv), []).append(node)
             elif type_name == "ReadValue":
-                read_values.setdefault(_variable_id(node), []).append(node)
+                read_values.setdefault(variable_id(node), []).append(node)
             elif type_name == SDPA_TYPE:
                 sdpa[node.get_friendly_name()] = node
         infos = {var.get_info().variable_id: var.get_info() for var in model.get_variables()}
@@ -340,9 +331,6 @@ def _factory(opset: str) -> NodeFactory:
         _FACTORIES[opset] = NodeFactory(opset)
     return _FACTORIES[opset]
 
-
-def _variable_id(node: ov.Node) -> str:
-    return str(node.get_attributes()["variable_id"])
 
 
 def _cache_region(rv: ov.Node) -> set[ov.Node]:

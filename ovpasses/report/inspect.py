@@ -9,13 +9,17 @@ prediction and the sharing lint); the formats only format it.
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import networkx as nx
 import openvino as ov
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.errors import OvpassesError
+from ovpasses.files.folder import stateful_irs
+from ovpasses.files.io import read_ir
 from ovpasses.pipeline import run_pipeline
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
@@ -80,6 +84,23 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
         **{key: value for key, value in summary.to_dict().items() if key in SUMMARY_FIELDS},
         **extra,
     }
+
+
+def inspect_path(source: Path, runtime: str | None = None, kv_sharing: str = "keep",
+                 sliding_window: str = "full") -> list[tuple[str | None, dict]]:
+    """The report of an IR file (named None), or of each IR of an export folder that holds stateful
+    attention (named by its file name)."""
+    if not os.path.isdir(source):
+        return [(None, inspect_model(read_ir(source), runtime, kv_sharing=kv_sharing, sliding_window=sliding_window))]
+    return [(name, inspect_model(read_ir(source / name), runtime, kv_sharing=kv_sharing,
+                                 sliding_window=sliding_window))
+            for name in stateful_irs(source)]
+
+
+def folder_report(source: Path, reports: list[tuple[str | None, dict]]) -> dict:
+    """A folder's reports as one (schema :data:`ovpasses.report.schemas.INSPECT_FOLDER`)."""
+    return {"schema": schemas.INSPECT_FOLDER, "folder": str(source),
+            "models": [{"file": name, "report": report} for name, report in reports]}
 
 
 # ------------------------------------------------------------------------------------------------ text
