@@ -9,41 +9,25 @@ from ovpasses.errors import (
     UnsupportedModelError,
     UnsupportedRuntimeError,
 )
-from ovpasses.passes import (
-    AttentionHeadPadding,
-    ConvertOneHot16ToOneHot1,
-    DisableStatefulSDPAFusion,
-    ErfInvConstantFolding,
-    KVCacheShapeOfDecomposition,
-    ScaledDotProductAttentionDecomposition,
-    SharedKVCacheDetection,
-    SlidingWindowKVCacheBounding,
-    SlidingWindowMaskSliceInsertion,
-    SharedKVCacheUnsharing,
-)
-from ovpasses.pipeline import RewriteSummary, RuntimeProfile, compile_model, plan, profile_for, rewrite
+from ovpasses import passes
+from ovpasses.passes import *  # noqa: F403 - every pass class, as ovpasses.<Pass>
+from ovpasses.pipeline import compile_model, rewrite
+from ovpasses.plan.decisions import plan
+from ovpasses.plan.profiles import RuntimeProfile, profile_for
+from ovpasses.summary import RewriteSummary
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AttentionHeadPadding",
-    "ConvertOneHot16ToOneHot1",
+    *passes.__all__,
     "DeviceNotAvailableError",
-    "DisableStatefulSDPAFusion",
-    "ErfInvConstantFolding",
-    "KVCacheShapeOfDecomposition",
     "KVSharingAnalysis",
     "OpVersionAnalysis",
     "OvpassesError",
     "PassInvariantError",
     "RewriteSummary",
     "RuntimeProfile",
-    "ScaledDotProductAttentionDecomposition",
-    "SharedKVCacheDetection",
-    "SlidingWindowKVCacheBounding",
-    "SlidingWindowMaskSliceInsertion",
     "UnreadableOperationError",
-    "SharedKVCacheUnsharing",
     "UnsupportedModelError",
     "UnsupportedRuntimeError",
     "analyze_kv_sharing",

@@ -1,7 +1,7 @@
 """Small helpers over the OpenVINO Python API that the passes share.
 
 Kept to what the Python bindings lack (``copy_runtime_info``) or spell differently between the
-supported runtimes (2025.2 and newer). Versions of runtimes are :mod:`ovpasses.runtimes`' concern.
+supported runtimes (2025.2 and newer). Versions of runtimes are :mod:`ovpasses.plan.runtimes`' concern.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """``ovpass``: a thin command-line shell over ovpasses (argument parsing, file I/O, exit codes).
 
-The work is done by :mod:`ovpasses.pipeline` (the passes and the rewrite), :mod:`ovpasses.inspect_report`
-(the KV-sharing report), :mod:`ovpasses.check` (the side-by-side check) and :mod:`ovpasses.io` (safe IR
-reading and writing); this module only wires arguments to them.
+The work is done by :mod:`ovpasses.pipeline` (the passes and the rewrite), :mod:`ovpasses.report.inspect`
+(the KV-sharing report), :mod:`ovpasses.check.folder` (the side-by-side check of a file or a folder) and
+:mod:`ovpasses.files` (safe IR reading and writing, folders, commits); this module only wires arguments to them.
 """
 
 from __future__ import annotations
@@ -18,8 +18,13 @@ from pathlib import Path
 import openvino as ov
 
 import ovpasses
-from ovpasses import (check, check_inputs, commit, devices, folder, genai_check, inspect_report, io, pipeline,
-                      precision, runtimes, signals)
+from ovpasses import check, pipeline, precision
+from ovpasses.check import folder as check_folder
+from ovpasses.check import inputs as check_inputs
+from ovpasses.files import commit, folder, io, signals
+from ovpasses.plan import runtimes
+from ovpasses.report import inspect as inspect_report
+from ovpasses.report import schemas
 from ovpasses.errors import OvpassesError
 from ovpasses.paged_padding import PAGED_HEADS_MODES
 from ovpasses.pipeline import KV_SHARING_MODES, SLIDING_WINDOW_MODES
@@ -132,10 +137,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "borrows each cache, what 'ovpass rewrite' would do to each SDPA on the runtime, whether the "
                     "CPU plugin is expected to fuse each one into its stateful kernel and why, and what the KV "
                     "sharing lint finds (borrowers of another attention kind, caches no Assign writes). json "
-                    "follows the schema 'ovpass.inspect/1' (README.md); dot is Graphviz text (needs the graphviz "
-                    "package: pip install 'ovpasses[dot]'). For an export folder, each IR in it that holds "
-                    "stateful attention is reported (json: schema 'ovpass.inspect-folder/1', a list of "
-                    "'ovpass.inspect/1' reports).",
+                    f"follows the schema '{schemas.INSPECT}' (docs/architecture.md); dot is Graphviz text (needs the "
+                    "graphviz package: pip install 'ovpasses[dot]'). For an export folder, each IR in it that "
+                    f"holds stateful attention is reported (json: schema '{schemas.INSPECT_FOLDER}', a list of "
+                    f"'{schemas.INSPECT}' reports).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("input", metavar="IN.xml|DIR")
     p.add_argument("--format", choices=("text", "json", "dot"), default="text", help="output format (default text)")
@@ -285,18 +290,11 @@ def _refuse_bounded(args, what: str) -> None:
 def cmd_inspect(args) -> int:
     runtime = _runtime(args)
     source = Path(args.input)
-    if os.path.isdir(source):
-        reports = [(name, inspect_report.inspect_model(io.read_ir(source / name), runtime,
-                                                   kv_sharing=args.kv_sharing, sliding_window=args.sliding_window))
-                   for name in folder.stateful_irs(source)]
-    else:
-        reports = [(None, inspect_report.inspect_model(io.read_ir(source), runtime, kv_sharing=args.kv_sharing,
-                                                       sliding_window=args.sliding_window,
-                                                       paged_heads=args.paged_heads))]
+    reports = inspect_report.inspect_path(source, runtime, kv_sharing=args.kv_sharing,
+                                          sliding_window=args.sliding_window,
+                                          paged_heads="keep" if os.path.isdir(source) else args.paged_heads)
     if args.format == "json":
-        data = reports[0][1] if reports[0][0] is None else {
-            "schema": "ovpass.inspect-folder/1", "folder": str(source),
-            "models": [{"file": name, "report": report} for name, report in reports]}
+        data = reports[0][1] if reports[0][0] is None else inspect_report.folder_report(source, reports)
         print(json.dumps(data, indent=2))
         return EXIT_OK
     for index, (name, report) in enumerate(reports):
@@ -307,65 +305,27 @@ def cmd_inspect(args) -> int:
     return EXIT_OK
 
 
-# the exit code of a folder check: the worst verdict's
-VERDICT_ORDER = (check.OK, check.FIXED, check.INCONCLUSIVE, check.WORSE)
-
-
 def cmd_check(args) -> int:
     _refuse_bounded(args, "ovpass check")
     runtime = _runtime(args)
     passes = None if args.passes is None else pipeline.selected_passes(args.passes)
     data_shapes = check_inputs.parse_data_shape(args.data_shape)
-    source = Path(args.input)
-    is_folder = os.path.isdir(source)
-    if args.genai and not is_folder:
-        raise OvpassesError("--genai runs openvino_genai on an export folder: give the folder, not an IR file")
-    if is_folder and (unreadable := folder.unreadable_files(source)):
-        raise OvpassesError(f"{source}: {len(unreadable)} file(s) of the export cannot be read: "
-                            f"{', '.join(unreadable[:3])}{', ...' if len(unreadable) > 3 else ''}; "
-                            "a client would fail on them: copy the export again (with cp -L for links)")
-    files = [source / name for name in folder.stateful_irs(source)] if is_folder else [source]
-    config = None if args.precision == "exact" else {}
-    device = devices.resolve_device(args.device, ov.Core())
-    reports = []
-    for path in files:
-        model = io.read_ir(path)
-        inputs = check_inputs.InputSource(path.parent, data_shapes,
-                                          check_inputs.Embedders.beside(path.parent, ov.Core(), device))
-        reports.append((path.name, check.check_model(
-            model, device=device, steps=args.steps, runtime=runtime, config=config, passes=passes,
-            prefill=args.prefill, atol=args.atol, rtol=args.rtol, source=inputs,
-            kv_sharing=args.kv_sharing)))
-    genai_reports = _genai_check(source, runtime, passes, device, args.kv_sharing) if args.genai else []
-    codes = [report.verdict_code for _, report in reports] + [r.verdict for r in genai_reports]
-    worst = max(codes, key=VERDICT_ORDER.index)
+    result = check_folder.check_path(
+        Path(args.input), device=args.device, steps=args.steps, runtime=runtime,
+        config=None if args.precision == "exact" else {}, passes=passes, prefill=args.prefill, atol=args.atol,
+        rtol=args.rtol, data_shapes=data_shapes, kv_sharing=args.kv_sharing, with_genai=args.genai)
     if args.format == "json":
-        if not is_folder:
-            print(reports[0][1].to_json())
-        else:
-            print(json.dumps({"schema": "ovpass.check-folder/1", "folder": str(source), "verdict_code": worst,
-                              "models": [{"file": name, **report.to_dict()} for name, report in reports],
-                              "genai": [r.to_dict() for r in genai_reports]}, indent=2))
+        print(json.dumps(result.to_dict(), indent=2) if result.is_folder else result.reports[0][1].to_json())
     else:
-        for index, (name, report) in enumerate(reports):
-            if is_folder:
+        for index, (name, report) in enumerate(result.reports):
+            if result.is_folder:
                 print(f"{'' if index == 0 else chr(10)}== {name} ==")
             print(report)
-        for report in genai_reports:
+        for report in result.genai:
             print(report)
-        if is_folder:
-            print(f"\nfolder verdict: {worst.upper()}")
-    return CHECK_EXIT[worst]
-
-
-def _genai_check(source: Path, runtime, passes, device: str, kv_sharing: str = "keep") -> list:
-    """The folder and its rewritten copy (in a temporary folder) through openvino_genai."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="ovpass-genai-") as tmp:
-        rewritten = Path(tmp) / "rewritten"
-        folder.rewrite_folder(source, rewritten, runtime, passes, kv_sharing=kv_sharing)
-        return genai_check.check_folders(source, rewritten, device=device)
+        if result.is_folder:
+            print(f"\nfolder verdict: {result.verdict.upper()}")
+    return CHECK_EXIT[result.verdict]
 
 
 def cmd_passes(args) -> int:
@@ -414,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interrupted(exc: KeyboardInterrupt) -> str:
-    """What an interrupted run leaves, truly: signals wait while a commit renames (ovpasses.signals), so
+    """What an interrupted run leaves, truly: signals wait while a commit renames (ovpasses.files.signals), so
     a run stops either before its commit or after it."""
     name = f"by {exc.args[0]}" if isinstance(exc, signals.Interrupted) else "by SIGINT"
     kept = [path for path in dict.fromkeys(commit.COMMITTED) if os.path.lexists(path)]   # not temporary folders

@@ -10,11 +10,9 @@ sentences are made here, at the edge, from them.
 from __future__ import annotations
 
 import enum
-import time
 from dataclasses import dataclass
 
 import openvino as ov
-from openvino.passes import Manager
 
 from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
@@ -43,7 +41,6 @@ class PagedHeadsStep:
     needed: bool                 # the runtime's CPU PagedAttention needs one head layout
     runtime: str
     changed: tuple[str, ...] = ()   # variable ids padded
-    seconds: float = 0.0
 
     def cost(self) -> str:
         return _cost(self.plan.bytes_per_token(), self.plan.bytes_per_token(padded=True) if self.plan.target else None)
@@ -102,26 +99,14 @@ def check_paged_heads(mode: str) -> None:
         raise OvpassesError(f"paged_heads must be one of {', '.join(PAGED_HEADS_MODES)}, not {mode!r}")
 
 
-def paged_heads_step(model: ov.Model, analysis: KVSharingAnalysis, mode: str, needed: bool, runtime: str,
-                     selected: frozenset[str]) -> PagedHeadsStep:
-    """Plan the padding of ``model`` (its KV-sharing ``analysis`` as it is now) and, with ``mode="pad"``
-    and the pass selected, pad it in place."""
+def paged_heads_plan(model: ov.Model, analysis: KVSharingAnalysis, mode: str, needed: bool,
+                     runtime: str) -> PagedHeadsStep:
+    """Plan the padding of ``model`` (its KV-sharing ``analysis`` as it is now); the action says whether the
+    pass has anything to do (:data:`PagedHeadsAction.KEPT` with ``mode="pad"``: it has)."""
     plan = analyze_paged_heads(model, analysis)
     step = PagedHeadsStep(mode, PagedHeadsAction.KEPT, plan, needed, runtime)
-    if mode != "pad":
-        return step
-    if plan.refusals:
+    if mode == "pad" and plan.refusals:
         step.action = PagedHeadsAction.REFUSED
-    elif not plan.padded:
+    elif mode == "pad" and not plan.padded:
         step.action = PagedHeadsAction.UNIFORM
-    elif AttentionHeadPadding.NAME not in selected:
-        step.action = PagedHeadsAction.NOT_SELECTED
-    else:
-        start = time.perf_counter()
-        padding = AttentionHeadPadding(plan)
-        manager = Manager()
-        manager.register_pass(padding)
-        manager.run_passes(model)
-        step.action, step.changed, step.seconds = PagedHeadsAction.PADDED, tuple(padding.padded), \
-            time.perf_counter() - start
     return step

@@ -21,7 +21,7 @@ from ovpasses.check import (
     decide,
     run_steps,
 )
-from ovpasses.check_inputs import InputSource, make_feeds
+from ovpasses.check.inputs import InputSource, make_feeds
 from ovpasses.precision import EXACT_CPU_CONFIG, Precision
 from ovpasses.testing.fixture_variants import scale_sdpa
 from ovpasses.testing.graphs import StackSpec, build_stack

@@ -18,12 +18,15 @@ import openvino as ov
 import pytest
 
 from ovpasses import analyze_kv_sharing
-from ovpasses.pipeline import NATIVE, SHAPEOF
+from ovpasses.plan.decisions import Action
+from ovpasses.report import schemas
 from ovpasses.pipeline import PASSES
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.runtimes import installed_version
+from ovpasses.plan.runtimes import installed_version
 from ovpasses.testing.fixture_variants import compress_weights, fill_weight, variant_folder
 from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
+
+NATIVE, SHAPEOF = Action.NATIVE, Action.SHAPEOF
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
@@ -166,7 +169,7 @@ def test_rewrite_passes_restricts_the_pipeline(ir):
     assert without.returncode == 0, without.stderr
     summary = json.loads(without.stdout)
     assert not summary["changed"]
-    assert summary["actions"][LAYER0].startswith("not applied (pass KVCacheShapeOfDecomposition not selected)")
+    assert summary["actions"][LAYER0] == SHAPEOF and LAYER0 in summary["not_applied"]["KVCacheShapeOfDecomposition"]
 
     unknown = ovpass("rewrite", ir, "--dry-run", "--passes", "KVCacheShapeOfDecomposition,Gemma4Fix")
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1
@@ -453,7 +456,7 @@ def test_inspect_json_matches_the_analysis(ir):
     result = ovpass("inspect", ir, "--format", "json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert report["schema"] == "ovpass.inspect/1"
+    assert report["schema"] == schemas.INSPECT
     assert report["runtime"] == ov.get_version().split("-")[0] and report["profile"] == "fixed"
     analysis = analyze_kv_sharing(ov.Core().read_model(ir))
     assert {v["variable_id"]: (v["sdpa"], v["shared"], v["owner"], v["borrowers"]) for v in report["variables"]} == {
@@ -617,11 +620,11 @@ def test_rewrite_refuses_an_op_it_cannot_replace_in_one_line(tmp_path):
 
 def test_inspect_lists_what_the_target_cannot_read_and_what_the_rewrite_does(gemma3n):
     report = json.loads(ovpass("inspect", gemma3n, "--format", "json", "--runtime", AFFECTED).stdout)
-    assert report["schema"] == "ovpass.inspect/1" and report["readable"] is True
+    assert report["schema"] == schemas.INSPECT and report["readable"] is True
     assert report["unreadable_ops"] == [{
         "name": ERFINV, "type": "ErfInv", "opset": "opset17", "first_read": "2026.2.1", "constant_inputs": True,
         "element_type": "f32", "where": "", "handled": True,
-        "action": "constant-folded: its input is a Constant (ErfInvConstantFolding)"}]
+        "action": "constant_folded", "reason": "its input is a Constant", "pass": "ErfInvConstantFolding"}]
     native = json.loads(ovpass("inspect", gemma3n, "--format", "json").stdout)
     assert native["unreadable_ops"] == [] and native["readable"] is True
     text = ovpass("inspect", gemma3n, "--runtime", AFFECTED).stdout

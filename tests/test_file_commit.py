@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from ovpasses import commit, io
+from ovpasses.files import commit, io
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
@@ -277,7 +277,7 @@ def test_replace_all_changes_nothing_when_one_target_cannot_be_replaced(tmp_path
 def test_a_kill_at_any_step_of_a_folder_commit_is_recovered(tmp_path):
     """The same guarantee for a folder replaced with a file beside it (folder mode's commit)."""
     script = (
-        "import sys; from pathlib import Path; from ovpasses import commit\n"
+        "import sys; from pathlib import Path; from ovpasses.files import commit\n"
         "root = Path(sys.argv[1])\n"
         "reps = []\n"
         "for final, content in (('exp', {'m.xml': b'new xml', 'm.bin': b'new bin'}), ('note', b'new note')):\n"
@@ -508,7 +508,7 @@ def test_a_signal_at_any_step_of_a_commit_loses_nothing(ir_versions, tmp_path, n
 WRITER = """
 import sys, shutil, time
 from pathlib import Path
-from ovpasses import commit
+from ovpasses.files import commit
 parent, seconds = Path(sys.argv[1]), float(sys.argv[2])
 versions = [parent / "A", parent / "B"]
 count, end = 0, time.monotonic() + seconds

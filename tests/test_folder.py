@@ -18,8 +18,9 @@ from pathlib import Path
 import openvino as ov
 import pytest
 
-from ovpasses import commit
-from ovpasses.folder import holds_stateful_attention, ir_files_in, rewrite_folder
+from ovpasses.files import commit
+from ovpasses.files.folder import holds_stateful_attention, ir_files_in, rewrite_folder
+from ovpasses.report import schemas
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
@@ -66,7 +67,7 @@ def test_rewrite_a_folder_to_a_new_folder(export, tmp_path):
     result = ovpass("rewrite", export, "-o", fixed, "--runtime", AFFECTED, "--format", "json")
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
-    assert summary["schema"] == "ovpass.rewrite-folder/1" and summary["changed"]
+    assert summary["schema"] == schemas.REWRITE_FOLDER and summary["changed"]
     rewritten = [m for m in summary["models"] if m["rewritten"]]
     assert [m["file"] for m in rewritten] == ["openvino_model.xml"] and rewritten[0]["changed"]
     assert sorted(m["file"] for m in summary["models"] if not m["rewritten"]) == [
@@ -323,9 +324,9 @@ def test_inspect_a_folder_reports_each_language_model(export):
     result = ovpass("inspect", export, "--format", "json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["schema"] == "ovpass.inspect-folder/1"
+    assert data["schema"] == schemas.INSPECT_FOLDER
     assert [m["file"] for m in data["models"]] == ["openvino_model.xml"]
-    assert data["models"][0]["report"]["schema"] == "ovpass.inspect/1"
+    assert data["models"][0]["report"]["schema"] == schemas.INSPECT
     text = ovpass("inspect", VLM)
     assert text.returncode == 0 and text.stdout.startswith("== openvino_language_model.xml ==")
 

@@ -15,7 +15,7 @@ import pytest
 
 import ovpasses
 from ovpasses import OvpassesError, analyze_kv_sharing, cli
-from ovpasses.folder import rewrite_folder
+from ovpasses.files.folder import rewrite_folder
 from ovpasses.passes.shared_kv_cache_unsharing import (
     NO_INITIALISER,
     SCALAR_MASK,
@@ -24,7 +24,7 @@ from ovpasses.passes.shared_kv_cache_unsharing import (
     borrower_labels,
     plan_unsharing,
 )
-from ovpasses.pipeline import NATIVE, SKIPPED, UNSHARED
+from ovpasses.plan.decisions import Action
 from ovpasses.check import count_fused_sdpa
 from ovpasses.testing.graphs import (
     CacheLoopSpec,
@@ -37,6 +37,8 @@ from ovpasses.testing.graphs import (
 )
 
 from test_regressions import AFFECTED, CONFIG, assert_fails, assert_matches_reference  # noqa: E402  (tests/ is on sys.path)
+
+NATIVE, UNSHARED = Action.NATIVE, Action.UNSHARED
 
 TINY8 = "tests/fixtures/gemma4/tiny8"
 
@@ -247,8 +249,8 @@ def test_unsharing_pass_not_selected_is_reported():
     model = build_stack(SPEC)
     summary = ovpasses.rewrite(model, passes=["SharedKVCacheDetection"], kv_sharing="unshare")
     assert not summary.changed and len(model.get_variables()) == 4
-    planned = SKIPPED.format(pass_=SharedKVCacheUnsharing.NAME, action=UNSHARED)
-    assert summary.actions[SPEC.sdpa_name(1)] == planned and summary.actions[SPEC.sdpa_name(3)] == planned
+    assert summary.actions[SPEC.sdpa_name(1)] == UNSHARED and summary.actions[SPEC.sdpa_name(3)] == UNSHARED
+    assert summary.not_applied() == {SharedKVCacheUnsharing.NAME: [SPEC.sdpa_name(1), SPEC.sdpa_name(3)]}
 
 
 def test_unknown_mode_is_a_documented_error():

@@ -22,12 +22,13 @@ from hypothesis import strategies as st
 import ovpasses
 from ovpasses.analysis.op_versions import analyze_op_versions, layer_versions, unreadable_versions
 from ovpasses.errors import UnreadableOperationError
-from ovpasses.inspect_report import inspect_model
+from ovpasses.report.inspect import inspect_model
 from ovpasses.passes import ErfInvConstantFolding
 from ovpasses.passes.erfinv_constant_folding import erfinv
-from ovpasses.pipeline import LOWERING_PASSES, lower_op_versions
+import ovpasses.lowering
+from ovpasses.lowering import LOWERING_PASSES, lower_op_versions
 from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
-from ovpasses.runtimes import OPS_FIRST_READ, installed_version, parse_release
+from ovpasses.plan.runtimes import OPS_FIRST_READ, installed_version, parse_release
 from ovpasses.testing.graphs import (
     NewerOpsSpec,
     build_newer_ops,
@@ -141,7 +142,7 @@ def test_inspect_reports_a_refusal_instead_of_raising():
     assert report["readable"] is False
     [op] = report["unreadable_ops"]
     assert (op["type"], op["opset"], op["first_read"], op["handled"]) == ("ErfInv", "opset17", "2026.2.1", False)
-    assert op["action"].startswith("refused: its input is not a Constant")
+    assert op["action"] == "refused" and op["reason"].startswith("its input is not a Constant")
 
 
 def test_a_deselected_lowering_pass_is_a_refusal():
@@ -151,7 +152,7 @@ def test_a_deselected_lowering_pass_is_a_refusal():
 
 def test_an_op_without_a_lowering_is_refused(monkeypatch):
     """OneHot-16 stands in for any op ovpasses has no rule for: with its pass left out of the table."""
-    monkeypatch.setattr(ovpasses.pipeline, "LOWERING_PASSES", (ErfInvConstantFolding,))
+    monkeypatch.setattr(ovpasses.lowering, "LOWERING_PASSES", (ErfInvConstantFolding,))
     with pytest.raises(UnreadableOperationError) as raised:
         ovpasses.rewrite(build_newer_ops(NewerOpsSpec(erfinv="none", one_hot="normalize")), runtime=OLDEST)
     assert "OneHot (opset16) 'one_hot': ovpasses has no constant folding or exact decomposition" in str(raised.value)

@@ -19,11 +19,15 @@ from openvino.passes import Manager
 import ovpasses
 from ovpasses import SlidingWindowMaskSliceInsertion
 from ovpasses.analysis.sliding_window_masks import find_sliding_window_masks
-from ovpasses.pipeline import MASK_IGNORED, MASK_NATIVE, MASK_SLICE, MASK_SLICED_ALREADY, profile_for
+from ovpasses.plan.decisions import MaskAction
+from ovpasses.plan.profiles import profile_for
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.inspect_report import inspect_model, inspect_text
+from ovpasses.report.inspect import inspect_model, inspect_text
 from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
 from ovpasses.testing.paged import heads_stack_paged_outputs, paged_attention_inputs, to_paged
+
+MASK_IGNORED, MASK_NATIVE = MaskAction.IGNORED, MaskAction.NATIVE
+MASK_SLICE, MASK_SLICED_ALREADY = MaskAction.SLICE, MaskAction.SLICED_ALREADY
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"

@@ -202,7 +202,7 @@ def test_keep_changes_nothing_and_plans():
 def test_padding_composes_with_unsharing_and_bounding(fixture, options):
     """The stateful path of the padded IR with the other opt-in rewrites: transformers' 20 tokens (tiny8:
     12 + 20 tokens, past its window of 16, so a bounded cache really drops positions)."""
-    from ovpasses.greedy import greedy_generate
+    from ovpasses.testing.greedy import greedy_generate
 
     reference = json.loads((FIXTURES / fixture / "reference.json").read_text())
     model = ov.Core().read_model(FIXTURES / fixture / "openvino_model.xml")

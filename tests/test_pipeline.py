@@ -5,17 +5,20 @@ import pytest
 
 import ovpasses
 from ovpasses import DeviceNotAvailableError, OvpassesError
-from ovpasses.pipeline import BARRIER, NATIVE, NATIVE_UNFUSED, PIPELINE_PASSES, STATELESS
-from ovpasses.pipeline import PASSES
+from ovpasses.pipeline import PASSES, PIPELINE_PASSES, STEPS
+from ovpasses.plan.decisions import Action
+from ovpasses.report import schemas
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_steps
 
 from test_regressions import assert_matches_reference  # noqa: E402  (tests/ is on sys.path)
 
+BARRIER, NATIVE, NATIVE_UNFUSED, STATELESS = Action.BARRIER, Action.NATIVE, Action.NATIVE_UNFUSED, Action.STATELESS
+
 HAS_GPU = any(d.startswith("GPU") for d in ov.Core().available_devices)
 # f32 through the whole graph: see the tolerance note in test_properties.py
 SPEC = StackSpec(k_source=(0, 1, 1, None), kv_heads=4, borrow_path="own_concat", mask="float")
-STEPS = stack_steps(SPEC)
+STACK_STEPS = stack_steps(SPEC)
 
 
 def test_compile_model_cpu_rewrites_a_clone():
@@ -23,7 +26,7 @@ def test_compile_model_cpu_rewrites_a_clone():
     before = [n.get_type_name() for n in model.get_ordered_ops()]
     compiled = ovpasses.compile_model(model, "CPU", CONFIG)
     assert [n.get_type_name() for n in model.get_ordered_ops()] == before, "the caller's model must not change"
-    assert_matches_reference(run_stack(compiled, SPEC, STEPS), SPEC, STEPS)
+    assert_matches_reference(run_stack(compiled, SPEC, STACK_STEPS), SPEC, STACK_STEPS)
 
 
 def test_plan_per_sdpa():
@@ -75,7 +78,7 @@ def test_compile_model_takes_a_path_and_any_case_of_device(tmp_path, source, dev
     ov.save_model(build_stack(SPEC), path, compress_to_fp16=False)
     compiled = ovpasses.compile_model(source(path), device, CONFIG)
     assert compiled.get_property("EXECUTION_DEVICES") == ["CPU"]
-    assert_matches_reference(run_stack(compiled, SPEC, STEPS), SPEC, STEPS)
+    assert_matches_reference(run_stack(compiled, SPEC, STACK_STEPS), SPEC, STACK_STEPS)
 
 
 @pytest.mark.parametrize("device", ["CPU.0", "cpu.1", "GPU.7"])
@@ -110,7 +113,7 @@ def test_compile_model_gpu_without_a_gpu_is_a_clear_error():
 def test_compile_model_gpu():
     # f32 on GPU: its kernels reorder sums and use fast exp in Softmax; not measured here (no Intel GPU)
     compiled = ovpasses.compile_model(build_stack(SPEC), "GPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    assert_matches_reference(run_stack(compiled, SPEC, STEPS), SPEC, STEPS, atol=1e-4)
+    assert_matches_reference(run_stack(compiled, SPEC, STACK_STEPS), SPEC, STACK_STEPS, atol=1e-4)
 
 
 def test_reasons_come_with_the_plan_and_reprs_are_short():
@@ -124,3 +127,24 @@ def test_reasons_come_with_the_plan_and_reprs_are_short():
     assert "CacheInfo" not in repr(summary) and "SDPAInfo" not in repr(summary.analysis)
     assert repr(summary.analysis) == ("KVSharingAnalysis(4 caches (2 shared), 4 SDPA: exclusive=1 shared=2 "
                                       "stateless=1, unhandled=0)")
+
+
+def test_every_step_follows_the_pass_protocol():
+    """Each step's pass has a NAME, a one-line DESCRIPTION and, once run, lists what it changed in ``changed``."""
+    assert list(PASSES) == [step.pass_class.NAME for step in STEPS]
+    assert all(step.pass_class.DESCRIPTION and "\n" not in step.pass_class.DESCRIPTION for step in STEPS)
+    summary = ovpasses.rewrite(build_stack(SPEC))
+    barrier = next(p for p in summary.passes if p.name == "DisableStatefulSDPAFusion")
+    assert barrier.changed == [SPEC.sdpa_name(1), SPEC.sdpa_name(2)]
+
+
+def test_json_carries_enum_values_and_what_was_not_applied():
+    """No sentence in the JSON: an action is an Action value, and a step left out by passes= is named apart."""
+    summary = ovpasses.rewrite(build_stack(SPEC), passes="SharedKVCacheDetection")
+    data = summary.to_dict()
+    assert data["schema"] == schemas.REWRITE
+    assert data["actions"] == {SPEC.sdpa_name(0): "native", SPEC.sdpa_name(1): "barrier",
+                               SPEC.sdpa_name(2): "barrier", SPEC.sdpa_name(3): "stateless"}
+    assert data["not_applied"] == {"DisableStatefulSDPAFusion": [SPEC.sdpa_name(1), SPEC.sdpa_name(2)]}
+    assert "not applied (DisableStatefulSDPAFusion not selected): layers 1, 2; planned: kept out of stateful " \
+           "fusion (no-op Reshape on K/V)" in str(summary)

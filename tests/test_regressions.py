@@ -16,9 +16,10 @@ import ovpasses
 from ovpasses import OvpassesError, cli
 from ovpasses.check import count_fused_sdpa
 from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, is_fusion_barrier
-from ovpasses.pipeline import BARRIER, DECOMPOSE, NATIVE, PIPELINE_PASSES, SHAPEOF, UNANALYSED
+from ovpasses.pipeline import PIPELINE_PASSES
+from ovpasses.plan.decisions import Action
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
-from ovpasses.runtimes import FIRST_FIXED, installed_version
+from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.testing.graphs import (
     LOOP_SDPA,
     CacheLoopSpec,
@@ -33,6 +34,9 @@ from ovpasses.testing.graphs import (
     stack_steps,
 )
 from ovpasses.testing.matrix import apply_mode
+
+BARRIER, DECOMPOSE, NATIVE, SHAPEOF, UNANALYSED = (Action.BARRIER, Action.DECOMPOSE, Action.NATIVE, Action.SHAPEOF,
+                                                  Action.UNANALYSED)
 
 AFFECTED = installed_version() < FIRST_FIXED
 

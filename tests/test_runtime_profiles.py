@@ -1,5 +1,5 @@
 """Runtime profiles: which names are releases, which releases ovpasses prepares IRs for, and the facts in
-ovpasses.runtimes against the measurement they come from."""
+ovpasses.plan.runtimes against the measurement they come from."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 import ovpasses
 from ovpasses import OvpassesError, UnsupportedRuntimeError
-from ovpasses.runtimes import (
+from ovpasses.plan.runtimes import (
     FIRST_FIXED,
     HIGHEST_OPSET,
     IR_VERSIONS_MEASURED_ON,
@@ -106,7 +106,7 @@ def test_release_facts_agree_with_the_recorded_runtime_matrix():
 @pytest.mark.parametrize("version", [9, 10, 11, 12])
 def test_ir_versions_read_as_measured(tmp_path, version):
     """The fact io.check_ir_file acts on: the installed OpenVINO reads exactly IR_VERSIONS_READ. If this
-    fails, re-measure (see ovpasses.runtimes) and update the data."""
+    fails, re-measure (see ovpasses.plan.runtimes) and update the data."""
     path = tmp_path / "attention.xml"
     ov.save_model(build_attention(AttentionSpec()), path, compress_to_fp16=False)
     text = path.read_text()

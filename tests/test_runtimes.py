@@ -180,7 +180,7 @@ OLD_RUNTIMES = [old_runtime("2026.0.0", default=True), old_runtime("2025.2.0"), 
 def prepared(tmp_path_factory):
     """Gemma 3n rewritten by this (newest) runtime for an older one: ``ovpass rewrite DIR -o DIR2
     --runtime VERSION``, once per version."""
-    from ovpasses.folder import rewrite_folder
+    from ovpasses.files.folder import rewrite_folder
     folders: dict[str, Path] = {}
 
     def get(version: str) -> Path:

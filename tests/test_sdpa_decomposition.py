@@ -9,7 +9,7 @@ from openvino.passes import Manager
 
 from ovpasses import ScaledDotProductAttentionDecomposition
 from ovpasses.precision import EXACT_CPU_CONFIG as F32
-from ovpasses.runtimes import installed_version
+from ovpasses.plan.runtimes import installed_version
 from ovpasses.testing.graphs import AttentionSpec, attention_inputs, attention_reference, build_attention
 
 
@@ -166,9 +166,9 @@ def test_predicate_selects_nodes(core):
     model = build_attention(spec)
     decomposition = decompose(model, predicate=lambda node: node.get_friendly_name() != "sdpa")
     assert len(ops_of(model, "ScaledDotProductAttention")) == 1
-    assert decomposition.decomposed == []
+    assert decomposition.changed == []
     decomposition = decompose(model, predicate=lambda node: node.get_friendly_name() == "sdpa")
-    assert decomposition.decomposed == ["sdpa"]
+    assert decomposition.changed == ["sdpa"]
     assert not ops_of(model, "ScaledDotProductAttention")
 
 
@@ -178,5 +178,5 @@ def test_no_sdpa_is_a_no_op():
     decompose(model)
     before = [(n.get_type_name(), n.get_friendly_name()) for n in model.get_ordered_ops()]
     second = decompose(model)
-    assert second.decomposed == []
+    assert second.changed == []
     assert [(n.get_type_name(), n.get_friendly_name()) for n in model.get_ordered_ops()] == before

@@ -24,10 +24,12 @@ from ovpasses import OvpassesError, cli
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, analyze_kv_sharing
 from ovpasses.analysis.sliding_window_caches import Refusal
 from ovpasses.passes.sliding_window_cache_bounding import CHECK_SUFFIX, SlidingWindowKVCacheBounding
-from ovpasses.pipeline import BOUNDED
+from ovpasses.plan.decisions import Action
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.runtimes import FIRST_FIXED, installed_version
+from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.testing.graphs import StackSpec, build_stack
+
+BOUNDED = Action.BOUNDED
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"

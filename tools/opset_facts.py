@@ -4,7 +4,7 @@
     python tools/opset_facts.py                       # every runtime venv, table on stdout
     python tools/opset_facts.py --runtimes 2026.0.0 newest --json benchmarks/results/opset_facts.json
 
-The facts in ``ovpasses/runtimes.py`` (``OPS_FIRST_READ``, ``IR_VERSIONS_READ``) come from this
+The facts in ``ovpasses/plan/runtimes.py`` (``OPS_FIRST_READ``, ``IR_VERSIONS_READ``) come from this
 script's record. Each runtime runs in its own virtual environment (.venvs/ov-VERSION; ``newest`` is
 .venvs/dev), in a worker process (``--worker``), which measures:
 

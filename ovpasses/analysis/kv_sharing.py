@@ -54,6 +54,7 @@ import networkx as nx
 import openvino as ov
 
 from ovpasses._ov import SDPA_TYPE
+from ovpasses.analysis.cache_chain import variable_id
 from ovpasses.errors import UnsupportedModelError
 
 log = logging.getLogger(__name__)
@@ -225,7 +226,7 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
         elif type_name == "ReadValue":
             read_values.append(node)
         elif type_name == "Assign":
-            vid = _variable_id(node)
+            vid = variable_id(node)
             assigns[vid] = node.get_friendly_name()
             source = node.input_value(0).get_node()
             while source.get_type_name() == "Convert" or _bounds_cache(source):
@@ -263,7 +264,7 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
     concat_shape_consumers: dict[str, list[str]] = {}
     rv_names: dict[str, list[str]] = {}
     for rv in read_values:
-        vid = _variable_id(rv)
+        vid = variable_id(rv)
         labels[rv] = frozenset({vid})
         anchored[rv] = frozenset(anchors.get(rv, ()))
         rv_names.setdefault(vid, []).append(rv.get_friendly_name())
@@ -419,9 +420,6 @@ def _terminal(node: ov.Node) -> bool:
     return type_name == SDPA_TYPE or type_name in SHAPE_ONLY or type_name in STOP
 
 
-def _variable_id(node: ov.Node) -> str:
-    return str(node.get_attributes()["variable_id"])
-
 
 def _body_contents(node: ov.Node) -> tuple[set[str], bool]:
     """The variable ids that ReadValue / Assign nodes in the bodies (and nested bodies) of a sub-graph
@@ -435,7 +433,7 @@ def _body_contents(node: ov.Node) -> tuple[set[str], bool]:
             for inner in body.get_ordered_ops():
                 type_name = inner.get_type_name()
                 if type_name in ("ReadValue", "Assign"):
-                    variables.add(_variable_id(inner))
+                    variables.add(variable_id(inner))
                 elif type_name == SDPA_TYPE:
                     attention = True
                 elif type_name in SUBGRAPH_OPS:

@@ -4,7 +4,7 @@ An IR file names each layer's operation by type and opset, ``<layer type="ErfInv
 the ``version_id`` of the operation's type info, which is what :func:`op_version` returns for a node. A
 runtime that does not know that opset, or whose opset does not hold that type, refuses the whole file
 (``Cannot create ErfInv layer ... from unsupported opset: opset17``). Which release reads which
-operation version is data in :mod:`ovpasses.runtimes` (:func:`~ovpasses.runtimes.reads_op`), measured
+operation version is data in :mod:`ovpasses.plan.runtimes` (:func:`~ovpasses.plan.runtimes.reads_op`), measured
 with ``tools/opset_facts.py``.
 
 Bodies of sub-graph operations (Loop, TensorIterator, If) are serialised into the same file, so they
@@ -14,7 +14,7 @@ node visited once.
 
 Operations whose version is not an opset (``extension``: openvino_tokenizers' operations, which a
 runtime reads when the extension is loaded) are not judged. Only the types that some measured release
-does not read in some version are looked at closely (:func:`~ovpasses.runtimes.op_types_to_check`;
+does not read in some version are looked at closely (:func:`~ovpasses.plan.runtimes.op_types_to_check`;
 every type when the installed runtime is newer than every measured one): reading a node's version
 costs about 2 µs, its type name a fraction of that.
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 import openvino as ov
 
 from ovpasses.errors import UnsupportedRuntimeError
-from ovpasses.runtimes import (
+from ovpasses.plan.runtimes import (
     Version,
     first_release_reading,
     installed_version,

@@ -41,11 +41,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import openvino as ov
-from openvino.passes import Matcher
 
 from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.kv_sharing import KEY_PORT, VALUE_PORT, KVSharingAnalysis
-from ovpasses.analysis.sliding_window_caches import cache_chain_pattern, variable_id
+from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
 
 # the operations a cache's data may cross on its way to an SDPA's K or V; the padding rebuilds this path
 PATH_OPS = frozenset({"Convert", "Unsqueeze", "Broadcast", "Reshape"})
@@ -166,20 +165,6 @@ class PagedHeads:
                 "refusals": [r.to_dict() for r in self.refusals]}
 
 
-def cache_chains(model: ov.Model, variables: set[str] | None = None) -> dict[str, tuple[ov.Node, ov.Node, ov.Output]]:
-    """Per cache variable (among ``variables``, or all): (Concat, ReadValue, new) of its chain, matched by
-    :func:`cache_chain_pattern`; the first chain in topological order."""
-    concat_label, read_value_label, new_label = cache_chain_pattern(variables)
-    matcher = Matcher(concat_label, "PagedHeads.cache_chain")
-    chains: dict[str, tuple[ov.Node, ov.Node, ov.Output]] = {}
-    for node in model.get_ordered_ops():
-        if node.get_type_name() == "Concat" and matcher.match(node.output(0)):
-            pvm = matcher.get_pattern_value_map()
-            chains.setdefault(variable_id(pvm[read_value_label].get_node()),
-                              (node, pvm[read_value_label].get_node(), pvm[new_label]))
-    return chains
-
-
 @dataclass
 class PaddingNodes:
     """The nodes of one cache as :func:`padding_nodes` finds them (not plain data: for the pass)."""
@@ -192,7 +177,7 @@ class PaddingNodes:
 
 
 def padding_nodes(concat: ov.Node, read_value: ov.Node, new: ov.Output) -> PaddingNodes | str:
-    """The nodes of the cache whose chain (matched by :func:`cache_chain_pattern`) ends in ``concat``, or
+    """The nodes of the cache whose chain (:func:`~ovpasses.analysis.cache_chain.find_cache_chains`) ends in ``concat``, or
     why the padding cannot take it (a sentence naming the node). Walks the path from the Concat once,
     iteratively; an edge is a data edge into a node's input 0 (Broadcast and Reshape shape inputs are not
     the cache's data)."""
@@ -246,7 +231,7 @@ def analyze_paged_heads(model: ov.Model, analysis: KVSharingAnalysis) -> PagedHe
     ``analysis`` is the model's KV-sharing analysis as it is now.
     """
     read = {vid: c for vid, c in analysis.caches.items() if c.sdpa}
-    chains = cache_chains(model, set(read))
+    chains = find_cache_chains(model, set(read), "PagedHeads.cache_chain")
     element_types = {v.get_info().variable_id: v.get_info().data_type for v in model.get_variables()}
     caches: dict[str, CacheLayout] = {}
     refusals: list[PaddingRefusal] = []

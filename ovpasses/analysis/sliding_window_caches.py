@@ -36,14 +36,13 @@ would tell the positions and the masks how long the context is.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import openvino as ov
-from openvino.passes import AnyInput, Matcher, Optional, WrapType
 
 from ovpasses._ov import SDPA_TYPE
+from ovpasses.analysis.cache_chain import cache_chain_pattern, find_cache_chains, variable_id  # noqa: F401
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, KEY_PORT, VALUE_PORT, KVSharingAnalysis
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 
@@ -150,23 +149,6 @@ class SlidingWindowCaches:
 
 
 # ---------------------------------------------------------------------------------------------- patterns
-
-
-def cache_chain_pattern(variables: Iterable[str] | None = None) -> tuple[WrapType, WrapType, WrapType]:
-    """``ReadValue(v) -> [Convert] -> [Gather(x, indices, axis)] -> Concat(past, new)`` (``v`` among
-    ``variables``, or any); returns (Concat, ReadValue, new) labels."""
-    wanted = None if variables is None else set(variables)
-    read_value = (WrapType("opset6.ReadValue") if wanted is None else
-                  WrapType("opset6.ReadValue", lambda out: variable_id(out.get_node()) in wanted))
-    converted = Optional(["opset1.Convert"], read_value.output(0))
-    past = Optional(["opset8.Gather"], [converted.output(0), AnyInput().output(0), AnyInput().output(0)])
-    new = AnyInput()
-    concat = WrapType("opset1.Concat", [past.output(0), new.output(0)])
-    return concat, read_value, new
-
-
-def variable_id(node: ov.Node) -> str:
-    return str(node.get_attributes()["variable_id"])
 
 
 @dataclass
@@ -308,14 +290,7 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
     read from) is the first cache that is not bounded and has a cache chain.
     """
     windows = sdpa_windows(analysis, masks)
-    chains: dict[str, tuple[ov.Node, ov.Node, ov.Output]] = {}
-    concat_label, read_value_label, new_label = cache_chain_pattern()
-    matcher = Matcher(concat_label, "SlidingWindowCaches.cache_chain")
-    for node in model.get_ordered_ops():
-        if node.get_type_name() == "Concat" and matcher.match(node.output(0)):
-            pvm = matcher.get_pattern_value_map()
-            chains.setdefault(variable_id(pvm[read_value_label].get_node()),
-                              (node, pvm[read_value_label].get_node(), pvm[new_label]))
+    chains = find_cache_chains(model, name="SlidingWindowCaches.cache_chain")
     element_types = {v.get_info().variable_id: v.get_info().data_type for v in model.get_variables()}
 
     bounded: dict[str, BoundedCache] = {}

@@ -18,7 +18,7 @@ each measured on openvino 2026.0.0 and 2026.4.1 (the fixtures, ``tests/test_fusi
   ShapeOf on the Concat keeps it out of fusion on every runtime.
 
 Each predicate below returns the reason, a sentence naming the layers and caches, or None: the plan
-(:func:`ovpasses.pipeline.plan_with_reasons`) and the prediction (:func:`predict_fusion`) ask the same
+(:func:`ovpasses.plan.decisions.plan_with_reasons`) and the prediction (:func:`predict_fusion`) ask the same
 predicates, so what a report says about an SDPA is what the pipeline decided from.
 
 What the prediction does not model: the rest of the plugin's pattern (the Gather(beam_idx) on the

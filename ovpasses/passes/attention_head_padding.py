@@ -59,7 +59,8 @@ from openvino import opset13 as ops
 from openvino.passes import ModelPass
 
 from ovpasses._ov import SDPA_TYPE, copy_runtime_info
-from ovpasses.analysis.paged_heads import PagedHeads, cache_chains, padding_nodes
+from ovpasses.analysis.cache_chain import find_cache_chains
+from ovpasses.analysis.paged_heads import PagedHeads, padding_nodes
 from ovpasses.errors import PassInvariantError
 
 log = logging.getLogger(__name__)
@@ -75,14 +76,16 @@ def _i64(values) -> ov.Node:
 
 class AttentionHeadPadding(ModelPass):
     """Pad the caches ``plan.padded`` names (a :class:`PagedHeads` of this model) to ``plan.target`` and
-    rewrite their readers. ``self.padded`` lists the variable ids changed, ``self.layers`` the SDPAs."""
+    rewrite their readers. ``self.changed`` lists the variable ids changed, ``self.layers`` the SDPAs."""
 
     NAME = "AttentionHeadPadding"
+    DESCRIPTION = ("--paged-heads pad only: every KV cache and attention layer gets one KV-head count and head size "
+                   "(paged CPU)")
 
     def __init__(self, plan: PagedHeads) -> None:
         ModelPass.__init__(self)
         self.plan = plan
-        self.padded: list[str] = []
+        self.changed: list[str] = []
         self.layers: list[str] = []
 
     def run_on_model(self, model: ov.Model) -> bool:
@@ -91,7 +94,7 @@ class AttentionHeadPadding(ModelPass):
             return False
         kv_heads, head_size = self.plan.target
         tag = f"{kv_heads}x{head_size}"
-        chains = cache_chains(model, set(wanted))
+        chains = find_cache_chains(model, set(wanted), f"{self.NAME}.cache_chain")
         missing = sorted(set(wanted) - set(chains))
         if missing:
             raise PassInvariantError(f"{self.NAME}: the plan names cache {', '.join(missing)}, and the model has "
@@ -117,14 +120,14 @@ class AttentionHeadPadding(ModelPass):
             for name, port in sorted({(sdpa.get_friendly_name(), port) for sdpa, port in nodes.readers}):
                 made += self._rebuild_path(live[name], port, nodes.concat, expansions)
                 readers[name] = live[name]
-            self.padded.append(vid)
+            self.changed.append(vid)
         for name, sdpa in readers.items():
             made += self._pad_query_and_slice(sdpa, self.plan.layers[name])
             self.layers.append(name)
         for node in made:
             node.get_rt_info()[RT_PADDED] = tag
         model.validate_nodes_and_infer_types()
-        log.debug("%s: %d caches to %s, %d layers", self.NAME, len(self.padded), tag, len(self.layers))
+        log.debug("%s: %d caches to %s, %d layers", self.NAME, len(self.changed), tag, len(self.layers))
         return True
 
     def _heads(self, x: ov.Output, kv_heads: int, head_size: int, name: str) -> tuple[ov.Output, list[ov.Node]]:

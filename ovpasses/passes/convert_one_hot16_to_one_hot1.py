@@ -1,7 +1,7 @@
 """ConvertOneHot16ToOneHot1: OneHot-16 as the OneHot-1 that computes the same, for runtimes without it.
 
 Why: openvino 2025.2's opset16 does not hold OneHot (``Opset opset16 doesn't contain the operation with
-type: OneHot``; measured, see :mod:`ovpasses.runtimes`), so an IR that a newer OpenVINO wrote with a
+type: OneHot``; measured, see :mod:`ovpasses.plan.runtimes`), so an IR that a newer OpenVINO wrote with a
 OneHot-16 cannot be read there. OneHot-16 differs from OneHot-1 only by ``negative_indices_mode``; the
 specification says that with ``ignore_negative`` it "behaves exactly as OneHot-1", and ``normalize``
 maps an index ``i`` in ``[-depth, -1]`` to ``depth + i`` before the same selection. Both are exact in
@@ -31,6 +31,7 @@ from openvino.passes import AnyInput, Matcher, MatcherPass, WrapType
 
 from ovpasses._ov import copy_runtime_info
 from ovpasses.analysis.op_versions import UnreadableOp
+from ovpasses.plan.decisions import Lowered
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,11 @@ class ConvertOneHot16ToOneHot1(MatcherPass):
     """
 
     NAME = "ConvertOneHot16ToOneHot1"
+    DESCRIPTION = ("targets before 2025.4: OneHot-16 as the OneHot-1 (and opset1 index arithmetic) that computes the "
+                   "same")
     OPS = (("OneHot", "opset16"),)
-    ACTION = "converted to OneHot-1, which computes the same (ConvertOneHot16ToOneHot1)"
+    ACTION = Lowered.CONVERTED
+    ACTION_REASON = "OneHot-1, which computes the same"
 
     @staticmethod
     def why_not(op: UnreadableOp) -> str:
@@ -56,7 +60,7 @@ class ConvertOneHot16ToOneHot1(MatcherPass):
 
     def __init__(self, predicate: NodePredicate | None = None) -> None:
         MatcherPass.__init__(self)
-        self.replaced: list[str] = []
+        self.changed: list[str] = []
 
         def accepts(out: ov.Output) -> bool:
             node = out.get_node()
@@ -87,7 +91,7 @@ class ConvertOneHot16ToOneHot1(MatcherPass):
                 made.set_friendly_name(f"{name}/{suffix}")
             copy_runtime_info(node, [*new_nodes, replacement])
             node.output(0).replace(replacement.output(0))
-            self.replaced.append(name)
+            self.changed.append(name)
             log.debug("%s: %s (%s) now OneHot-1", self.NAME, name, attrs["negative_indices_mode"])
             return True
 

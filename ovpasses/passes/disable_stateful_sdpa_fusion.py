@@ -82,10 +82,12 @@ class DisableStatefulSDPAFusion(MatcherPass):
     """
 
     NAME = "DisableStatefulSDPAFusion"
+    DESCRIPTION = ("keeps SDPAs that read a cache off its Assign path out of the CPU stateful SDPA fusion (no-op "
+                   "Reshape)")
 
     def __init__(self, predicate: NodePredicate) -> None:
         MatcherPass.__init__(self)
-        self.disabled: list[str] = []
+        self.changed: list[str] = []
 
         q, k, v = AnyInput(), AnyInput(_barrier_candidate), AnyInput(_barrier_candidate)
         rest = [AnyInput(), AnyInput()]
@@ -105,7 +107,7 @@ class DisableStatefulSDPAFusion(MatcherPass):
                 copy_runtime_info(sdpa, [barrier, barrier.input_value(1).get_node()])
                 barrier.get_rt_info()[RT_BARRIER] = name
                 sdpa.input(port).replace_source_output(barrier.output(0))
-            self.disabled.append(name)
+            self.changed.append(name)
             log.debug("%s: %s kept out of stateful fusion", self.NAME, name)
             return True
 

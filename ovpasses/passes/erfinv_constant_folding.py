@@ -2,7 +2,7 @@
 
 Why: ErfInv is an opset17 operation, and openvino 2025.2 - 2026.1 cannot read an IR that holds one
 (``Cannot create ErfInv layer ... from unsupported opset: opset17``; measured, see
-:mod:`ovpasses.runtimes`). Gemma 3n exports it for the activation sparsity of its first layers: the
+:mod:`ovpasses.plan.runtimes`). Gemma 3n exports it for the activation sparsity of its first layers: the
 threshold ``mean + std * sqrt(2) * erfinv(2p - 1)``, with the sparsity ``p`` a Constant, so the
 exporter leaves ``ErfInv(Constant 2p - 1)`` in the IR. Folded here, the IR holds no opset17
 operation and the value is the one the specification defines.
@@ -35,6 +35,7 @@ from openvino.passes import Matcher, MatcherPass, Optional, WrapType
 
 from ovpasses._ov import copy_runtime_info
 from ovpasses.analysis.op_versions import UnreadableOp
+from ovpasses.plan.decisions import Lowered
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +93,10 @@ class ErfInvConstantFolding(MatcherPass):
     """
 
     NAME = "ErfInvConstantFolding"
+    DESCRIPTION = "targets before 2026.2: replaces ErfInv (opset17) of a Constant by its value, computed in float64"
     OPS = (("ErfInv", "opset17"),)
-    ACTION = "constant-folded: its input is a Constant (ErfInvConstantFolding)"
+    ACTION = Lowered.CONSTANT_FOLDED
+    ACTION_REASON = "its input is a Constant"
 
     @staticmethod
     def why_not(op: UnreadableOp) -> str:
@@ -105,7 +108,7 @@ class ErfInvConstantFolding(MatcherPass):
 
     def __init__(self, predicate: NodePredicate | None = None) -> None:
         MatcherPass.__init__(self)
-        self.replaced: list[str] = []
+        self.changed: list[str] = []
 
         constant = WrapType("opset1.Constant", lambda out: out.get_element_type().is_real())
         source = Optional(["opset1.Convert"], constant.output(0), _float_convert)
@@ -126,7 +129,7 @@ class ErfInvConstantFolding(MatcherPass):
             folded.set_friendly_name(name)
             copy_runtime_info(node, folded)
             node.output(0).replace(folded.output(0))
-            self.replaced.append(name)
+            self.changed.append(name)
             log.debug("%s: %s folded to a Constant", self.NAME, name)
             return True
 

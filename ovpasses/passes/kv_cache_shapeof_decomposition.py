@@ -27,9 +27,10 @@ import logging
 import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
-from openvino.passes import AnyInput, Matcher, MatcherPass, Optional, WrapType
+from openvino.passes import Matcher, MatcherPass, WrapType
 
 from ovpasses._ov import copy_runtime_info
+from ovpasses.analysis.cache_chain import cache_chain_pattern
 
 log = logging.getLogger(__name__)
 
@@ -51,17 +52,15 @@ class KVCacheShapeOfDecomposition(MatcherPass):
     """Replace ShapeOf(Concat(past cache, new)) by a shape built from ShapeOf(new) and ShapeOf(past)."""
 
     NAME = "KVCacheShapeOfDecomposition"
+    DESCRIPTION = "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"
 
     def __init__(self) -> None:
         MatcherPass.__init__(self)
-        self.rewritten: list[str] = []
+        self.changed: list[str] = []
 
-        read_value = WrapType("opset6.ReadValue")
-        cache = Optional(["opset1.Convert"], read_value.output(0))
-        past = Optional(["opset8.Gather"], [cache.output(0), AnyInput().output(0), AnyInput().output(0)])
-        new = AnyInput()
         # a KV cache Concat: two inputs, the first from the variable, the result stored back
-        concat = WrapType("opset1.Concat", [past.output(0), new.output(0)], _feeds_assign)
+        chain = cache_chain_pattern(concat_predicate=_feeds_assign)
+        concat, new = chain.concat, chain.new
         shape_of = WrapType("opset3.ShapeOf", concat.output(0))
 
         def callback(matcher: Matcher) -> bool:
@@ -89,7 +88,7 @@ class KVCacheShapeOfDecomposition(MatcherPass):
             copy_runtime_info(shape_node, [new_shape, past_shape, length, shape,
                                            length.input_value(0).get_node(), length.input_value(1).get_node()])
             shape_node.output(0).replace(shape.output(0))
-            self.rewritten.append(name)
+            self.changed.append(name)
             log.debug("%s: %s now computed from the inputs of %s", self.NAME, name, concat_node.get_friendly_name())
             return True
 

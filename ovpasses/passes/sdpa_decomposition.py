@@ -60,10 +60,12 @@ class ScaledDotProductAttentionDecomposition(MatcherPass):
     """
 
     NAME = "ScaledDotProductAttentionDecomposition"
+    DESCRIPTION = ("decomposes those SDPAs the barrier cannot take (K/V without a static rank-4 shape) into "
+                   "MatMul/Softmax")
 
     def __init__(self, predicate: NodePredicate | None = None) -> None:
         MatcherPass.__init__(self)
-        self.decomposed: list[str] = []
+        self.changed: list[str] = []
 
         q, k, v, mask, scale = AnyInput(), AnyInput(), AnyInput(), AnyInput(), AnyInput()
         accepts = (lambda out: predicate(out.get_node())) if predicate is not None else (lambda out: True)
@@ -87,7 +89,7 @@ class ScaledDotProductAttentionDecomposition(MatcherPass):
                 pvm.get(scale),
             )
             sdpa.output(0).replace(out)
-            self.decomposed.append(sdpa.get_friendly_name())
+            self.changed.append(sdpa.get_friendly_name())
             log.debug("%s: decomposed %s", self.NAME, sdpa.get_friendly_name())
             return True
 

@@ -57,10 +57,11 @@ from dataclasses import dataclass, field
 
 import openvino as ov
 from openvino import opset13 as ops
-from openvino.passes import AnyInput, Matcher, ModelPass, Optional, WrapType
+from openvino.passes import Matcher, ModelPass
 from openvino.utils.node_factory import NodeFactory
 
 from ovpasses._ov import SDPA_TYPE, copy_runtime_info
+from ovpasses.analysis.cache_chain import cache_chain_pattern, variable_id
 from ovpasses.analysis.kv_sharing import KEY_PORT, SHAPE_ONLY, STOP, VALUE_PORT, KVSharingAnalysis
 from ovpasses.errors import PassInvariantError
 
@@ -156,52 +157,45 @@ def borrower_labels(names: Iterable[str]) -> dict[str, str]:
 
 
 
-def _cache_concat_pattern(variables: Mapping[str, object]) -> tuple[Matcher, WrapType]:
-    """``ReadValue(v) -> [Convert] -> [Gather(x, indices, axis)] -> Concat(past, new)`` for ``v`` among
-    ``variables``; returns the matcher (rooted at the Concat) and the ReadValue label."""
-    read_value = WrapType("opset6.ReadValue",
-                          lambda out: str(out.get_node().get_attributes()["variable_id"]) in variables)
-    converted = Optional(["opset1.Convert"], read_value.output(0))
-    past = Optional(["opset8.Gather"], [converted.output(0), AnyInput().output(0), AnyInput().output(0)])
-    concat = WrapType("opset1.Concat", [past.output(0), AnyInput().output(0)])
-    return Matcher(concat, "SharedKVCacheUnsharing.cache_concat"), read_value
-
-
 class SharedKVCacheUnsharing(ModelPass):
     """Give each borrower in ``targets`` (cache variable id -> borrower SDPA friendly names, usually
     :func:`plan_unsharing`'s) a KV cache variable of its own.
 
     A ModelPass, not a MatcherPass: it adds variables and sinks to the model, which a matcher callback
-    cannot reach. It still finds the caches with a pattern (``_cache_concat_pattern``) and reads them
-    through the pattern value map. ``unshared`` lists the variables it added; ``skipped`` says, per
+    cannot reach. It still finds the caches with a pattern (:func:`~ovpasses.analysis.cache_chain.cache_chain_pattern`) and reads them
+    through the pattern value map. ``changed`` lists the variables it added (``caches``: what each copies and costs); ``refused`` says, per
     ``"<variable> for <borrower>"`` (or per variable, when the reason holds for the whole cache), why a
     planned copy was not made (the model is then left as it was for that borrower).
     """
 
     NAME = "SharedKVCacheUnsharing"
+    DESCRIPTION = ("--kv-sharing unshare only: gives each borrower of a shared cache a cache of its own, so every SDPA "
+                   "can fuse")
 
     def __init__(self, targets: Mapping[str, Sequence[str]]) -> None:
         ModelPass.__init__(self)
         self.targets = {vid: tuple(borrowers) for vid, borrowers in targets.items() if borrowers}
-        self.unshared: list[UnsharedCache] = []
-        self.skipped: dict[str, str] = {}
+        self.changed: list[str] = []
+        self.caches: list[UnsharedCache] = []
+        self.refused: dict[str, str] = {}
 
     def run_on_model(self, model: ov.Model) -> bool:
         if not self.targets:
             return False
         ordered = model.get_ordered_ops()
         order = {node: index for index, node in enumerate(ordered)}
-        matcher, read_value_label = _cache_concat_pattern(self.targets)
+        chain = cache_chain_pattern(self.targets)
+        matcher = Matcher(chain.concat, f"{self.NAME}.cache_chain")
         concats: dict[str, list[ov.Node]] = {}     # variable id -> its cache Concats (owner's, off-path ones)
         read_values: dict[str, list[ov.Node]] = {}
         sdpa: dict[str, ov.Node] = {}
         for node in ordered:
             type_name = node.get_type_name()
             if type_name == "Concat" and matcher.match(node.output(0)):
-                rv = matcher.get_pattern_value_map()[read_value_label].get_node()
-                concats.setdefault(_variable_id(rv), []).append(node)
+                rv = matcher.get_pattern_value_map()[chain.read_value].get_node()
+                concats.setdefault(variable_id(rv), []).append(node)
             elif type_name == "ReadValue":
-                read_values.setdefault(_variable_id(node), []).append(node)
+                read_values.setdefault(variable_id(node), []).append(node)
             elif type_name == SDPA_TYPE:
                 sdpa[node.get_friendly_name()] = node
         infos = {var.get_info().variable_id: var.get_info() for var in model.get_variables()}
@@ -211,15 +205,15 @@ class SharedKVCacheUnsharing(ModelPass):
         for vid, borrowers in self.targets.items():
             rvs = read_values.get(vid, [])
             if len(rvs) != 1:
-                self.skipped[vid] = SEVERAL_READ_VALUES if rvs else "the model has no ReadValue of it"
+                self.refused[vid] = SEVERAL_READ_VALUES if rvs else "the model has no ReadValue of it"
                 continue
             rv = rvs[0]
             if rv.get_input_size() == 0:
-                self.skipped[vid] = NO_INITIALISER
+                self.refused[vid] = NO_INITIALISER
                 continue
             region = _cache_region(rv)
             if any(_scalar_mask(reader) for reader in _readers(region)):
-                self.skipped[vid] = SCALAR_MASK
+                self.refused[vid] = SCALAR_MASK
                 continue
             for borrower in borrowers:
                 node = sdpa.get(borrower)
@@ -230,7 +224,7 @@ class SharedKVCacheUnsharing(ModelPass):
                 cone = _cone(node, ports, region, rv)
                 cache_concats = [c for c in concats.get(vid, []) if c in cone]
                 if len(cache_concats) != 1:
-                    self.skipped[f"{vid} for {borrower}"] = SEVERAL_CACHE_CONCATS if cache_concats else NO_CACHE_CONCAT
+                    self.refused[f"{vid} for {borrower}"] = SEVERAL_CACHE_CONCATS if cache_concats else NO_CACHE_CONCAT
                     continue
                 new_vid = f"{vid}/{labels[borrower]}"
                 if new_vid in infos:
@@ -244,7 +238,8 @@ class SharedKVCacheUnsharing(ModelPass):
                 infos[new_vid] = variable.get_info()
                 new_variables.append(variable)
                 new_sinks.append(assign)
-                self.unshared.append(record)
+                self.caches.append(record)
+                self.changed.append(record.variable_id)
                 log.debug("%s: %s reads %s, a copy of %s", self.NAME, borrower, new_vid, vid)
         if not new_sinks:
             return False
@@ -256,7 +251,7 @@ class SharedKVCacheUnsharing(ModelPass):
     def _unshare(self, rv: ov.Node, info, new_vid: str, borrower: ov.Node, ports: tuple[int, ...],
                  cone: list[ov.Node], cache_concat: ov.Node, label: str):
         """Build ``ReadValue(new_vid)``, copies of ``cone`` on it and ``Assign(new_vid)``; re-point the
-        borrower's ``ports``. Returns (variable, assign, record), or None (reason in ``skipped``) when a
+        borrower's ``ports``. Returns (variable, assign, record), or None (reason in ``refused``) when a
         node of the cone cannot be copied."""
         from openvino.op.util import Variable, VariableInfo
 
@@ -279,7 +274,7 @@ class SharedKVCacheUnsharing(ModelPass):
                 for index in range(node.get_output_size()):
                     copies[(node, index)] = copy.output(index)
         except Exception as error:  # noqa: BLE001 - a node OpenVINO's factory cannot rebuild: leave it shared
-            self.skipped[f"{vid} for {borrower.get_friendly_name()}"] = (
+            self.refused[f"{vid} for {borrower.get_friendly_name()}"] = (
                 f"cannot copy {node.get_type_name()} '{node.get_friendly_name()}' of its path: "
                 f"{str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__}")
             made.clear()
@@ -336,9 +331,6 @@ def _factory(opset: str) -> NodeFactory:
         _FACTORIES[opset] = NodeFactory(opset)
     return _FACTORIES[opset]
 
-
-def _variable_id(node: ov.Node) -> str:
-    return str(node.get_attributes()["variable_id"])
 
 
 def _cache_region(rv: ov.Node) -> set[ov.Node]:

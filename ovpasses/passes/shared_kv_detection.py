@@ -32,9 +32,11 @@ class SharedKVCacheDetection(ModelPass):
     """Detect SDPAs that share a KV cache; the result is in ``self.analysis`` and in runtime info."""
 
     NAME = "SharedKVCacheDetection"
+    DESCRIPTION = "analysis only: records per SDPA which KV caches it reads and whether another SDPA reads them too"
 
     def __init__(self) -> None:
         ModelPass.__init__(self)
+        self.changed: list[str] = []   # an analysis: it changes nothing but the SDPAs' runtime info
         self.analysis: KVSharingAnalysis | None = None
         self.sdpa_nodes: dict[str, ov.Node] = {}   # friendly name -> SDPA node of the model last run on
 

@@ -56,18 +56,17 @@ import numpy as np
 import openvino as ov
 from openvino import opset8
 from openvino import opset13 as ops
-from openvino.passes import Matcher, ModelPass
+from openvino.passes import ModelPass
 
 from ovpasses._ov import copy_runtime_info
+from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
 from ovpasses.analysis.sliding_window_caches import (
     BOUND_SUFFIX,
     MASK_PORT,
     CacheNodes,
     CacheRefusal,
     SlidingWindowCaches,
-    cache_chain_pattern,
     cache_nodes,
-    variable_id,
 )
 from ovpasses.errors import PassInvariantError
 
@@ -85,33 +84,28 @@ def _i64(values) -> ov.Node:
 
 class SlidingWindowKVCacheBounding(ModelPass):
     """Bound the caches ``plan.bounded`` names (a :class:`SlidingWindowCaches` of this model), re-sourcing
-    lengths from ``plan.reference``. ``self.bounded`` lists the variable ids changed.
+    lengths from ``plan.reference``. ``self.changed`` lists the variable ids changed.
 
     A ModelPass: one rewrite spans a cache's chain, its GQA path, its readers' masks and the reference
     cache elsewhere in the graph. It finds each chain with the analysis' pattern
-    (:func:`cache_chain_pattern`) and trusts the analysis for what the pattern cannot say (the path
+    (:func:`~ovpasses.analysis.cache_chain.cache_chain_pattern`) and trusts the analysis for what the pattern cannot say (the path
     from the Concat); a cache whose graph no longer matches the plan raises.
     """
 
     NAME = "SlidingWindowKVCacheBounding"
+    DESCRIPTION = ("--sliding-window bounded only: caches only sliding-window attention reads keep their last W-1 "
+                   "positions")
 
     def __init__(self, plan: SlidingWindowCaches) -> None:
         ModelPass.__init__(self)
         self.plan = plan
-        self.bounded: list[str] = []
+        self.changed: list[str] = []
 
     def run_on_model(self, model: ov.Model) -> bool:
         if not self.plan.bounded:
             return False
         wanted = set(self.plan.bounded) | {self.plan.reference}
-        concat_label, read_value_label, new_label = cache_chain_pattern(wanted)
-        matcher = Matcher(concat_label, f"{self.NAME}.cache_chain")
-        chains: dict[str, tuple[ov.Node, ov.Node, ov.Output]] = {}
-        for node in model.get_ordered_ops():
-            if node.get_type_name() == "Concat" and matcher.match(node.output(0)):
-                pvm = matcher.get_pattern_value_map()
-                chains.setdefault(variable_id(pvm[read_value_label].get_node()),
-                                  (node, pvm[read_value_label].get_node(), pvm[new_label]))
+        chains = find_cache_chains(model, wanted, f"{self.NAME}.cache_chain")
         missing = sorted(wanted - set(chains))
         if missing:
             raise PassInvariantError(f"{self.NAME}: the plan names cache {', '.join(missing)}, and the model has "
@@ -135,7 +129,7 @@ class SlidingWindowKVCacheBounding(ModelPass):
                     made += self._slice_mask(sdpa, nodes, bounded.window, past_length.output(0), masks)
             for node in made:
                 node.get_rt_info()[RT_BOUNDED] = vid
-            self.bounded.append(vid)
+            self.changed.append(vid)
             log.debug("%s: %s keeps its last %d positions (window %d)", self.NAME, vid, bounded.keep, bounded.window)
         model.validate_nodes_and_infer_types()
         return True

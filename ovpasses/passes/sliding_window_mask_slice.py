@@ -30,7 +30,7 @@ Slice; a second run, in memory or on the IR read back, finds no such SDPA and ch
 
 Where this is not enough: the CPU PagedAttention of 2025.2 - 2025.4 ignores the window, and that of
 2025.2 - 2026.2 mixes up layers with different head sizes (Gemma 4's sliding and full layers); see
-:func:`ovpasses.pipeline.paged_warnings`.
+:func:`ovpasses.plan.decisions.paged_warnings`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from openvino.passes import Matcher, MatcherPass
 
 from ovpasses._ov import copy_runtime_info
 from ovpasses.analysis.sliding_window_masks import (
-    SlidingWindowMask,
     sdpa_mask_readers,
     sliding_window_mask_pattern,
     window_of,
@@ -56,13 +55,15 @@ SLICE_SUFFIX = "/sliding_window_slice"
 
 class SlidingWindowMaskSliceInsertion(MatcherPass):
     """Insert ``Slice(mask, 0, INT64_MAX, 1, axis -1)`` between a sliding-window mask and the SDPAs that
-    read it directly. ``self.sliced`` lists the masks changed, as the analysis would now see them."""
+    read it directly. ``self.changed`` lists the masks changed (their Selects' friendly names)."""
 
     NAME = "SlidingWindowMaskSliceInsertion"
+    DESCRIPTION = ("2026.0 - 2026.2: no-op Slice after a sliding-window mask, so the paged (PagedAttention) converter "
+                   "keeps the window")
 
     def __init__(self) -> None:
         MatcherPass.__init__(self)
-        self.sliced: list[SlidingWindowMask] = []
+        self.changed: list[str] = []
 
         # the converter matches Slice(Select) as the mask: only a Select that an SDPA reads directly
         # needs the Slice (a condition on consumers, which input patterns cannot state)
@@ -81,8 +82,7 @@ class SlidingWindowMaskSliceInsertion(MatcherPass):
             for target in readers:
                 target.replace_source_output(sliced.output(0))
             window = window_of(pvm[offset])
-            self.sliced.append(SlidingWindowMask(name, window, (), tuple(sorted(
-                t.get_node().get_friendly_name() for t in readers))))
+            self.changed.append(name)
             log.debug("%s: %s (window %d) now reaches %d SDPA through a Slice", self.NAME, name, window, len(readers))
             return True
 

@@ -39,7 +39,7 @@ import numpy as np
 import openvino as ov
 
 from ovpasses.check import count_fused_sdpa
-from ovpasses.greedy import greedy_generate
+from ovpasses.testing.greedy import greedy_generate
 from ovpasses.precision import EXACT_CPU_CONFIG
 
 REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded", "paged-pad")
@@ -120,9 +120,9 @@ VLM_MODEL = "openvino_language_model.xml"
 
 def _vlm(fixture: Path, mode: str, path: str, prompt: list[int], steps: int, result: dict) -> list[int]:
     """A Gemma 4 image-text-to-text export (text prompt): its language model as the mode runs it, in a copy
-    of the folder; ``core`` through its embedding IRs (:func:`ovpasses.greedy.vlm_greedy`), ``stateful``
+    of the folder; ``core`` through its embedding IRs (:func:`ovpasses.testing.greedy.vlm_greedy`), ``stateful``
     and ``paged`` through openvino_genai's VLMPipeline given the reference's ``prompt_text``."""
-    from ovpasses.greedy import vlm_greedy
+    from ovpasses.testing.greedy import vlm_greedy
 
     with tempfile.TemporaryDirectory(prefix="ovpasses-vlm-") as tmp:
         folder = Path(tmp) / fixture.name
@@ -136,7 +136,7 @@ def _vlm(fixture: Path, mode: str, path: str, prompt: list[int], steps: int, res
             return tokens
         import openvino_genai as genai
 
-        from ovpasses.genai_check import token_collector
+        from ovpasses.check.genai import token_collector
         kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
         pipe = genai.VLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
         config = genai.GenerationConfig()

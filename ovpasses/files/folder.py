@@ -5,7 +5,7 @@ writes ``openvino_model.xml``; ``--task image-text-to-text`` writes ``openvino_l
 beside text, per-layer and vision embedding IRs; both add tokenizer and detokenizer IRs, configs and
 processor files. :func:`rewrite_folder` rewrites each IR that holds stateful attention (a ReadValue
 and a ScaledDotProductAttention), copies every other file byte for byte, and puts the new folder in
-place with :func:`ovpasses.commit.replace_all`: a temporary folder beside the target is renamed into
+place with :func:`ovpasses.files.commit.replace_all`: a temporary folder beside the target is renamed into
 place, so the target is the old folder or the new one, whole.
 
 Which IRs hold stateful attention is read from the XML's layer types, without building the model:
@@ -13,10 +13,10 @@ the tokenizer IRs need openvino_tokenizers' extension to be read at all.
 
 For a named target (``--runtime 2026.0``), every IR is made readable there: the rewritten IRs by the
 pipeline itself, and an IR without stateful attention that holds an operation the target cannot read
-(from its XML's layer versions) by :func:`ovpasses.pipeline.lower_op_versions` alone. An operation
+(from its XML's layer versions) by :func:`ovpasses.lowering.lower_op_versions` alone. An operation
 that cannot be replaced refuses the whole folder, naming the file. Tokenizer IRs converted by a newer
 openvino_tokenizers than the target's are copied as they are, with a warning: openvino_genai releases
-before it crash when they load them (:data:`ovpasses.runtimes.TOKENIZERS_CRASH_OLDER_GENAI`).
+before it crash when they load them (:data:`ovpasses.plan.runtimes.TOKENIZERS_CRASH_OLDER_GENAI`).
 """
 
 from __future__ import annotations
@@ -30,11 +30,16 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ovpasses import commit, io
+from ovpasses.files import commit, io
 from ovpasses.analysis.op_versions import unreadable_versions
 from ovpasses.errors import OvpassesError, UnreadableOperationError
-from ovpasses.pipeline import OpVersionAction, RewriteSummary, lower_op_versions, profile_for, rewrite, selected_passes
-from ovpasses.runtimes import TOKENIZERS_CRASH_OLDER_GENAI, Version, parse_release, version_string
+from ovpasses.lowering import OpVersionAction, lower_op_versions
+from ovpasses.pipeline import rewrite, selected_passes
+from ovpasses.plan.profiles import profile_for
+from ovpasses.report import schemas
+from ovpasses.report.text import op_action_text
+from ovpasses.summary import RewriteSummary
+from ovpasses.plan.runtimes import TOKENIZERS_CRASH_OLDER_GENAI, Version, parse_release, version_string
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +137,7 @@ class FolderSummary:
         return any(m.summary is not None and m.summary.changed or bool(m.op_versions) for m in self.models)
 
     def to_dict(self) -> dict:
-        return {"schema": "ovpass.rewrite-folder/1", "input": self.source, "output": self.target,
+        return {"schema": schemas.REWRITE_FOLDER, "input": self.source, "output": self.target,
                 "changed": self.changed, "models": [m.to_dict() for m in self.models], "copied": list(self.copied)}
 
     def __str__(self) -> str:
@@ -142,7 +147,7 @@ class FolderSummary:
                 lines.append(f"{model.file}:")
                 lines += [f"  {line}" for line in str(model.summary).splitlines()]
             for item in model.op_versions:
-                lines.append(f"{model.file}: cannot be read as exported: {item.op.describe()}: {item.action}")
+                lines.append(f"{model.file}: cannot be read as exported: {item.op.describe()}: {op_action_text(item)}")
         rest = [m.file for m in self.models if m.summary is None and not m.op_versions] + self.copied
         listed = f" ({', '.join(rest[:6])}{', ...' if len(rest) > 6 else ''})" if rest else ""
         lines.append(f"copied unchanged: {len(rest)} file(s){listed}")
@@ -191,7 +196,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
     ``source`` itself. An IR without stateful attention that holds an operation the target runtime
-    cannot read gets only those operations replaced (:func:`~ovpasses.pipeline.lower_op_versions`).
+    cannot read gets only those operations replaced (:func:`~ovpasses.lowering.lower_op_versions`).
     Files other than those IRs are copied byte for byte, sub-folders included; ovpass's own lock,
     journal and temporary files are not copied. A symbolic link is copied as the file or folder it
     points to (``symlinks="copy"``, as ``cp -L``: a Hugging Face cache snapshot is made of links into
@@ -321,7 +326,7 @@ def _warn_newer_tokenizers(source: Path, irs: list[str], target: Version) -> Non
             newer[name] = converted
     if newer and TOKENIZERS_CRASH_OLDER_GENAI:
         log.warning("%s: converted by openvino_tokenizers %s, which openvino_genai %s cannot load (measured: genai "
-                    "releases older than the converter segfault; ovpasses.runtimes); they are copied as they are: "
+                    "releases older than the converter segfault; ovpasses.plan.runtimes); they are copied as they are: "
                     "convert the tokenizer again with openvino_tokenizers %s, or give genai token ids",
                     ", ".join(newer), ", ".join(sorted({version_string(v) for v in newer.values()})),
                     version_string(target[:2]), version_string(target[:2]))

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from ovpasses.check_inputs import LLM_INPUTS
+from ovpasses.check.inputs import LLM_INPUTS
 from ovpasses.errors import OvpassesError
 
 

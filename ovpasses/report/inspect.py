@@ -1,23 +1,30 @@
 """``ovpass inspect``: the KV-sharing map of a model, what the rewrite does to each SDPA and whether the CPU
-plugin is expected to fuse it, as a plain report (the ``ovpass.inspect/1`` schema) and its text and
+plugin is expected to fuse it, as a plain report (the ``ovpass.inspect/2`` schema) and its text and
 Graphviz formats.
 
 The report reads the same objects the passes use (:class:`~ovpasses.analysis.KVSharingAnalysis` and the
-:class:`~ovpasses.pipeline.RewriteSummary` of a rewrite on a clone, with the plan's reasons, the fusion
+:class:`~ovpasses.summary.RewriteSummary` of a rewrite on a clone, with the plan's reasons, the fusion
 prediction and the sharing lint); the formats only format it.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
 import networkx as nx
 import openvino as ov
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.errors import OvpassesError
+from ovpasses.files.folder import stateful_irs
+from ovpasses.files.io import read_ir
 from ovpasses.paged_padding import summary_lines
 from ovpasses.pipeline import run_pipeline
+from ovpasses.plan.decisions import Action
+from ovpasses.report import schemas
+from ovpasses.report.text import action_text, mask_action_text, op_action_text
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
@@ -37,7 +44,7 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
 
     Runs the pipeline on a clone (the actions are the ones the rewrite really takes, including the
     fallback to decomposition and the refusal of an operation it cannot replace); ``model`` is not
-    changed. The result follows the schema documented in README.md (``"schema": "ovpass.inspect/1"``).
+    changed. The result follows the schema documented in README.md (``"schema": "ovpass.inspect/2"``, :data:`ovpasses.report.schemas.INSPECT`).
     Per SDPA, ``fusion`` is whether the CPU plugin is expected to fuse it into its stateful kernel in the
     model as the rewrite leaves it, and ``fusion_unmodified`` the same for the model as it is, each with
     its reason. With ``sliding_window="bounded"``, per SDPA ``window`` (None: full attention) and
@@ -51,7 +58,8 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
     fusion, unmodified = summary.fusion(), summary.fusion(unmodified=True)
     for sdpa in data["sdpa"]:
         name = sdpa["name"]
-        sdpa["action"] = summary.actions[name]
+        sdpa["action"] = summary.decisions[name].action.value
+        sdpa["not_applied"] = summary.decisions[name].not_applied
         sdpa["reason"] = summary.reasons[name]
         sdpa["kind"] = summary.kinds[name].to_dict()
         sdpa["fusion"] = fusion[name].to_dict()
@@ -65,7 +73,7 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
                              "full": caches.kv_bytes(KV_BYTES_CONTEXT, bounded=False),
                              "bounded": caches.kv_bytes(KV_BYTES_CONTEXT)}
     return {
-        "schema": "ovpass.inspect/1",
+        "schema": schemas.INSPECT,
         "runtime": summary.profile.version_string,
         "profile": summary.profile.name,
         "detected": summary.analysis.status_counts(),
@@ -78,6 +86,24 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
         **{key: value for key, value in summary.to_dict().items() if key in SUMMARY_FIELDS},
         **extra,
     }
+
+
+def inspect_path(source: Path, runtime: str | None = None, kv_sharing: str = "keep",
+                 sliding_window: str = "full", paged_heads: str = "keep") -> list[tuple[str | None, dict]]:
+    """The report of an IR file (named None), or of each IR of an export folder that holds stateful
+    attention (named by its file name)."""
+    if not os.path.isdir(source):
+        return [(None, inspect_model(read_ir(source), runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
+                                     paged_heads=paged_heads))]
+    return [(name, inspect_model(read_ir(source / name), runtime, kv_sharing=kv_sharing,
+                                 sliding_window=sliding_window, paged_heads=paged_heads))
+            for name in stateful_irs(source)]
+
+
+def folder_report(source: Path, reports: list[tuple[str | None, dict]]) -> dict:
+    """A folder's reports as one (schema :data:`ovpasses.report.schemas.INSPECT_FOLDER`)."""
+    return {"schema": schemas.INSPECT_FOLDER, "folder": str(source),
+            "models": [{"file": name, "report": report} for name, report in reports]}
 
 
 # ------------------------------------------------------------------------------------------------ text
@@ -128,13 +154,13 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
             continue
         s = report["sdpa"][index - 1]
         indent = " " * (widths[0] + 2)
-        if not s["action"].startswith("none"):
-            lines.append(f"{indent}rewrite: {s['action']}")
+        if Action(s["action"]).changes or s["not_applied"]:
+            lines.append(f"{indent}rewrite: {action_text(s['action'], s['not_applied'])}")
         if s["fusion_unmodified"] != s["fusion"]:
             lines.append(f"{indent}unmodified: {s['fusion_unmodified']['reason']}")
         if verbose:
             lines.append(f"{indent}SDPA {s['name']}")
-            lines.append(f"{indent}caches {', '.join(s['kv_variables']) or '-'}; action: {s['action']}")
+            lines.append(f"{indent}caches {', '.join(s['kv_variables']) or '-'}; action: {action_text(s['action'], s['not_applied'])}")
     if report.get("sliding_window", "full") != "full":
         lines += ["", f"sliding window: {report['sliding_window']}"]
         for s in report["sdpa"]:
@@ -168,7 +194,7 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
     lines += [f"  {f['code']}: {f['message']}" for f in report["lint"]]
     for mask in report.get("sliding_window_masks", []):   # the Select's long name only when verbose
         lines.append(f"sliding-window mask{' ' + mask['select'] if verbose else ''} (window {mask['window']}, "
-                     f"{len(mask['sdpa'])} SDPA): {mask['action']}")
+                     f"{len(mask['sdpa'])} SDPA): {mask_action_text(mask['action'], mask['not_applied'])}")
     if report.get("kv_sharing", "keep") != "keep":
         extra = report["extra_cache_bytes_per_token"]
         lines += ["", f"kv sharing: {report['kv_sharing']}: {len(report['unshared'])} caches added, "
@@ -191,7 +217,7 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
             where = f" in {op['where']}" if op["where"] else ""
             first = f"first read by {op['first_read']}" if op["first_read"] else "no measured release reads it"
             lines.append(f"  {op['type']} ({op['opset']}, {first}) '{op['name']}'{where}")
-            lines.append(f"    action: {op['action']}")
+            lines.append(f"    action: {op_action_text(op)}")
     return "\n".join(lines) + "\n"
 
 
@@ -258,7 +284,7 @@ def inspect_dot(report: dict) -> str:
         fused = entry["fusion"]["expected"]
         label = f"{entry['layer']} {entry['kind']['label']}\n{entry['status']}, {'fused' if fused else 'not fused'}"
         tooltip = (f"{name}\n{entry['fusion']['reason']}\nunmodified: {entry['fusion_unmodified']['reason']}\n"
-                   f"action: {entry['action']}")
+                   f"action: {action_text(entry['action'], entry['not_applied'])}")
         container.node(ids[name], label, shape="box", style="rounded,filled",
                        fillcolor=STATUS_COLORS.get(entry["status"], "white"),
                        peripheries="2" if fused else "1", tooltip=tooltip)

@@ -4,7 +4,7 @@
   file that is not an IR print noise of their own) and turns OpenVINO's reader errors into
   :class:`IRReadError` messages that say what is wrong and what to do.
 * :func:`write_ir` writes to temporary names in the target folder and puts the pair in place with
-  :func:`ovpasses.commit.replace_all`: the ``.xml`` and ``.bin`` are replaced together or not at all,
+  :func:`ovpasses.files.commit.replace_all`: the ``.xml`` and ``.bin`` are replaced together or not at all,
   and writing over the IR the model was read from is safe (``read_model`` memory-maps the ``.bin``;
   overwriting that file in place would crash the reader).
 * :func:`check_output_path` and :func:`shared_file` refuse an output that would replace a file of
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import openvino as ov
 
-from ovpasses import commit
+from ovpasses.files import commit
 from ovpasses.analysis.op_versions import installed_cannot_read
 from ovpasses.errors import OvpassesError
-from ovpasses.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_known, version_string
+from ovpasses.plan.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_known, version_string
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def check_ir_file(path: str | os.PathLike) -> Path:
 
     Checks, before OpenVINO sees the file (its other frontends print noise of their own on a file the
     IR frontend refuses): that the path can be reached and is a file, that its XML root element is
-    ``<net>`` with a ``version`` the installed OpenVINO reads (:data:`ovpasses.runtimes.IR_VERSIONS_READ`),
+    ``<net>`` with a ``version`` the installed OpenVINO reads (:data:`ovpasses.plan.runtimes.IR_VERSIONS_READ`),
     and that the ``.bin`` beside it, if there is one, is a readable file. Reads only up to the root
     element, so it is cheap for large IRs.
     """
@@ -180,7 +180,7 @@ def write_ir(model: ov.Model, path: str | os.PathLike) -> None:
     """Write ``model`` to ``path`` (``.xml``) and the ``.bin`` next to it, as one artefact.
 
     Weights keep their element types (no fp16 compression). Both files are first written to
-    temporary names in the target folder, then :func:`ovpasses.commit.replace_all` puts the pair in
+    temporary names in the target folder, then :func:`ovpasses.files.commit.replace_all` puts the pair in
     place under the folder's lock, both or neither. On any failure the temporary files are removed
     and the targets are left as they were.
     """
@@ -270,7 +270,7 @@ def _last_line(message: str) -> str:
 # ------------------------------------------------------------------ reading: why a path or an IR cannot be read
 
 def _check_ir_version(path: Path, version: str | None) -> None:
-    """Refuse an IR version the installed OpenVINO does not read (measured: see ovpasses.runtimes)."""
+    """Refuse an IR version the installed OpenVINO does not read (measured: see ovpasses.plan.runtimes)."""
     try:
         installed = installed_version()
     except OvpassesError:   # a local build's version string: OpenVINO itself will judge the file

@@ -14,7 +14,7 @@ takes as they are (:func:`prompt_ids`: the config's ``bos_token_id``, then seede
 openvino_genai 2026.4.1: built without a tokenizer, ``generate`` fails with "Tokenizer::encode is not
 available", and no overload takes ids), so an image-text-to-text export needs its tokenizer IRs.
 
-Each pipeline runs in its own process (``python -m ovpasses.genai_check``): some releases crash
+Each pipeline runs in its own process (``python -m ovpasses.check.genai``): some releases crash
 the whole process on some IRs (README's runtime notes), and a crash must be a result, not the end
 of the check.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ovpasses.check_inputs import InputSource
+from ovpasses.check.inputs import InputSource
 from ovpasses.errors import OvpassesError
 from ovpasses.precision import EXACT_CPU_CONFIG
 
@@ -137,7 +137,7 @@ def prompt_ids(folder: Path, length: int = PROMPT_LENGTH, seed: int = 0) -> list
     return ([bos] + ids[1:]) if bos is not None else ids
 
 
-def run_pipeline(folder: Path, path: str, prompt: str, max_new_tokens: int, device: str = "CPU",
+def run_genai(folder: Path, path: str, prompt: str, max_new_tokens: int, device: str = "CPU",
                  image: bool = True) -> GenaiRun:
     """Run one greedy generation in this process (the worker's body)."""
     import openvino as ov
@@ -184,8 +184,8 @@ def run_pipeline(folder: Path, path: str, prompt: str, max_new_tokens: int, devi
 
 def run_isolated(folder: Path, path: str, prompt: str, max_new_tokens: int, device: str,
                  timeout: float = 600) -> GenaiRun:
-    """:func:`run_pipeline` in a child process; a crash or an exception is recorded as an error."""
-    command = [sys.executable, "-m", "ovpasses.genai_check", str(folder), "--path", path, "--prompt", prompt,
+    """:func:`run_genai` in a child process; a crash or an exception is recorded as an error."""
+    command = [sys.executable, "-m", "ovpasses.check.genai", str(folder), "--path", path, "--prompt", prompt,
                "--max-new-tokens", str(max_new_tokens), "--device", device]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="CPU")
     args = parser.parse_args(argv)
     try:
-        run = run_pipeline(args.folder, args.path, args.prompt, args.max_new_tokens, args.device)
+        run = run_genai(args.folder, args.path, args.prompt, args.max_new_tokens, args.device)
     except Exception as exc:  # noqa: BLE001 - the parent reports it
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         run = GenaiRun(str(args.folder), args.path, error=(lines[-1] if lines else type(exc).__name__)[:300])

@@ -1,6 +1,6 @@
 """``ovpass check``: run an original and a rewritten model side by side on the same inputs and compare.
 
-:func:`check_model` compiles both, runs a prefill and decode steps (:func:`ovpasses.check_inputs.make_feeds`)
+:func:`check_model` compiles both, runs a prefill and decode steps (:func:`ovpasses.check.inputs.make_feeds`)
 through each (:func:`run_steps`) and returns a :class:`CheckReport` with the verdict. Where the original
 cannot run, the rewritten model is compared with an independent reference that can: the same IR with
 every SDPA decomposed by :class:`~ovpasses.passes.ScaledDotProductAttentionDecomposition` (the
@@ -19,16 +19,18 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import openvino as ov
-from openvino.passes import Manager
 
 from ovpasses._ov import SDPA_TYPE
-from ovpasses.check_inputs import InputSource, InputUnknownError, make_feeds  # noqa: F401 - make_feeds re-exported
+from ovpasses.check.inputs import InputSource, InputUnknownError, make_feeds  # noqa: F401 - make_feeds re-exported
+from ovpasses.check.verdict import FIXED, INCONCLUSIVE, OK, WORSE, Comparison
+from ovpasses.check.verdict import cannot_decide, compare_outputs, decide, reduced_precision
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.pipeline import rewrite
 from ovpasses.precision import EXACT_CPU_CONFIG, Precision, compiled_precision
-from ovpasses.runtimes import installed_version, version_string
+from ovpasses.plan.runtimes import installed_version, version_string
+from ovpasses.step import run_step
 
 log = logging.getLogger(__name__)
 
@@ -129,117 +131,6 @@ def run_steps(core: ov.Core, model: ov.Model, device: str, config: dict, feeds: 
         result.error = _one_line(str(exc)) or type(exc).__name__
         log.debug("%s failed", label, exc_info=True)
     return result
-
-
-@dataclass
-class Comparison:
-    """The outputs of two runs over the steps both completed, element by element.
-
-    NaN in both at the same place, and the same infinity in both, agree. Elsewhere an element is
-    *compared* when it is finite in both; a non-finite value in only one of them is counted on that side.
-    """
-
-    steps: int = 0                      # steps both runs completed, compared
-    compared: int = 0                   # elements finite in both
-    max_abs_diff: float | None = None   # over the compared elements
-    max_abs_diff_output: str | None = None
-    scale: float = 0.0                  # max |original| over its finite elements
-    nonfinite_same: int = 0             # NaN in both, or the same infinity in both
-    nonfinite_only_original: int = 0    # non-finite in the original where the rewritten differs
-    nonfinite_only_rewritten: int = 0   # non-finite in the rewritten where the original differs
-    shapes_differ: list[str] = field(default_factory=list)
-
-
-def compare_outputs(original: list[list[np.ndarray]], rewritten: list[list[np.ndarray]],
-                    names: list[str]) -> Comparison:
-    """Compare the per-step outputs of two runs (the steps both have). Pure: arrays in, counts out."""
-    result = Comparison(steps=min(len(original), len(rewritten)))
-    for step_a, step_b in zip(original, rewritten):
-        for name, a, b in zip(names, step_a, step_b):
-            if a.shape != b.shape:
-                if name not in result.shapes_differ:
-                    result.shapes_differ.append(name)
-                continue
-            a64, b64 = a.astype(np.float64), b.astype(np.float64)
-            fin_a, fin_b = np.isfinite(a64), np.isfinite(b64)
-            same = ~fin_a & ~fin_b & ((np.isnan(a64) & np.isnan(b64)) | (a64 == b64))
-            both = fin_a & fin_b
-            result.nonfinite_same += int(same.sum())
-            result.nonfinite_only_rewritten += int((~fin_b & ~same).sum())
-            result.nonfinite_only_original += int((~fin_a & fin_b).sum())
-            result.compared += int(both.sum())
-            if fin_a.any():
-                result.scale = max(result.scale, float(np.abs(a64[fin_a]).max()))
-            if both.any():
-                diff = float(np.abs(a64[both] - b64[both]).max())
-                if result.max_abs_diff is None or diff > result.max_abs_diff:
-                    result.max_abs_diff, result.max_abs_diff_output = diff, name
-    return result
-
-
-# verdict codes; the CLI's exit code follows them (ok/fixed 0, worse 1, inconclusive 4)
-OK, FIXED, WORSE, INCONCLUSIVE = "ok", "fixed", "worse", "inconclusive"
-
-
-def reduced_precision(*runs: RunResult) -> Precision | None:
-    """The precision of the first of ``runs`` that computed in less than f32 (:attr:`Precision.exact`);
-    None when each computed exactly, or did not say."""
-    return next((r.precision for r in runs if r.precision is not None and not r.precision.exact), None)
-
-
-def cannot_decide(comparison: Comparison, tolerance: float, precision: Precision, against: str = "the outputs") -> str:
-    """Why value differences beyond ``tolerance`` at ``precision`` are no verdict, and the tolerance they need."""
-    needed = comparison.max_abs_diff
-    relative = f", rtol {needed / comparison.scale:.2g}" if comparison.scale else ""
-    return (f"INCONCLUSIVE: {against} differ by up to {needed:.3g}, beyond the tolerance {tolerance:.3g}, but "
-            f"the models ran at {precision.describe()}, at which equivalent graphs round differently: this "
-            f"precision cannot tell a correct rewrite from a wrong one (it would need a tolerance of "
-            f"{needed:.3g}{relative}); --precision exact decides")
-
-
-def decide(original: RunResult, rewritten: RunResult, comparison: Comparison, tolerance: float) -> tuple[str, str]:
-    """The verdict code and its sentence. A check that compared nothing is never OK.
-
-    Values that differ beyond ``tolerance`` are WORSE when both runs computed exactly, and INCONCLUSIVE
-    (saying the tolerance it would need) when either ran at a reduced precision (:func:`reduced_precision`):
-    there a correct rewrite differs too. Failures, NaN and shapes decide at any precision.
-    """
-    steps = f"{comparison.steps} step{'s' if comparison.steps != 1 else ''}"
-    if comparison.shapes_differ:
-        return WORSE, f"WORSE: the rewritten model's output shapes differ ({', '.join(comparison.shapes_differ)})"
-    if comparison.nonfinite_only_rewritten:
-        return WORSE, (f"WORSE: the rewritten model gives NaN or infinity in {comparison.nonfinite_only_rewritten} "
-                       "places where the original does not")
-    differ = comparison.max_abs_diff is not None and comparison.max_abs_diff > tolerance
-    reduced = reduced_precision(original, rewritten)
-    if differ and reduced is None:
-        return WORSE, "WORSE: the outputs differ beyond the tolerance"
-    if original.ran and not rewritten.ran:
-        return WORSE, "WORSE: the original runs and the rewritten model does not"
-    if not original.ran and not rewritten.ran and rewritten.steps_run < original.steps_run:
-        return WORSE, (f"WORSE: the rewritten model fails at inference {rewritten.steps_run + 1}, before the "
-                       f"original (at {original.steps_run + 1})")
-    if differ:
-        return INCONCLUSIVE, cannot_decide(comparison, tolerance, reduced)
-    if rewritten.ran and not original.ran:
-        also = f"; their outputs agree on the {steps} both ran" if comparison.compared else ""
-        return FIXED, f"FIXED: the original fails and the rewritten model runs{also}"
-    if not rewritten.ran:
-        if original.steps_run == rewritten.steps_run == 0:
-            return INCONCLUSIVE, "INCONCLUSIVE: neither model ran a step on the inputs made"
-        also = f"; their outputs agree on the {steps} both ran" if comparison.steps else ""
-        return INCONCLUSIVE, (f"INCONCLUSIVE: both models fail (the original at inference {original.steps_run + 1}, "
-                              f"the rewritten at {rewritten.steps_run + 1}){also}")
-    if comparison.compared == 0:
-        return INCONCLUSIVE, ("INCONCLUSIVE: both run, but no output value is finite in both (NaN or infinity in "
-                              "the same places): nothing could be compared")
-    same = f" (NaN or infinity in the same {comparison.nonfinite_same} places of both)" \
-        if comparison.nonfinite_same else ""
-    if comparison.nonfinite_only_original:
-        return FIXED, (f"FIXED: the original gives NaN or infinity in {comparison.nonfinite_only_original} places "
-                       f"where the rewritten model gives finite values; elsewhere they agree within the "
-                       f"tolerance{same}")
-    return OK, f"OK: both run and their outputs agree within the tolerance{same}"
 
 
 @dataclass
@@ -427,9 +318,7 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
 def _decomposed(model: ov.Model) -> ov.Model:
     """A clone of ``model`` with every SDPA decomposed: no stateful fusion, the specification's arithmetic."""
     clone = model.clone()
-    manager = Manager()
-    manager.register_pass(ScaledDotProductAttentionDecomposition())
-    manager.run_passes(clone)
+    run_step(clone, ScaledDotProductAttentionDecomposition)
     return clone
 
 

@@ -9,7 +9,7 @@ prepared temporaries in place in one folder:
    (:func:`reading`) wait for a commit to end.
 2. Record each entry's identities: the device, inode and (for a file) size of the new artefact and
    of the one it replaces, if any.
-3. From here to the end SIGINT, SIGTERM and SIGHUP wait (:func:`ovpasses.signals.deferred`). Write
+3. From here to the end SIGINT, SIGTERM and SIGHUP wait (:func:`ovpasses.files.signals.deferred`). Write
    the journal ``.ovpass-journal.json`` (temporary name, fsync, rename).
 4. Put each entry in place: ``renameat2(RENAME_EXCHANGE)`` swaps the new artefact with the one it
    replaces in one step, ``renameat2(RENAME_NOREPLACE)`` creates a new name and fails if another
@@ -39,13 +39,11 @@ are removed by the next run that locks the folder, once no journal names them.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import json
 import logging
 import os
 import secrets
-import shutil
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -53,7 +51,17 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ovpasses import signals
+from ovpasses.files import signals
+from ovpasses.files.fsops import (
+    RENAME_EXCHANGE,
+    RENAME_NOREPLACE,
+    fsync_dir,
+    fsync_tree,
+    hard_link,
+    os_message,
+    remove,
+    renameat2,
+)
 from ovpasses.errors import OvpassesError
 
 log = logging.getLogger(__name__)
@@ -255,12 +263,12 @@ def replace_all(folder: Path, replacements: Sequence[tuple[Path, Path]],
             new = Identity.of(temp)
             if new is None:
                 raise ValueError(f"replace_all: {temp} does not exist")
-            _fsync_tree(temp)
+            fsync_tree(temp)
             entries.append(Entry(str(temp.relative_to(folder)), final.name, "dir" if temp.is_dir() else "file",
                                  new, Identity.of(final), f"{BACKUP_PREFIX}{os.getpid()}-{index}"))
     except OSError as exc:
         _discard(folder, entries)
-        raise CommitError(f"{_os_message(folder, exc, 'could not prepare the replacement')}; nothing was "
+        raise CommitError(f"{os_message(folder, exc, 'could not prepare the replacement')}; nothing was "
                           "changed") from exc
     for entry in entries:
         checked = (expected or {}).get(folder / entry.final, entry.old)
@@ -275,12 +283,12 @@ def replace_all(folder: Path, replacements: Sequence[tuple[Path, Path]],
             _write_journal(folder, entries)
         except OSError as exc:
             _discard(folder, entries)
-            raise CommitError(f"{_os_message(folder, exc, 'could not write the journal')}; nothing was "
+            raise CommitError(f"{os_message(folder, exc, 'could not write the journal')}; nothing was "
                               "changed") from exc
         try:
             for entry in entries:
                 _put_in_place(folder, entry)
-            _fsync_dir(folder)
+            fsync_dir(folder)
         except OSError as exc:
             _fail(folder, entries, exc)
         _forget(folder, entries)
@@ -292,7 +300,7 @@ def _fail(folder: Path, entries: list[Entry], exc: OSError) -> None:
     created = isinstance(exc, FileExistsError)
     what = (f"{exc.filename} was created or replaced by another process after ovpass checked it; it is left "
             "as it is"
-            if created else _os_message(folder, exc, "could not put the new files in place"))
+            if created else os_message(folder, exc, "could not put the new files in place"))
     try:
         _undo(folder, entries)
     except (OSError, CommitError) as undo_exc:
@@ -306,7 +314,7 @@ def _fail(folder: Path, entries: list[Entry], exc: OSError) -> None:
 def _put_in_place(folder: Path, entry: Entry) -> None:
     temp, final, backup = folder / entry.temp, folder / entry.final, folder / entry.backup
     if entry.old is None:
-        if _renameat2(temp, final, RENAME_NOREPLACE):
+        if renameat2(temp, final, RENAME_NOREPLACE):
             return
         if entry.kind == "file":
             os.link(temp, final)      # fails with EEXIST, as RENAME_NOREPLACE does; temp is removed at the end
@@ -319,23 +327,13 @@ def _put_in_place(folder: Path, entry: Entry) -> None:
         raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(final))
     if (entry.kind == "dir") != (entry.old.size is None):   # as rename(2): a folder only by a folder
         raise IsADirectoryError(errno.EISDIR, "a folder and a file cannot replace each other", str(final))
-    if _renameat2(temp, final, RENAME_EXCHANGE):
+    if renameat2(temp, final, RENAME_EXCHANGE):
         return
-    if entry.kind == "file" and _hard_link(final, backup):
+    if entry.kind == "file" and hard_link(final, backup):
         os.replace(temp, final)
     else:
         os.rename(final, backup)
         os.rename(temp, final)
-
-
-def _hard_link(source: Path, link: Path) -> bool:
-    try:
-        os.link(source, link, follow_symlinks=False)
-    except OSError as exc:
-        if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
-            raise
-        return False
-    return True
 
 
 # ---------------------------------------------------------------------------------------------- states
@@ -373,7 +371,7 @@ def _undo(folder: Path, entries: list[Entry]) -> None:
                 else:
                     os.rename(final, temp)
             elif Identity.of(temp) == entry.old:
-                if not _renameat2(temp, final, RENAME_EXCHANGE):
+                if not renameat2(temp, final, RENAME_EXCHANGE):
                     raise OSError(errno.EINVAL, "the filesystem no longer exchanges names", str(final))
             elif Identity.of(backup) == entry.old:
                 if entry.kind == "file":
@@ -392,22 +390,22 @@ def _undo(folder: Path, entries: list[Entry]) -> None:
 def _forget(folder: Path, entries: list[Entry]) -> None:
     """Delete the journal, then the entries' temporary and backup names: once every final name holds
     the version that won (the old one after an undo, the new one after a finish), they hold the other."""
-    _fsync_dir(folder)
+    fsync_dir(folder)
     with contextlib.suppress(FileNotFoundError):
         (folder / JOURNAL_NAME).unlink()
-    _fsync_dir(folder)
+    fsync_dir(folder)
     for entry in entries:
         for name in (entry.temp, entry.backup):
             path = folder / name
             if Identity.of(path) is not None:
-                _remove(path)
+                remove(path)
     for top in {Path(entry.temp).parts[0] for entry in entries if len(Path(entry.temp).parts) > 1}:
-        _remove(folder / top)   # the staging folder that held the entries' temporaries
+        remove(folder / top)   # the staging folder that held the entries' temporaries
 
 
 def _discard(folder: Path, entries: list[Entry]) -> None:
     for entry in entries:
-        _remove(folder / entry.temp)
+        remove(folder / entry.temp)
 
 
 # ---------------------------------------------------------------------------------------------- recovery
@@ -443,7 +441,7 @@ def recover(folder: Path) -> list[str]:
         if prefix is not None:
             pid = _pid_in(child.name, prefix)
             if pid is not None and pid != os.getpid() and not _alive(pid):
-                _remove(child)
+                remove(child)
                 stale.append(child.name)
     if stale:
         done.append(f"{folder}: removed {len(stale)} leftover file(s) of interrupted ovpass runs "
@@ -454,28 +452,6 @@ def recover(folder: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-AT_FDCWD = -100
-RENAME_NOREPLACE = 1
-RENAME_EXCHANGE = 2
-try:   # glibc 2.28+ and musl name it; elsewhere (macOS, Windows) the journalled fallback runs
-    _renameat2_fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
-except (OSError, TypeError):
-    _renameat2_fn = None
-
-
-def _renameat2(source: Path, target: Path, flags: int) -> bool:
-    """``renameat2(source, target, flags)``; False where the system or the filesystem does not support
-    ``flags`` (nothing was renamed then), :class:`OSError` for any other failure."""
-    if _renameat2_fn is None:
-        return False
-    if _renameat2_fn(AT_FDCWD, os.fsencode(source), AT_FDCWD, os.fsencode(target), flags) == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
-        return False
-    raise OSError(code, os.strerror(code), str(source), None, str(target))
-
 
 def _write_journal(folder: Path, entries: list[Entry]) -> None:
     temp = folder / temp_name(".json")
@@ -489,40 +465,4 @@ def _write_journal(folder: Path, entries: list[Entry]) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
-    _fsync_dir(folder)
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-
-
-def _fsync_tree(path: Path) -> None:
-    """Flush a file, or every file of a folder and the folders themselves, to the device."""
-    paths = [path] if not path.is_dir() else [Path(root) / name for root, dirs, files in os.walk(path)
-                                                 for name in files] + [Path(root) for root, _, _ in os.walk(path)]
-    for item in paths:
-        if item.is_symlink():
-            continue
-        fd = os.open(item, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory; the renames stand
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _os_message(folder: Path, exc: OSError, what: str) -> str:
-    target = f" ({exc.filename})" if exc.filename else ""
-    return f"{folder}: {what}{target}: {exc.strerror or exc}"
+    fsync_dir(folder)

@@ -1,0 +1,80 @@
+"""``ovpass check`` over an IR file or an export folder: each IR that holds stateful attention checked
+side by side (:func:`~ovpasses.check.side_by_side.check_model`), optionally openvino_genai on the folder
+and its rewritten copy (:mod:`~ovpasses.check.genai`), and the worst verdict."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import openvino as ov
+
+from ovpasses.check import genai, inputs
+from ovpasses.check.side_by_side import FIXED, INCONCLUSIVE, OK, WORSE, CheckReport, check_model
+from ovpasses.devices import resolve_device
+from ovpasses.errors import OvpassesError
+from ovpasses.files import folder, io
+from ovpasses.report import schemas
+
+# the verdict of a folder: the worst of its reports'
+VERDICT_ORDER = (OK, FIXED, INCONCLUSIVE, WORSE)
+
+
+@dataclass
+class PathCheck:
+    """What ``ovpass check`` found for one IR file or one export folder."""
+
+    source: Path
+    is_folder: bool
+    reports: list[tuple[str, CheckReport]] = field(default_factory=list)
+    genai: list[genai.GenaiPathReport] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        codes = [report.verdict_code for _, report in self.reports] + [r.verdict for r in self.genai]
+        return max(codes, key=VERDICT_ORDER.index)
+
+    def to_dict(self) -> dict:
+        """A folder's report (schema :data:`ovpasses.report.schemas.CHECK_FOLDER`)."""
+        return {"schema": schemas.CHECK_FOLDER, "folder": str(self.source), "verdict_code": self.verdict,
+                "models": [{"file": name, **report.to_dict()} for name, report in self.reports],
+                "genai": [r.to_dict() for r in self.genai]}
+
+
+def check_path(source: Path, device: str = "CPU", steps: int = 3, runtime: str | None = None,
+               config: dict | None = None, passes=None, prefill: int = 8, atol: float = 1e-4,
+               rtol: float = 1e-4, data_shapes: inputs.DataShapes | None = None, kv_sharing: str = "keep",
+               with_genai: bool = False) -> PathCheck:
+    """Check an IR file, or each IR of an export folder that holds stateful attention (and, with
+    ``with_genai``, the folder through openvino_genai). Raises :class:`OvpassesError` for a folder with
+    files a client could not read, and for ``with_genai`` on an IR file."""
+    is_folder = os.path.isdir(source)
+    if with_genai and not is_folder:
+        raise OvpassesError("--genai runs openvino_genai on an export folder: give the folder, not an IR file")
+    if is_folder and (unreadable := folder.unreadable_files(source)):
+        raise OvpassesError(f"{source}: {len(unreadable)} file(s) of the export cannot be read: "
+                            f"{', '.join(unreadable[:3])}{', ...' if len(unreadable) > 3 else ''}; "
+                            "a client would fail on them: copy the export again (with cp -L for links)")
+    files = [source / name for name in folder.stateful_irs(source)] if is_folder else [source]
+    device = resolve_device(device, ov.Core())
+    result = PathCheck(source, is_folder)
+    for path in files:
+        model = io.read_ir(path)
+        feeds = inputs.InputSource(path.parent, data_shapes or {},
+                                   inputs.Embedders.beside(path.parent, ov.Core(), device))
+        result.reports.append((path.name, check_model(
+            model, device=device, steps=steps, runtime=runtime, config=config, passes=passes, prefill=prefill,
+            atol=atol, rtol=rtol, source=feeds, kv_sharing=kv_sharing)))
+    if with_genai:
+        result.genai = genai_check(source, runtime, passes, device, kv_sharing)
+    return result
+
+
+def genai_check(source: Path, runtime, passes, device: str, kv_sharing: str = "keep") -> list:
+    """The folder and its rewritten copy (in a temporary folder) through openvino_genai."""
+    with tempfile.TemporaryDirectory(prefix="ovpass-genai-") as tmp:
+        rewritten = Path(tmp) / "rewritten"
+        folder.rewrite_folder(source, rewritten, runtime, passes, kv_sharing=kv_sharing)
+        return genai.check_folders(source, rewritten, device=device)

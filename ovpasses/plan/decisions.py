@@ -1,0 +1,166 @@
+"""Typed decisions: per SDPA and per sliding-window mask, what the pipeline does on a runtime profile and
+why. Pure over plain data: :func:`plan_with_reasons` per SDPA (the KV caches), :func:`mask_plan` per
+sliding-window mask (openvino_genai's paged path) and :func:`paged_warnings` for what no rewrite mends on
+that path.
+
+A decision is an enum value (:class:`Action`, :class:`MaskAction`) and a reason; the sentences a person
+reads are rendered at the edge (:mod:`ovpasses.report.text`), and the JSON reports carry the enum values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ovpasses.analysis import stateful_fusion as why
+from ovpasses.analysis.attention_heads import AttentionHeads, head_layouts
+from ovpasses.analysis.kv_sharing import KVSharingAnalysis
+from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
+from ovpasses.plan.profiles import RuntimeProfile
+from ovpasses.plan.runtimes import (
+    PAGED_CPU_IGNORES_WINDOW,
+    PAGED_CPU_NEEDS_ONE_HEAD_SIZE,
+)
+
+
+class Action(StrEnum):
+    """What the pipeline does to one SDPA (its value is what the JSON reports carry)."""
+
+    NATIVE = "native"                  # nothing: the plugin fuses it as it is
+    NATIVE_UNFUSED = "native_unfused"  # nothing: the plugin leaves this shared cache unfused, correctly
+    UNANALYSED = "unanalysed"          # nothing: a sub-graph operation also reads its cache
+    STATELESS = "stateless"            # nothing: it reads no cache
+    SHAPEOF = "shapeof"                # KVCacheShapeOfDecomposition on its cache Concat's ShapeOf
+    BARRIER = "barrier"                # DisableStatefulSDPAFusion keeps it out of stateful fusion
+    DECOMPOSE = "decompose"            # ScaledDotProductAttentionDecomposition, where the barrier cannot go
+    UNSHARED = "unshared"              # SharedKVCacheUnsharing gave it a cache of its own
+    BOUNDED = "bounded"                # SlidingWindowKVCacheBounding bounded its cache
+
+    @property
+    def changes(self) -> bool:
+        """Whether the action changes the model (False: the SDPA is left as it is)."""
+        return self not in (Action.NATIVE, Action.NATIVE_UNFUSED, Action.UNANALYSED, Action.STATELESS)
+
+
+class MaskAction(StrEnum):
+    """What the pipeline does to one sliding-window mask (a Select)."""
+
+    SLICE = "slice"                    # SlidingWindowMaskSliceInsertion: the paged converter reads the window
+    SLICED_ALREADY = "sliced_already"  # nothing: read through a Slice already
+    NATIVE = "native"                  # nothing: this runtime's paged converter reads the window as it is
+    IGNORED = "ignored"                # nothing: this runtime's CPU PagedAttention ignores sliding windows
+
+
+class Lowered(StrEnum):
+    """What became of one operation the target runtime cannot read (see :mod:`ovpasses.lowering`)."""
+
+    CONSTANT_FOLDED = "constant_folded"   # replaced by its value
+    CONVERTED = "converted"               # replaced by older operations that compute the same
+    REPLACED = "replaced"                 # gone, though no lowering pass claims it
+    REFUSED = "refused"                   # still there: the target cannot read the model
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the pipeline plans for one SDPA, and why (the reason comes from the predicate that decided).
+    ``not_applied`` names the pass that carries the action out when ``passes=`` left it out: the SDPA is
+    then left as it is."""
+
+    action: Action
+    reason: str
+    not_applied: str | None = None
+
+
+def plan_with_reasons(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, Decision]:
+    """Per SDPA (friendly name), what the pipeline does on ``profile`` and why. Pure: reads the analysis only.
+
+    * A cache that some reader reaches off the Assign's path (its own Gather/Concat on the ReadValue)
+      crashes when its owner is fused (measured on 2026.0.0 and 2026.4.1 with the builder's
+      ``borrow_path="own_concat"``): all its readers are kept out of fusion.
+    * A cache that a sub-graph operation (Loop, TensorIterator, If) also reads is left as it is: the
+      analysis does not see into the body, so it assumes nothing about that reader. Measured on
+      2026.0.0 and 2026.4.1 with ``build_cache_loop`` (the Loop on the cache Concat, on the Gather
+      or on the ReadValue): the plugin does not fuse such an SDPA and the graph runs correctly. When
+      the cache also has an off-path SDPA reader, the barrier comes first: it mends the known crash
+      and only keeps SDPAs out of fusion, the conservative direction.
+    * A cache read by several SDPAs through the one Concat is never fused by the plugin (its Concat
+      has too many consumers) and decodes correctly on every runtime: nothing to do. Keeping it out
+      of fusion by other means would break openvino_genai's PagedAttention conversion.
+    * On affected runtimes, a ShapeOf on an exclusive cache's Concat makes the fused kernel lose its
+      state; computing that shape from the Concat inputs keeps the cache fused and whole.
+
+    Each condition is a predicate of :mod:`ovpasses.analysis.stateful_fusion` that returns its reason;
+    the fusion prediction asks the same predicates.
+    """
+    decisions: dict[str, Decision] = {}
+    for name in analysis.sdpa:
+        if reason := why.reads_no_cache(analysis, name):
+            decisions[name] = Decision(Action.STATELESS, reason)
+        elif reason := why.off_path_reader(analysis, name):
+            decisions[name] = Decision(Action.BARRIER, reason)
+        elif reason := why.unanalysed_reader(analysis, name):
+            decisions[name] = Decision(Action.UNANALYSED, reason)
+        elif reason := why.shared_concat(analysis, name):
+            decisions[name] = Decision(Action.NATIVE_UNFUSED, reason)
+        elif (reason := why.concat_shapeof(analysis, name)) and profile.decompose_cache_shapeof:
+            decisions[name] = Decision(Action.SHAPEOF, f"{reason}: on this runtime the fused kernel loses its state to it")
+        else:
+            decisions[name] = Decision(Action.NATIVE, "exclusive cache" + (f"; {reason}, which this runtime handles"
+                                                                    if reason else ""))
+    return decisions
+
+
+def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, Action]:
+    """Per SDPA (friendly name), what the pipeline does on ``profile``: the actions of
+    :func:`plan_with_reasons`. Pure: reads the analysis only."""
+    return {name: decision.action for name, decision in plan_with_reasons(analysis, profile).items()}
+
+
+def mask_plan(masks: list[SlidingWindowMask], profile: RuntimeProfile) -> dict[str, MaskAction]:
+    """Per sliding-window mask (its Select's friendly name), what the pipeline does on ``profile``. Pure."""
+    actions = {}
+    for mask in masks:
+        if not mask.sdpa_direct:
+            actions[mask.select] = MaskAction.SLICED_ALREADY
+        elif profile.slice_sliding_window_mask:
+            actions[mask.select] = MaskAction.SLICE
+        elif profile.paged_cpu_ignores_window:
+            actions[mask.select] = MaskAction.IGNORED
+        else:
+            actions[mask.select] = MaskAction.NATIVE
+    return actions
+
+
+def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: dict[str, AttentionHeads],
+                   masks: list[SlidingWindowMask]) -> list[str]:
+    """What no rewrite mends on openvino_genai's paged path on ``profile``, for this model. Pure.
+
+    The SDPAs that read a KV cache are the ones the paged path turns into PagedAttention. When the
+    runtime's CPU PagedAttention needs one head size (or one query-head count) and they have several,
+    it computes garbage whatever the rewrite does, short of padding every cache to the widest head
+    (which would grow the stateful model's state as well); when it ignores sliding windows, a model
+    with one is wrong once a sequence outgrows the window. The messages say so and name the ways out.
+    """
+    where = (f"paged attention on CPU (openvino_genai with a SchedulerConfig, OpenVINO Model Server) on "
+             f"openvino {profile.version_string}")
+    stateful = 'use the stateful path (LLMPipeline(..., ATTENTION_BACKEND="SDPA"))'
+    newer = f"{stateful} or openvino {'.'.join(map(str, PAGED_CPU_NEEDS_ONE_HEAD_SIZE[1][:2]))} or newer"
+    paged = {n: h for n, h in heads.items() if n in analysis.sdpa and analysis.sdpa[n].status != "stateless" and h.known}
+    layouts = ", ".join(f"{layout} in {count} layer{'s' if count > 1 else ''}"
+                        for layout, count in sorted(head_layouts(paged).items()))
+    out = []
+    if profile.paged_cpu_one_head_size and len({(h.head_size, h.v_head_size) for h in paged.values()}) > 1:
+        out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose head "
+                   f"size differs, and these differ (heads x head size: {layouts}); ovpass rewrite --paged-heads pad "
+                   f"(paged_heads='pad') gives every layer one, at more KV memory; or {newer}")
+    if profile.paged_cpu_one_query_head_count and len({h.q_heads for h in paged.values()}) > 1:
+        out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose number "
+                   f"of query heads differs, and these differ (heads x head size: {layouts}); no rewrite changes "
+                   f"that, and no release measured fixes it; {stateful}")
+    if profile.paged_cpu_ignores_window and masks:
+        windows = sorted({m.window for m in masks})
+        out.append(f"{where} ignores sliding windows: tokens are wrong once prompt and output outgrow the "
+                   f"window ({', '.join(map(str, windows))}) of this model's sliding layers; no rewrite changes "
+                   f"that; {stateful} or openvino "
+                   f"{'.'.join(map(str, PAGED_CPU_IGNORES_WINDOW[1][:2]))} or newer")
+    return out

@@ -1,0 +1,14 @@
+"""The schema id of every JSON report, in one place. A report that changes shape gets a new id; the
+mapping from each old id is in docs/architecture.md ("JSON schemas")."""
+
+# ovpass rewrite --format json: RewriteSummary.to_dict(). /2: actions are enum values (plan.decisions.Action),
+# a step left out by --passes is in "not_applied", unreadable operations carry "action" and "reason" apart
+REWRITE = "ovpass.rewrite/2"
+# ovpass rewrite DIR --format json: per IR its rewrite report
+REWRITE_FOLDER = "ovpass.rewrite-folder/2"
+# ovpass inspect --format json: per SDPA its action (an enum value), reason and fusion verdict
+INSPECT = "ovpass.inspect/2"
+# ovpass inspect DIR --format json: a list of INSPECT reports
+INSPECT_FOLDER = "ovpass.inspect-folder/2"
+# ovpass check DIR --format json: per IR its check report (no plan decisions in it: unchanged)
+CHECK_FOLDER = "ovpass.check-folder/1"

@@ -1,0 +1,149 @@
+"""What one run of the pipeline detected, decided and changed: :class:`RewriteSummary`, plain data.
+
+Its decisions are typed (:mod:`ovpasses.plan.decisions`); :meth:`RewriteSummary.to_dict` carries their
+enum values (schema :data:`ovpasses.report.schemas.REWRITE`), and its text is rendered by
+:func:`ovpasses.report.text.summary_text`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from ovpasses.analysis.attention_kinds import AttentionKind
+from ovpasses.analysis.kv_sharing import KVSharingAnalysis
+from ovpasses.analysis.sharing_lint import Finding
+from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches
+from ovpasses.paged_padding import PagedHeadsStep
+from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
+from ovpasses.analysis.stateful_fusion import FusionVerdict, predict_fusion
+from ovpasses.lowering import OpVersionAction
+from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
+from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
+from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache
+from ovpasses.plan.decisions import Action, Decision, MaskAction
+from ovpasses.plan.profiles import RuntimeProfile
+from ovpasses.report import schemas
+from ovpasses.step import PassReport
+
+
+@dataclass(repr=False)
+class RewriteSummary:
+    """What :func:`ovpasses.rewrite` detected and changed, and why (per SDPA its :class:`Decision`)."""
+
+    profile: RuntimeProfile
+    analysis: KVSharingAnalysis
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    passes: list[PassReport] = field(default_factory=list)
+    masks: list[SlidingWindowMask] = field(default_factory=list)   # as found before the rewrite
+    mask_actions: dict[str, MaskAction] = field(default_factory=dict)
+    masks_not_applied: dict[str, str] = field(default_factory=dict)   # mask (Select) -> the pass not selected
+    warnings: list[str] = field(default_factory=list)
+    kinds: dict[str, AttentionKind] = field(default_factory=dict)   # per SDPA, its attention kind
+    findings: list[Finding] = field(default_factory=list)            # the sharing lint's
+    # operations the target could not read as exported (none for the installed runtime), and what was done
+    op_versions: list[OpVersionAction] = field(default_factory=list)
+    kv_sharing: str = "keep"
+    unshared: list[UnsharedCache] = field(default_factory=list)   # the variables kv_sharing="unshare" added
+    kept_shared: dict[str, str] = field(default_factory=dict)     # cache (for a borrower) -> why not unshared
+    # with kv_sharing="unshare": the analysis of the model as unsharing left it (``analysis`` is the input's)
+    analysis_after: KVSharingAnalysis | None = None
+    sliding_window: str = "full"
+    # with sliding_window="bounded": which caches are bounded, their windows, why the others are not
+    sliding_window_caches: SlidingWindowCaches | None = None
+    paged_heads: PagedHeadsStep | None = None   # the paged_heads step: the plan, what it padded, the cost
+
+    @property
+    def actions(self) -> dict[str, Action]:
+        """Per SDPA, its planned action (see :meth:`not_applied` for those left out by ``passes=``)."""
+        return {name: decision.action for name, decision in self.decisions.items()}
+
+    @property
+    def reasons(self) -> dict[str, str]:
+        """Per SDPA, the plan's reason."""
+        return {name: decision.reason for name, decision in self.decisions.items()}
+
+    @property
+    def changed(self) -> bool:
+        return any(p.changed for p in self.passes)
+
+    def __repr__(self) -> str:
+        counts = self.analysis.status_counts()
+        return (f"RewriteSummary(runtime {self.profile.version_string} {self.profile.name}, {len(self.decisions)} "
+                f"SDPA: exclusive={counts['exclusive']} shared={counts['shared']} stateless={counts['stateless']}, "
+                f"changed {sum(len(p.changed) for p in self.passes)} nodes)")
+
+    def __str__(self) -> str:
+        from ovpasses.report.text import summary_text
+
+        return summary_text(self)
+
+    def not_applied(self) -> dict[str, list[str]]:
+        """Per pass that was not selected, the SDPAs it would have changed (in topological order)."""
+        out: dict[str, list[str]] = {}
+        for name, decision in self.decisions.items():
+            if decision.not_applied:
+                out.setdefault(decision.not_applied, []).append(name)
+        return out
+
+    def fusion(self, unmodified: bool = False) -> dict[str, FusionVerdict]:
+        """Per SDPA, whether the CPU plugin is expected to fuse it into its stateful kernel, and why: in the
+        model as the rewrite leaves it, or (``unmodified``) as it was before. See
+        :func:`ovpasses.analysis.stateful_fusion.predict_fusion`."""
+        inserted = {n for p in self.passes if p.name == DisableStatefulSDPAFusion.NAME for n in p.changed}
+        shapeof_moved = any(p.changed for p in self.passes if p.name == KVCacheShapeOfDecomposition.NAME)
+        after = self.analysis if unmodified or self.analysis_after is None else self.analysis_after
+        verdicts = {}
+        for name, decision in self.decisions.items():
+            action = None if decision.not_applied else decision.action   # a step left out changed nothing
+            analysis = after if name in after.sdpa else self.analysis   # a decomposed SDPA left the model
+            barrier = action == Action.BARRIER and not (unmodified and name in inserted)
+            verdicts[name] = predict_fusion(
+                analysis, name, barrier=barrier, decomposed=action == Action.DECOMPOSE and not unmodified,
+                shapeof_moved=action == Action.SHAPEOF and shapeof_moved and not unmodified,
+                shapeof_loses_state=self.profile.decompose_cache_shapeof)
+        return verdicts
+
+    @property
+    def readable(self) -> bool:
+        """Whether the target runtime reads the rewritten model (every operation it could not read was replaced)."""
+        return all(a.handled for a in self.op_versions)
+
+    @property
+    def extra_cache_bytes_per_token(self) -> int | None:
+        """KV-cache memory the unshared copies add per token of context at batch 1 (None: unknown)."""
+        sizes = [u.bytes_per_token for u in self.unshared]
+        return None if None in sizes else sum(sizes)
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": schemas.REWRITE,
+            "runtime": self.profile.version_string,
+            "profile": self.profile.name,
+            "detected": self.analysis.status_counts(),
+            "caches": len(self.analysis.caches),
+            "shared_caches": sum(c.shared for c in self.analysis.caches.values()),
+            "actions": {name: action.value for name, action in self.actions.items()},
+            "not_applied": self.not_applied(),
+            "reasons": self.reasons,
+            "passes": [{"name": p.name, "changed": list(p.changed), "seconds": round(p.seconds, 6)}
+                       for p in self.passes],
+            "unhandled": list(self.analysis.unhandled),
+            "sliding_window_masks": self.masks_to_dicts(),
+            "warnings": list(self.warnings),
+            "lint": [f.to_dict() for f in self.findings],
+            "unreadable_ops": [a.to_dict() for a in self.op_versions],
+            "readable": self.readable,
+            "kv_sharing": self.kv_sharing,
+            "unshared": [asdict(u) for u in self.unshared],
+            "kept_shared": dict(self.kept_shared),
+            "extra_cache_bytes_per_token": self.extra_cache_bytes_per_token,
+            "sliding_window": self.sliding_window,
+            "sliding_window_caches": (None if self.sliding_window_caches is None
+                                      else self.sliding_window_caches.to_dict()),
+            "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),
+        }
+
+    def masks_to_dicts(self) -> list[dict]:
+        return [{"select": m.select, "window": m.window, "sdpa": sorted(m.sdpa_direct + m.sdpa_sliced),
+                 "action": self.mask_actions[m.select].value, "not_applied": self.masks_not_applied.get(m.select)}
+                for m in self.masks]
