@@ -164,7 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OpenVINO device, any case: cpu, GPU, gpu.0 (default CPU); one OpenVINO does not see is an "
                         "error that lists those it sees")
     p.add_argument("--steps", type=_non_negative, default=3, help="decode steps after the prefill (default 3)")
-    p.add_argument("--prefill", type=_positive, default=8, help="prefill length in tokens (default 8)")
+    p.add_argument("--prefill", type=_positive, default=8,
+                   help="prefill length in tokens (default 8); with --sliding-window bounded, give more than the "
+                        "window so that decode steps read a bounded cache")
+    p.add_argument("--prefill-chunk", type=_positive, default=None, metavar="N",
+                   help="feed the prefill in inferences of at most N tokens (default: one inference), as a client "
+                        "with chunked prefill does; with --sliding-window bounded, later chunks read a bounded cache")
     p.add_argument("--precision", choices=("exact", "default"), default="exact",
                    help="exact (default): CPU in f32 with an f32 KV cache and no dynamic quantization; default: "
                         "the device defaults, where outputs that differ beyond the tolerance are INCONCLUSIVE")
@@ -251,26 +256,21 @@ def cmd_rewrite(args) -> int:
 
 
 def _rewrite_folder(args, source: Path, runtime, passes) -> int:
-    _refuse_bounded(args, "rewriting a folder")
     if args.in_place and args.output and Path(args.output).resolve() != source.resolve():
         raise OvpassesError("--in-place writes over the input folder; drop -o, or drop --in-place to write to -o")
     if not (args.in_place or args.output or args.dry_run):
         raise OvpassesError("say where to write: -o NEW_FOLDER, --in-place, or --dry-run to write nothing")
     target = None if args.dry_run else source if args.in_place else Path(args.output)
     summary = folder.rewrite_folder(source, target, runtime, passes, in_place=args.in_place and not args.dry_run,
-                                    kv_sharing=args.kv_sharing, symlinks=args.symlinks)
+                                    kv_sharing=args.kv_sharing, symlinks=args.symlinks,
+                                    sliding_window=args.sliding_window,
+                                    sliding_window_margin=args.sliding_window_margin)
     if args.format == "json":
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         print(summary)
         print("dry run: nothing written" if target is None else f"wrote {target}")
     return EXIT_OK
-
-
-def _refuse_bounded(args, what: str) -> None:
-    if getattr(args, "sliding_window", "full") != "full":
-        raise OvpassesError(f"--sliding-window {args.sliding_window} is not yet supported for {what}; rewrite each "
-                            "IR file (ovpass rewrite IN.xml -o OUT.xml --sliding-window bounded)")
 
 
 def cmd_inspect(args) -> int:
@@ -302,7 +302,6 @@ VERDICT_ORDER = (check.OK, check.FIXED, check.INCONCLUSIVE, check.WORSE)
 
 
 def cmd_check(args) -> int:
-    _refuse_bounded(args, "ovpass check")
     runtime = _runtime(args)
     passes = None if args.passes is None else pipeline.selected_passes(args.passes)
     data_shapes = check_inputs.parse_data_shape(args.data_shape)
@@ -325,8 +324,10 @@ def cmd_check(args) -> int:
         reports.append((path.name, check.check_model(
             model, device=device, steps=args.steps, runtime=runtime, config=config, passes=passes,
             prefill=args.prefill, atol=args.atol, rtol=args.rtol, source=inputs,
-            kv_sharing=args.kv_sharing)))
-    genai_reports = _genai_check(source, runtime, passes, device, args.kv_sharing) if args.genai else []
+            kv_sharing=args.kv_sharing, sliding_window=args.sliding_window,
+            sliding_window_margin=args.sliding_window_margin, prefill_chunk=args.prefill_chunk)))
+    genai_reports = _genai_check(source, runtime, passes, device, args.kv_sharing, args.sliding_window,
+                                 args.sliding_window_margin) if args.genai else []
     codes = [report.verdict_code for _, report in reports] + [r.verdict for r in genai_reports]
     worst = max(codes, key=VERDICT_ORDER.index)
     if args.format == "json":
@@ -348,13 +349,15 @@ def cmd_check(args) -> int:
     return CHECK_EXIT[worst]
 
 
-def _genai_check(source: Path, runtime, passes, device: str, kv_sharing: str = "keep") -> list:
+def _genai_check(source: Path, runtime, passes, device: str, kv_sharing: str = "keep", sliding_window: str = "full",
+                 sliding_window_margin: int = 0) -> list:
     """The folder and its rewritten copy (in a temporary folder) through openvino_genai."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ovpass-genai-") as tmp:
         rewritten = Path(tmp) / "rewritten"
-        folder.rewrite_folder(source, rewritten, runtime, passes, kv_sharing=kv_sharing)
+        folder.rewrite_folder(source, rewritten, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
+                              sliding_window_margin=sliding_window_margin)
         return genai_check.check_folders(source, rewritten, device=device)
 
 
