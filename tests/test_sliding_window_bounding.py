@@ -166,6 +166,33 @@ def test_greedy_tokens_equal_the_unmodified_model(length, chunk, kv_sharing):
     assert {n for v, n in lengths.items() if v.split("/")[0] not in SLIDING_VARIABLES} == {total}
 
 
+def test_one_head_caches_reach_the_sdpa_without_the_gqa_expand():
+    """e2b35 (one KV head, 8 query heads, W = 512): each bounded layer's SDPA reads K and V straight from its
+    cache Concat, ``[B, 1, S, D]``, and broadcasts them itself; the full layers keep their expand. A 600-token
+    prompt in chunks of 256 and 30 tokens: tokens equal the unmodified model's, logits within 1e-4 (f32)."""
+    e2b35 = FIXTURES / "e2b35"
+    model = read(e2b35)
+    summary = ovpasses.rewrite(model, sliding_window="bounded")
+    caches = summary.sliding_window_caches
+    readers = {name for b in caches.bounded.values() for name in b.readers}
+    assert len(readers) == 28
+    for sdpa in (n for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"):
+        sources = [sdpa.input_value(port).get_node() for port in (1, 2)]
+        if sdpa.get_friendly_name() in readers:
+            assert [s.get_type_name() for s in sources] == ["Concat", "Concat"]
+            assert all(s.get_output_partial_shape(0)[1].get_length() == 1 for s in sources)
+            assert sdpa.get_input_partial_shape(0)[1].get_length() == 8
+        else:
+            assert [s.get_type_name() for s in sources] == ["Reshape", "Reshape"]
+    prompt = [int(t) for t in np.random.default_rng(1).integers(4, 250, 600)]
+    expected, expected_logits = Greedy(read(e2b35)).run(prompt, 256, 30)
+    greedy = Greedy(model)
+    tokens, logits = greedy.run(prompt, 256, 30)
+    assert tokens == expected
+    np.testing.assert_allclose(logits, expected_logits, rtol=0, atol=1e-4 * max(1.0, np.abs(expected_logits).max()))
+    assert min(greedy.state_lengths().values()) == 511
+
+
 @pytest.mark.parametrize("margin", [0, 4])
 def test_a_rollback_past_the_margin_fails_the_inference(margin):
     """openvino_genai's trim_kv_cache takes N positions from every state. Up to the margin the bounded model
