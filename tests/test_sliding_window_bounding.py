@@ -167,23 +167,28 @@ def test_greedy_tokens_equal_the_unmodified_model(length, chunk, kv_sharing):
 
 
 def test_one_head_caches_reach_the_sdpa_without_the_gqa_expand():
-    """e2b35 (one KV head, 8 query heads, W = 512): each bounded layer's SDPA reads K and V straight from its
-    cache Concat, ``[B, 1, S, D]``, and broadcasts them itself; the full layers keep their expand. A 600-token
-    prompt in chunks of 256 and 30 tokens: tokens equal the unmodified model's, logits within 1e-4 (f32)."""
+    """e2b35 (one KV head, 8 query heads, W = 512): every SDPA, bounded or full, reads K and V straight from
+    its cache Concat, ``[B, 1, S, D]``, and broadcasts them itself. A 600-token prompt in chunks of 256 and 30
+    tokens: tokens equal the unmodified model's, logits within 1e-4 (f32). Unshared first, the full layers'
+    exclusive caches still fuse (the plugin's kernel takes one KV head as it is)."""
     e2b35 = FIXTURES / "e2b35"
     model = read(e2b35)
     summary = ovpasses.rewrite(model, sliding_window="bounded")
     caches = summary.sliding_window_caches
     readers = {name for b in caches.bounded.values() for name in b.readers}
     assert len(readers) == 28
+    assert {tuple(n.input_value(port).get_node().get_type_name() for port in (1, 2))   # as exported: the expand
+            for n in read(e2b35).get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"} == \
+        {("Reshape", "Reshape")}
     for sdpa in (n for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"):
         sources = [sdpa.input_value(port).get_node() for port in (1, 2)]
-        if sdpa.get_friendly_name() in readers:
-            assert [s.get_type_name() for s in sources] == ["Concat", "Concat"]
-            assert all(s.get_output_partial_shape(0)[1].get_length() == 1 for s in sources)
-            assert sdpa.get_input_partial_shape(0)[1].get_length() == 8
-        else:
-            assert [s.get_type_name() for s in sources] == ["Reshape", "Reshape"]
+        assert [s.get_type_name() for s in sources] == ["Concat", "Concat"], sdpa.get_friendly_name()
+        assert all(s.get_output_partial_shape(0)[1].get_length() == 1 for s in sources)
+        assert sdpa.get_input_partial_shape(0)[1].get_length() == 8
+    from ovpasses.check import count_fused_sdpa
+    unshared = read(e2b35)
+    ovpasses.rewrite(unshared, kv_sharing="unshare", sliding_window="bounded")
+    assert count_fused_sdpa(ov.Core().compile_model(unshared, "CPU", EXACT_CPU_CONFIG)) == 7
     prompt = [int(t) for t in np.random.default_rng(1).integers(4, 250, 600)]
     expected, expected_logits = Greedy(read(e2b35)).run(prompt, 256, 30)
     greedy = Greedy(model)

@@ -33,8 +33,9 @@ bounded; ``n`` new tokens; ``ref`` a cache left whole)::
 * The layer's own GQA Broadcast gets its sequence length from its data: a 1 in the target's sequence
   element and bidirectional mode give the input's length; the other elements are what they were
   (a valid numpy broadcast is the same bidirectional broadcast). Where the cache has one KV head
-  (``[B, 1, S, D]``, as Gemma 4 E2B), the SDPA reads it without the expand
-  (``Unsqueeze -> Broadcast -> Reshape``): the SDPA broadcasts it over the query heads itself.
+  (``[B, 1, S, D]``, as Gemma 4 E2B), every SDPA that reads a cache, bounded or not, reads it without the
+  expand (``Unsqueeze -> Broadcast -> Reshape``): the SDPA broadcasts it over the query heads itself
+  (:func:`_elide_single_head_expand` says why).
 * The bounded cache holds the last ``P`` positions, so its keys are the last ``P + n`` columns of the
   mask: ``Slice(mask, -(P+n), end)`` on the key axis. The columns dropped are keys
   ``k <= T - W``: no query ``q >= T`` sees them.
@@ -60,7 +61,7 @@ from openvino import opset8
 from openvino import opset13 as ops
 from openvino.passes import Matcher, ModelPass
 
-from ovpasses._ov import copy_runtime_info
+from ovpasses._ov import SDPA_TYPE, copy_runtime_info
 from ovpasses.analysis.sliding_window_caches import (
     BOUND_SUFFIX,
     MASK_PORT,
@@ -128,11 +129,15 @@ class SlidingWindowKVCacheBounding(ModelPass):
         past_length = ops.unsqueeze(past_length_scalar, _i64([0]))
         past_length.set_friendly_name(f"{ref_concat.get_friendly_name()}/past_length")
         masks: dict[tuple[ov.Output, str], ov.Output] = {}   # (mask, K variable) -> its keys' columns
+        # before the bounding rebuilds any expand: every SDPA that reads a one-head cache drops its expand
+        readers = set(self.plan.windows)
+        for sdpa in model.get_ordered_ops():
+            if sdpa.get_friendly_name() in readers and sdpa.get_type_name() == SDPA_TYPE:
+                self.gqa_elided += sum(_elide_single_head_expand(sdpa, port) for port in (1, 2))
         for vid, bounded in self.plan.bounded.items():
             nodes = cache_nodes(*chains[vid])
             if isinstance(nodes, CacheRefusal):
                 raise PassInvariantError(f"{self.NAME}: cache {vid} no longer takes the bounding: {nodes.message}")
-            self.gqa_elided += self._elide_single_head_expand(nodes)
             made = self._bound(nodes, bounded.keep, past_length.output(0))
             for sdpa, port in nodes.readers:
                 if port == 1:
@@ -197,31 +202,6 @@ class SlidingWindowKVCacheBounding(ModelPass):
             made += [new_target, replacement]
         return made
 
-    @staticmethod
-    def _elide_single_head_expand(nodes: CacheNodes) -> int:
-        """Each reader that takes this cache through ``Unsqueeze -> Broadcast -> Reshape`` (the GQA expand)
-        from a tensor of one KV head, ``[B, 1, S, D]``, takes that tensor instead: the SDPA broadcasts K and V
-        over the query heads (its specification's MatMul broadcasts batch dimensions), so the values are the
-        same, and the plugin no longer materialises H copies of the cache every step (measured on 2026.4.1 at
-        E2B's widths: the expand ran as a reference Broadcast and took about half of a bounded decode step).
-        Returns how many SDPA inputs changed."""
-        elided = 0
-        for sdpa, port in nodes.readers:
-            reshape = sdpa.input_value(port).get_node()
-            broadcast = reshape.input_value(0).get_node()
-            unsqueeze = broadcast.input_value(0).get_node()
-            if (reshape.get_type_name(), broadcast.get_type_name(), unsqueeze.get_type_name()) != \
-                    ("Reshape", "Broadcast", "Unsqueeze"):
-                continue   # no expand on this path (one head already, or another layout)
-            source = unsqueeze.input_value(0)
-            shape, query = source.get_partial_shape(), sdpa.get_input_partial_shape(0)
-            if shape.rank.is_dynamic or shape.rank.get_length() != 4 or shape[1].is_dynamic or shape[1].get_length() != 1 \
-                    or query.rank.is_dynamic or query.rank.get_length() != 4:
-                continue   # several KV heads: a broadcast would not repeat them as the expand does
-            sdpa.input(port).replace_source_output(source)
-            elided += 1
-        return elided
-
     def _slice_mask(self, sdpa: ov.Node, nodes: CacheNodes, window: int, past_length: ov.Output,
                     masks: dict[tuple[ov.Output, str], ov.Output]) -> list[ov.Node]:
         """Give ``sdpa`` (which reads ``nodes``' cache as K) the mask columns of its keys: the last P+n."""
@@ -262,6 +242,30 @@ class SlidingWindowKVCacheBounding(ModelPass):
         masks[key] = keys.output(0)
         sdpa.input(MASK_PORT).replace_source_output(keys.output(0))
         return made
+
+
+def _elide_single_head_expand(sdpa: ov.Node, port: int) -> bool:
+    """Feed ``sdpa``'s K or V (``port``) from before its GQA expand (``Unsqueeze -> Broadcast -> Reshape``) when
+    that tensor has one KV head, ``[B, 1, S, D]``: the SDPA broadcasts it over the query heads (its
+    specification's MatMul broadcasts batch dimensions), so the values are the same. Why the bounding does
+    it, for every SDPA that reads a cache (measured on 2026.4.1 at E2B's widths, one KV head, 8 query heads):
+    the expand copies the cache 8 times every step, and once a target reads a shape the bounding re-sourced
+    (``ScatterUpdate``) the plugin runs it as a reference Broadcast (``ref_f32``, with reorders): the bounded
+    form decoded slower than the unmodified model at 8k. Several KV heads keep the expand (a broadcast would
+    not repeat them the way the expand does). Returns whether the input changed."""
+    reshape = sdpa.input_value(port).get_node()
+    broadcast = reshape.input_value(0).get_node() if reshape.get_input_size() else reshape
+    unsqueeze = broadcast.input_value(0).get_node() if broadcast.get_input_size() else broadcast
+    if (reshape.get_type_name(), broadcast.get_type_name(), unsqueeze.get_type_name()) != \
+            ("Reshape", "Broadcast", "Unsqueeze"):
+        return False   # no expand on this path
+    source = unsqueeze.input_value(0)
+    shape, query = source.get_partial_shape(), sdpa.get_input_partial_shape(0)
+    if shape.rank.is_dynamic or shape.rank.get_length() != 4 or shape[1].is_dynamic or shape[1].get_length() != 1 \
+            or query.rank.is_dynamic or query.rank.get_length() != 4:
+        return False   # several KV heads, or another layout
+    sdpa.input(port).replace_source_output(source)
+    return True
 
 
 def _columns_slice(node: ov.Node) -> ov.Node | None:
