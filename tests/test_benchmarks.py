@@ -24,6 +24,8 @@ CASES = {
                         "--decode", "2"], "unshare_decode"),
     "sliding_window": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2",
                         "--rounds", "1", "--config", "default", "exact"], "sliding_window-tiny8-40"),
+    "sliding_window_exactness": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
+                                 "sliding_window_exactness-tiny8-40"),
     "sliding_window_profile": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
                                "sliding_window_profile-tiny8-40"),
 }
