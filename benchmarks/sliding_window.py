@@ -1,21 +1,30 @@
-"""Bounded sliding-window caches: KV state, prefill and decode time, unmodified / bounded / unshared /
-unshared + bounded side by side (issue 22).
+"""Bounded sliding-window caches: KV state, prefill and decode time, peak RSS and fused SDPA count,
+unmodified / bounded / unshared / unshared + bounded side by side (issue 22).
 
-    .venvs/dev/bin/python benchmarks/sliding_window.py [--fixture tests/fixtures/gemma4/e2b35]
-        [--context 2048] [--chunk 512] [--decode 32] [--rounds 3]
+    .venvs/dev/bin/python benchmarks/sliding_window.py [--model tests/fixtures/gemma4/e2b35]
+        [--context 2048 [8192 ...]] [--chunk 512] [--decode 32] [--rounds 3] [--config default [exact]]
+        [--forms unmodified,bounded,...] [--margin N] [--name NAME]
 
-For each round, each form in turn (interleaved, so that load on the machine spreads over all of them):
-a fresh request is filled with a ``--context``-token prompt in ``--chunk``-token chunks (prefill time),
-then ``--decode`` tokens are decoded one by one (median ms per token). State is the bytes of every
-state after the prefill. Plugin defaults (no precision hints): the figures are for the CPU plugin as a
-user gets it, not the f32 configuration the exactness tests use. The fixture's widths are tiny (head
-sizes 8/16, one KV head): per-node overhead dominates; real-width figures need an export at E2B's widths.
-Writes ``benchmarks/results/sliding_window-<fixture>-<context>.json``.
+Per config (``default``: the CPU plugin as a user gets it, no properties; ``exact``:
+:data:`ovpasses.precision.EXACT_CPU_CONFIG`), every form is compiled once; then per context and round,
+each form in turn (interleaved, so that load on the machine spreads over all of them): a fresh request
+is filled with a ``--context``-token prompt in ``--chunk``-token chunks (prefill time), then
+``--decode`` greedy tokens are decoded one by one (median ms per token). State is the bytes of every
+state as the plugin holds them (``get_byte_size``, the element type the config gives the cache) after
+the prefill and after the decode. Peak RSS is the process's high-water mark during that measurement
+(reset before it through ``/proc/self/clear_refs``; it includes every compiled form's weights) and its
+rise above the RSS before the request was made. Each form's greedy tokens and last-step logits are
+compared with the unmodified form's of the same round (``max_logit_diff`` over the steps whose tokens
+agree so far).
+
+The record is rewritten after every measurement (``"complete": false`` until the end), so a cut-off
+run keeps what it measured. The default name is ``sliding_window-<model folder>-<first context>``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from pathlib import Path
@@ -28,22 +37,62 @@ FORMS = {"unmodified": None, "bounded": ("keep", "bounded"), "unshared": ("unsha
          "unshared+bounded": ("unshare", "bounded")}
 
 
-def compiled_forms(fixture: Path) -> dict:
+def configs() -> dict[str, dict]:
+    from ovpasses.precision import EXACT_CPU_CONFIG
+    return {"default": {}, "exact": dict(EXACT_CPU_CONFIG)}
+
+
+def compiled_forms(model_dir: Path, forms: list[str], config: dict, margin: int) -> dict:
     import openvino as ov
 
     import ovpasses
     from ovpasses.check import count_fused_sdpa
     core, out = ov.Core(), {}
-    for name, form in FORMS.items():
-        model = core.read_model(fixture / "openvino_model.xml")
+    for name in forms:
+        model = core.read_model(model_dir / "openvino_model.xml")
+        form = FORMS[name]
         if form is not None:
-            ovpasses.rewrite(model, kv_sharing=form[0], sliding_window=form[1])
-        compiled = core.compile_model(model, "CPU")
-        out[name] = (compiled, count_fused_sdpa(compiled))
+            ovpasses.rewrite(model, kv_sharing=form[0], sliding_window=form[1],
+                             sliding_window_margin=margin if form[1] == "bounded" else 0)
+        compiled = core.compile_model(model, "CPU", config)
+        warm = compiled.create_infer_request()   # first inferences allocate; not part of any measurement
+        warm.reset_state()
+        for past, n in ((0, 16), (16, 1)):
+            warm.infer({"input_ids": np.full((1, n), 5, np.int64), "attention_mask": np.ones((1, past + n), np.int64),
+                        "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
+                        "beam_idx": np.zeros(1, np.int32)})
+        del warm
+        precision = {key: _type_name(compiled.get_property(key)) for key in ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION")}
+        out[name] = (compiled, count_fused_sdpa(compiled), precision)
+        del model
     return out
 
 
+def _type_name(value) -> str:
+    return value.to_string() if hasattr(value, "to_string") else str(value)
+
+
+def _rss_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
 def measure(compiled, context: int, chunk: int, decode: int, vocab: int) -> dict:
+    rss_before = _rss_kib("VmRSS")
+    peak_reset = _reset_peak_rss()
     request = compiled.create_infer_request()
     request.reset_state()
     prompt = np.random.default_rng(0).integers(4, vocab, context)
@@ -56,51 +105,140 @@ def measure(compiled, context: int, chunk: int, decode: int, vocab: int) -> dict
                        "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
                        "beam_idx": np.zeros(1, np.int32)})
         past += n
-        return int(np.argmax(request.get_output_tensor(0).data[0, -1]))
+        return np.array(request.get_output_tensor(0).data[0, -1], np.float32, copy=True)
 
     start = time.perf_counter()
     for begin in range(0, context, chunk):
-        token = feed(prompt[begin:begin + chunk])
+        logits = feed(prompt[begin:begin + chunk])
     prefill = time.perf_counter() - start
-    state = sum(s.state.get_byte_size() for s in request.query_state())
-    steps = []
+    state_prefill = sum(s.state.get_byte_size() for s in request.query_state())
+    steps, tokens, all_logits = [], [], []
     for _ in range(decode):
+        tokens.append(int(np.argmax(logits)))
+        all_logits.append(logits)
         start = time.perf_counter()
-        token = feed([token])
+        logits = feed([tokens[-1]])
         steps.append(time.perf_counter() - start)
-    return {"prefill_s": prefill, "decode_ms": 1000 * statistics.median(steps), "state_bytes": state}
+    state_end = sum(s.state.get_byte_size() for s in request.query_state())
+    peak = _rss_kib("VmHWM")
+    del request
+    return {"prefill_s": prefill, "decode_ms": 1000 * statistics.median(steps),
+            "decode_ms_min": 1000 * min(steps), "state_bytes": state_prefill, "state_bytes_end": state_end,
+            "peak_rss_mib": None if peak is None else round(peak / 1024, 1),
+            "peak_rss_rise_mib": None if peak is None or rss_before is None or not peak_reset
+            else round((peak - rss_before) / 1024, 1),
+            "tokens": tokens, "logits": np.array(all_logits)}
+
+
+def agreement(run: dict, reference: dict) -> dict:
+    """Tokens equal to the reference's, and the largest logit difference over the steps whose tokens agree so far."""
+    same = 0
+    while same < min(len(run["tokens"]), len(reference["tokens"])) and run["tokens"][same] == reference["tokens"][same]:
+        same += 1
+    steps = same + 1 if same < len(run["tokens"]) else same   # step `same` had equal inputs, so compare it too
+    diff = float(np.abs(run["logits"][:steps] - reference["logits"][:steps]).max()) if steps else None
+    return {"tokens_equal": same == len(run["tokens"]), "tokens_agreeing": same, "max_logit_diff": diff,
+            "max_abs_logit": float(np.abs(reference["logits"][:steps]).max()) if steps else None}
+
+
+def summarise(runs: dict, fused: dict) -> list[dict]:
+    rows = []
+    base = runs["unmodified"]
+    base_prefill = statistics.median(r["prefill_s"] for r in base)
+    base_decode = statistics.median(r["decode_ms"] for r in base)
+    base_state = base[0]["state_bytes"]
+    for name, measured in runs.items():
+        if not measured:
+            continue
+        prefill = statistics.median(r["prefill_s"] for r in measured)
+        decode = statistics.median(r["decode_ms"] for r in measured)
+        state = measured[0]["state_bytes"]
+        agree = [agreement(r, b) for r, b in zip(measured, base)]
+        rows.append({"form": name, "fused_sdpa": fused[name], "state_bytes": state,
+                     "state_x": round(state / base_state, 3), "state_bytes_end": measured[0]["state_bytes_end"],
+                     "prefill_s": round(prefill, 3), "prefill_x": round(prefill / base_prefill, 3),
+                     "decode_ms": round(decode, 2), "decode_x": round(decode / base_decode, 3),
+                     "decode_ms_each_round": [round(r["decode_ms"], 2) for r in measured],
+                     "prefill_s_each_round": [round(r["prefill_s"], 3) for r in measured],
+                     "peak_rss_mib": max(r["peak_rss_mib"] or 0 for r in measured),
+                     "peak_rss_rise_mib": max(r["peak_rss_rise_mib"] or 0 for r in measured),
+                     "tokens_equal_unmodified": all(a["tokens_equal"] for a in agree),
+                     "max_logit_diff": max((a["max_logit_diff"] or 0.0) for a in agree),
+                     "max_abs_logit": max((a["max_abs_logit"] or 0.0) for a in agree)})
+    return rows
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fixture", type=Path, default=ROOT / "tests" / "fixtures" / "gemma4" / "e2b35")
-    parser.add_argument("--context", type=int, default=2048)
+    parser.add_argument("--model", "--fixture", type=Path, default=ROOT / "tests" / "fixtures" / "gemma4" / "e2b35",
+                        help="a text export folder (openvino_model.xml, config.json)")
+    parser.add_argument("--context", type=int, nargs="+", default=[2048])
     parser.add_argument("--chunk", type=int, default=512)
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--config", nargs="+", choices=("default", "exact"), default=["default"])
+    parser.add_argument("--forms", default=",".join(FORMS), help=f"comma-separated, among {', '.join(FORMS)}")
+    parser.add_argument("--margin", type=int, default=0, help="sliding_window_margin of the bounded forms")
+    parser.add_argument("--name", help="record name (default sliding_window-<model folder>-<first context>)")
+    parser.add_argument("--export-command", help="how the model was exported (recorded)")
     args = parser.parse_args(argv)
-    import json
-    vocab = json.loads((args.fixture / "config.json").read_text()).get("vocab_size") or 256
-    forms = compiled_forms(args.fixture)
-    runs: dict[str, list[dict]] = {name: [] for name in forms}
-    for round_ in range(args.rounds):
-        for name, (compiled, _) in forms.items():
-            progress(f"round {round_ + 1}/{args.rounds}: {name}")
-            runs[name].append(measure(compiled, args.context, args.chunk, args.decode, vocab))
-    rows = []
-    base = {key: statistics.median(r[key] for r in runs["unmodified"]) for key in ("prefill_s", "decode_ms")}
-    base_state = runs["unmodified"][0]["state_bytes"]
-    for name, (_, fused) in forms.items():
-        prefill = statistics.median(r["prefill_s"] for r in runs[name])
-        decode = statistics.median(r["decode_ms"] for r in runs[name])
-        state = runs[name][0]["state_bytes"]
-        rows.append({"form": name, "fused_sdpa": fused, "state_bytes": state, "state_x": round(state / base_state, 3),
-                     "prefill_s": round(prefill, 4), "prefill_x": round(prefill / base["prefill_s"], 3),
-                     "decode_ms": round(decode, 3), "decode_x": round(decode / base["decode_ms"], 3)})
-    print(markdown_table(list(rows[0]), [list(r.values()) for r in rows]))
-    write_record(f"sliding_window-{args.fixture.name}-{args.context}", rows,
-                 fixture=str(args.fixture.resolve().relative_to(ROOT)), context=args.context, chunk=args.chunk, decode=args.decode, rounds=args.rounds,
-                 config="CPU plugin defaults")
+    forms = args.forms.split(",")
+    if forms[0] != "unmodified" or not set(forms) <= set(FORMS):
+        parser.error(f"--forms must start with unmodified and name only {', '.join(FORMS)}")
+    config_json = json.loads((args.model / "config.json").read_text())
+    text_config = config_json.get("text_config") or config_json
+    vocab = text_config.get("vocab_size") or 256
+    name = args.name or f"sliding_window-{args.model.name}-{args.context[0]}"
+    model_path = args.model.resolve()
+    try:
+        model_label = str(model_path.relative_to(ROOT))
+    except ValueError:
+        model_label = str(model_path)
+    widths = {k: text_config.get(k) for k in ("hidden_size", "intermediate_size", "num_hidden_layers",
+                                              "num_kv_shared_layers", "num_attention_heads", "num_key_value_heads",
+                                              "head_dim", "global_head_dim", "sliding_window", "vocab_size")}
+    results: list[dict] = []
+    compiled_precision: dict[str, dict] = {}
+
+    def save(complete: bool) -> None:
+        write_record(name, [row for result in results for row in result["rows"]], complete=complete,
+                     model=model_label, widths=widths, export_command=args.export_command,
+                     contexts=args.context, chunk=args.chunk, decode=args.decode, rounds=args.rounds,
+                     margin=args.margin, compiled_precision=compiled_precision,
+                     state_note="state bytes as query_state() returns the states (the model's declared element "
+                                "type, f32); under plugin defaults the fused kernel keeps its own cache in "
+                                "KV_CACHE_PRECISION (compiled_precision), so only the exact config's bytes are "
+                                "the memory held", configs={c: configs()[c] or "CPU plugin defaults (no properties)"
+                                                  for c in args.config},
+                     measured="per config, context and round, each form in turn from a fresh request: prefill "
+                              "of the whole context in chunks, then greedy decode steps (median ms); state = "
+                              "sum of get_byte_size over the states after the prefill; peak RSS = VmHWM reset "
+                              "before each measurement", results=results)
+
+    for config_name in args.config:
+        progress(f"{config_name}: compiling {', '.join(forms)}")
+        compiled = compiled_forms(args.model, forms, configs()[config_name], args.margin)
+        fused = {f: c[1] for f, c in compiled.items()}
+        compiled_precision[config_name] = {f: c[2] for f, c in compiled.items()}
+        for context in args.context:
+            runs: dict[str, list[dict]] = {f: [] for f in forms}
+            result = {"config": config_name, "context": context, "rows": []}
+            results.append(result)
+            for round_ in range(args.rounds):
+                for form in forms:
+                    progress(f"{config_name} context {context} round {round_ + 1}/{args.rounds}: {form}")
+                    runs[form].append(measure(compiled[form][0], context, args.chunk, args.decode, vocab))
+                    m = runs[form][-1]
+                    progress(f"  prefill {m['prefill_s']:.2f} s, decode {m['decode_ms']:.1f} ms, "
+                             f"state {m['state_bytes'] / 2**20:.1f} MiB, peak RSS {m['peak_rss_mib']} MiB")
+                    result["rows"] = [dict(row, config=config_name, context=context) for row in summarise(runs, fused)]
+                    save(False)
+            print(f"\n{config_name}, context {context}:")
+            keys = ["form", "fused_sdpa", "state_bytes", "state_x", "prefill_s", "prefill_x", "decode_ms", "decode_x",
+                    "peak_rss_mib", "tokens_equal_unmodified", "max_logit_diff"]
+            print(markdown_table(keys, [[row[k] for k in keys] for row in result["rows"]]), flush=True)
+        del compiled
+    save(True)
     return 0
 
 

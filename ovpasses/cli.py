@@ -174,7 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OpenVINO device, any case: cpu, GPU, gpu.0 (default CPU); one OpenVINO does not see is an "
                         "error that lists those it sees")
     p.add_argument("--steps", type=_non_negative, default=3, help="decode steps after the prefill (default 3)")
-    p.add_argument("--prefill", type=_positive, default=8, help="prefill length in tokens (default 8)")
+    p.add_argument("--prefill", type=_positive, default=8,
+                   help="prefill length in tokens (default 8); with --sliding-window bounded, give more than the "
+                        "window so that decode steps read a bounded cache")
+    p.add_argument("--prefill-chunk", type=_positive, default=None, metavar="N",
+                   help="feed the prefill in inferences of at most N tokens (default: one inference), as a client "
+                        "with chunked prefill does; with --sliding-window bounded, later chunks read a bounded cache")
     p.add_argument("--precision", choices=("exact", "default"), default="exact",
                    help="exact (default): CPU in f32 with an f32 KV cache and no dynamic quantization; default: "
                         "the device defaults, where outputs that differ beyond the tolerance are INCONCLUSIVE")
@@ -262,14 +267,16 @@ def cmd_rewrite(args) -> int:
 
 
 def _rewrite_folder(args, source: Path, runtime, passes) -> int:
-    _refuse_bounded(args, "rewriting a folder")
+    _refuse_paged_heads(args, "rewriting a folder")
     if args.in_place and args.output and Path(args.output).resolve() != source.resolve():
         raise OvpassesError("--in-place writes over the input folder; drop -o, or drop --in-place to write to -o")
     if not (args.in_place or args.output or args.dry_run):
         raise OvpassesError("say where to write: -o NEW_FOLDER, --in-place, or --dry-run to write nothing")
     target = None if args.dry_run else source if args.in_place else Path(args.output)
     summary = folder.rewrite_folder(source, target, runtime, passes, in_place=args.in_place and not args.dry_run,
-                                    kv_sharing=args.kv_sharing, symlinks=args.symlinks)
+                                    kv_sharing=args.kv_sharing, symlinks=args.symlinks,
+                                    sliding_window=args.sliding_window,
+                                    sliding_window_margin=args.sliding_window_margin)
     if args.format == "json":
         print(json.dumps(summary.to_dict(), indent=2))
     else:
@@ -278,13 +285,10 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
     return EXIT_OK
 
 
-def _refuse_bounded(args, what: str) -> None:
+def _refuse_paged_heads(args, what: str) -> None:
     if getattr(args, "paged_heads", "keep") != "keep":
         raise OvpassesError(f"--paged-heads {args.paged_heads} is not yet supported for {what}; rewrite the IR file "
                             "(ovpass rewrite IN.xml -o OUT.xml --paged-heads pad)")
-    if getattr(args, "sliding_window", "full") != "full":
-        raise OvpassesError(f"--sliding-window {args.sliding_window} is not yet supported for {what}; rewrite each "
-                            "IR file (ovpass rewrite IN.xml -o OUT.xml --sliding-window bounded)")
 
 
 def cmd_inspect(args) -> int:
@@ -306,14 +310,16 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_check(args) -> int:
-    _refuse_bounded(args, "ovpass check")
+    _refuse_paged_heads(args, "ovpass check")
     runtime = _runtime(args)
     passes = None if args.passes is None else pipeline.selected_passes(args.passes)
     data_shapes = check_inputs.parse_data_shape(args.data_shape)
     result = check_folder.check_path(
         Path(args.input), device=args.device, steps=args.steps, runtime=runtime,
         config=None if args.precision == "exact" else {}, passes=passes, prefill=args.prefill, atol=args.atol,
-        rtol=args.rtol, data_shapes=data_shapes, kv_sharing=args.kv_sharing, with_genai=args.genai)
+        rtol=args.rtol, data_shapes=data_shapes, kv_sharing=args.kv_sharing, with_genai=args.genai,
+        sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin,
+        prefill_chunk=args.prefill_chunk)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2) if result.is_folder else result.reports[0][1].to_json())
     else:

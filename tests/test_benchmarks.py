@@ -23,6 +23,12 @@ CASES = {
     "unshare_decode": (["--ir", str(TINY8), "--runtimes", "newest", "--rounds", "1", "--contexts", "8",
                         "--decode", "2"], "unshare_decode"),
     "paged_heads": (["--runtimes", "newest", "--decode", "2", "--repeats", "1"], "paged_heads"),
+    "sliding_window": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2",
+                        "--rounds", "1", "--config", "default", "exact"], "sliding_window-tiny8-40"),
+    "sliding_window_exactness": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
+                                 "sliding_window_exactness-tiny8-40"),
+    "sliding_window_profile": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
+                               "sliding_window_profile-tiny8-40"),
 }
 
 

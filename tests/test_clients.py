@@ -140,3 +140,26 @@ def test_optimum_intel_generates_the_reference_from_the_rewritten_folder(rewritt
 def test_optimum_intel_generates_the_vlm_reference_from_the_rewritten_folder(rewritten_vlm, tmp_path):
     reference = json.loads((VLM / "reference.json").read_text())
     assert optimum_generate("OVModelForVisualCausalLM", rewritten_vlm, reference, tmp_path) == reference["generated_ids"]
+
+
+BOUNDED_CASES = [("gemma4/tiny8", None), ("gemma4/tiny8u", "long_prompt")]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not EXPORT_PYTHON.exists(), reason="needs .venvs/export (bash tools/venv.sh export)")
+@pytest.mark.parametrize("fixture,prompt", BOUNDED_CASES, ids=[f"{f}-{p or 'prompt'}" for f, p in BOUNDED_CASES])
+def test_optimum_intel_generates_the_reference_from_a_bounded_folder(fixture, prompt, tmp_path):
+    """``ovpass rewrite --sliding-window bounded``: OVModelForCausalLM.generate decodes transformers' tokens
+    while the sliding caches hold W-1 positions (prompt + new tokens run past the window: 32 and 48 > 16)."""
+    from ovpasses.analysis.kv_sharing import analyze_kv_sharing
+
+    source = FIXTURES / fixture
+    reference = json.loads((source / "reference.json").read_text())
+    reference = reference[prompt] if prompt else reference
+    window = json.loads((source / "config.json").read_text())["sliding_window"]
+    assert len(reference["prompt_ids"]) + len(reference["generated_ids"]) > window
+    folder = rewrite_folder(source, tmp_path, "--sliding-window", "bounded")
+    bounded = [v for v, c in analyze_kv_sharing(ov.Core().read_model(folder / "openvino_model.xml")).caches.items()
+               if c.bounded]
+    assert len(bounded) == 6
+    assert optimum_generate("OVModelForCausalLM", folder, reference, tmp_path) == reference["generated_ids"]

@@ -168,6 +168,38 @@ def test_greedy_tokens_equal_the_unmodified_model(length, chunk, kv_sharing):
     assert {n for v, n in lengths.items() if v.split("/")[0] not in SLIDING_VARIABLES} == {total}
 
 
+def test_one_head_caches_reach_the_sdpa_without_the_gqa_expand():
+    """e2b35 (one KV head, 8 query heads, W = 512): every SDPA, bounded or full, reads K and V straight from
+    its cache Concat, ``[B, 1, S, D]``, and broadcasts them itself. A 600-token prompt in chunks of 256 and 30
+    tokens: tokens equal the unmodified model's, logits within 1e-4 (f32). Unshared first, the full layers'
+    exclusive caches still fuse (the plugin's kernel takes one KV head as it is)."""
+    e2b35 = FIXTURES / "e2b35"
+    model = read(e2b35)
+    summary = ovpasses.rewrite(model, sliding_window="bounded")
+    caches = summary.sliding_window_caches
+    readers = {name for b in caches.bounded.values() for name in b.readers}
+    assert len(readers) == 28
+    assert {tuple(n.input_value(port).get_node().get_type_name() for port in (1, 2))   # as exported: the expand
+            for n in read(e2b35).get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"} == \
+        {("Reshape", "Reshape")}
+    for sdpa in (n for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"):
+        sources = [sdpa.input_value(port).get_node() for port in (1, 2)]
+        assert [s.get_type_name() for s in sources] == ["Concat", "Concat"], sdpa.get_friendly_name()
+        assert all(s.get_output_partial_shape(0)[1].get_length() == 1 for s in sources)
+        assert sdpa.get_input_partial_shape(0)[1].get_length() == 8
+    from ovpasses.check import count_fused_sdpa
+    unshared = read(e2b35)
+    ovpasses.rewrite(unshared, kv_sharing="unshare", sliding_window="bounded")
+    assert count_fused_sdpa(ov.Core().compile_model(unshared, "CPU", EXACT_CPU_CONFIG)) == 7
+    prompt = [int(t) for t in np.random.default_rng(1).integers(4, 250, 600)]
+    expected, expected_logits = Greedy(read(e2b35)).run(prompt, 256, 30)
+    greedy = Greedy(model)
+    tokens, logits = greedy.run(prompt, 256, 30)
+    assert tokens == expected
+    np.testing.assert_allclose(logits, expected_logits, rtol=0, atol=1e-4 * max(1.0, np.abs(expected_logits).max()))
+    assert min(greedy.state_lengths().values()) == 511
+
+
 @pytest.mark.parametrize("margin", [0, 4])
 def test_a_rollback_past_the_margin_fails_the_inference(margin):
     """openvino_genai's trim_kv_cache takes N positions from every state. Up to the margin the bounded model
@@ -225,7 +257,7 @@ def test_modes_are_checked():
         ovpasses.rewrite(read(), sliding_window="bounded", sliding_window_margin=-1)
 
 
-def test_cli_rewrite_and_folder_refusal(tmp_path, capsys):
+def test_cli_rewrite_file(tmp_path, capsys):
     target = tmp_path / "m.xml"
     assert cli.main(["rewrite", str(TINY8 / "openvino_model.xml"), "-o", str(target), "--sliding-window", "bounded",
                      "--format", "json"]) == 0
@@ -234,8 +266,83 @@ def test_cli_rewrite_and_folder_refusal(tmp_path, capsys):
     assert sorted(b["variable_id"] for b in data["sliding_window_caches"]["bounded"]) == SLIDING_VARIABLES
     assert sorted(v for v, c in analyze_kv_sharing(read(tmp_path, "m.xml")).caches.items() if c.bounded) == \
         SLIDING_VARIABLES
-    assert cli.main(["rewrite", str(TINY8), "--dry-run", "--sliding-window", "bounded"]) == 2
-    assert "not yet supported for rewriting a folder" in capsys.readouterr().err
+
+
+def test_cli_rewrite_folder_bounds_the_decoder_and_copies_the_rest(tmp_path, capsys):
+    """A text export folder: its decoder IR is bounded (keep W-1+margin), every other file is copied byte for
+    byte, and the folder's IR decodes the tokens of the unmodified model past the window."""
+    out = tmp_path / "out"
+    assert cli.main(["rewrite", str(TINY8), "-o", str(out), "--sliding-window", "bounded",
+                     "--sliding-window-margin", "3", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    [decoder] = [m for m in data["models"] if m["rewritten"]]
+    caches = decoder["summary"]["sliding_window_caches"]
+    assert decoder["file"] == "openvino_model.xml" and decoder["summary"]["sliding_window"] == "bounded"
+    assert sorted(b["variable_id"] for b in caches["bounded"]) == SLIDING_VARIABLES
+    assert {b["keep"] for b in caches["bounded"]} == {WINDOW - 1 + 3}
+    for name in ("openvino_tokenizer.xml", "openvino_tokenizer.bin", "config.json", "reference.json"):
+        assert (out / name).read_bytes() == (TINY8 / name).read_bytes(), name
+    prompt = [int(t) for t in np.random.default_rng(7).integers(4, 500, 40)]
+    expected, _ = Greedy(baseline()).run(prompt, 9, 30)
+    greedy = Greedy(read(out))
+    assert greedy.run(prompt, 9, 30)[0] == expected
+    assert {n for v, n in greedy.state_lengths().items() if v.split("/")[0] in SLIDING_VARIABLES} == {WINDOW - 1 + 3}
+
+
+def test_cli_rewrite_vlm_folder_bounds_only_the_language_model(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert cli.main(["rewrite", str(FIXTURES / "vlm8"), "-o", str(out), "--sliding-window", "bounded",
+                     "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert [m["file"] for m in data["models"] if m["rewritten"]] == ["openvino_language_model.xml"]
+    assert [m for m in data["models"] if m["rewritten"]][0]["summary"]["sliding_window_caches"]["bounded"]
+    assert any(c.bounded for c in analyze_kv_sharing(read(out, "openvino_language_model.xml")).caches.values())
+    for name in ("openvino_text_embeddings_model.xml", "openvino_text_embeddings_per_layer_model.bin",
+                 "openvino_vision_embeddings_model.xml"):
+        assert (out / name).read_bytes() == (FIXTURES / "vlm8" / name).read_bytes(), name
+
+
+CHECKS = [("tiny8", None), ("tiny8", 7), ("vlm8", 16)]
+
+
+@pytest.mark.parametrize("fixture,chunk", CHECKS, ids=[f"{f}-chunk{c}" for f, c in CHECKS])
+def test_cli_check_compares_steps_that_read_a_bounded_cache(fixture, chunk, capsys):
+    """``ovpass check --sliding-window bounded --prefill 40`` (W = 16): the decode steps, and with a chunked
+    prefill the later chunks, read caches that hold 15 positions where the original's hold up to 45; every
+    output of every step agrees (exact f32 config)."""
+    argv = ["check", str(FIXTURES / fixture), "--sliding-window", "bounded", "--prefill", "40", "--steps", "5",
+            "--format", "json"] + ([] if chunk is None else ["--prefill-chunk", str(chunk)])
+    assert cli.main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    [report] = data["models"]
+    assert report["verdict_code"] == "ok" and report["changed"] and report["config"] == EXACT_CPU_CONFIG
+    assert report["bounded_keep"] == WINDOW - 1 and report["sliding_window"] == "bounded"
+    assert report["steps_compared"] == 5 + (1 if chunk is None else -(-40 // chunk))
+    assert report["values_compared"] > 0 and report["max_abs_diff"] is not None
+
+
+def test_check_says_when_the_context_never_exceeds_the_bound_and_catches_a_bound_too_short(monkeypatch):
+    """A context within W-1 drops nothing (the report says so); a bound shorter than W-1 (a broken plan, made
+    here by shrinking the analysis' keep) fails the check as soon as a step needs a dropped position."""
+    from dataclasses import replace
+
+    from ovpasses import pipeline
+    from ovpasses.check import WORSE, check_model
+
+    short = check_model(read(), prefill=8, steps=3, sliding_window="bounded")
+    assert short.ok and short.bounded_keep == WINDOW - 1 and short.bounding_exercised is False
+    assert "the bounding dropped nothing" in str(short)
+    analyze = pipeline.analyze_sliding_window_caches
+
+    def too_short(*args, **kwargs):
+        plan = analyze(*args, **kwargs)
+        plan.bounded = {v: replace(b, keep=b.keep - 4) for v, b in plan.bounded.items()}
+        return plan
+
+    monkeypatch.setattr(pipeline, "analyze_sliding_window_caches", too_short)
+    broken = check_model(read(), prefill=20, steps=3, prefill_chunk=10, sliding_window="bounded")
+    assert broken.bounded_keep == WINDOW - 5 and broken.bounding_exercised
+    assert broken.verdict_code == WORSE and not broken.ok
 
 
 def test_inspect_shows_windows_bounded_caches_and_kv_bytes(capsys):

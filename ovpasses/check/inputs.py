@@ -129,8 +129,9 @@ def _static(pshape: ov.PartialShape, index: int) -> int | None:
 
 
 def make_feeds(model: ov.Model, steps: int, prefill: int = 8, seed: int = 0,
-               source: InputSource | None = None) -> list[dict[str, np.ndarray]]:
+               source: InputSource | None = None, prefill_chunk: int | None = None) -> list[dict[str, np.ndarray]]:
     """Inputs for a prefill of ``prefill`` tokens then ``steps`` single-token decode steps, batch 1.
+    ``prefill_chunk`` splits the prefill into inferences of at most that many tokens (None: one).
 
     See the module's table. Raises :class:`OvpassesError` for a ``--data-shape`` name the model does
     not take, or a shape whose rank differs from the input's.
@@ -147,7 +148,8 @@ def make_feeds(model: ov.Model, steps: int, prefill: int = 8, seed: int = 0,
         or source.config_value("vocab_size") or 100
     feeds: list[dict[str, np.ndarray]] = []
     past = 0
-    for n in [prefill] + [1] * steps:
+    chunk = prefill if prefill_chunk is None else prefill_chunk
+    for n in [min(chunk, prefill - start) for start in range(0, prefill, chunk)] + [1] * steps:
         ids = rng.integers(0, vocab, size=(1, n)).astype(np.int64)
         feed: dict[str, np.ndarray] = {}
         for param in model.inputs:

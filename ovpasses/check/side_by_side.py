@@ -173,6 +173,16 @@ class CheckReport:
     reference_max_abs_diff: float | None = None
     reference_tolerance: float | None = None
     inputs_from: list[str] = field(default_factory=list)   # the export's embedding IRs that made inputs
+    prefill_chunk: int | None = None       # the prefill in inferences of at most this many tokens (None: one)
+    sliding_window: str = "full"           # rewrite(sliding_window=...)
+    # with sliding_window="bounded": the fewest positions a bounded cache keeps (None: none bounded); a
+    # context (prefill + steps) that never exceeds it compares nothing of the bounding
+    bounded_keep: int | None = None
+
+    @property
+    def bounding_exercised(self) -> bool | None:
+        """Whether a bounded cache dropped positions during the run (None: no cache bounded)."""
+        return None if self.bounded_keep is None else self.prefill + self.steps > self.bounded_keep + 1
 
     def to_dict(self) -> dict:
         data = {k: v for k, v in asdict(self).items() if k not in ("original", "rewritten", "reference")}
@@ -205,9 +215,21 @@ class CheckReport:
             head.append(f"computed in {reduced.describe()} (read back from the compiled model): differences of "
                         f"rounding are expected")
         made = f" (embeddings through {', '.join(self.inputs_from)})" if self.inputs_from else ""
-        lines = head + [f"inputs: prefill {self.prefill} tokens + {self.steps} decode steps{made}; rewrite changed "
-                        f"the model: {'yes' if self.changed else 'no'}",
-                        line(self.original), line(self.rewritten)]
+        chunked = f" in chunks of {self.prefill_chunk}" if self.prefill_chunk is not None else ""
+        lines = head + [f"inputs: prefill {self.prefill} tokens{chunked} + {self.steps} decode steps{made}; rewrite "
+                        f"changed the model: {'yes' if self.changed else 'no'}"]
+        if self.sliding_window != "full":
+            if self.bounded_keep is None:
+                lines.append(f"sliding window {self.sliding_window}: no cache bounded")
+            elif self.bounding_exercised:
+                lines.append(f"sliding window {self.sliding_window}: bounded caches keep {self.bounded_keep} positions "
+                             f"or more; the context ({self.prefill + self.steps} tokens) exceeds that, so the "
+                             f"comparison covers steps that read a bounded cache")
+            else:
+                lines.append(f"sliding window {self.sliding_window}: bounded caches keep {self.bounded_keep} positions "
+                             f"or more and the context ({self.prefill + self.steps} tokens) never exceeds that: the "
+                             f"bounding dropped nothing; give --prefill beyond {self.bounded_keep} to compare it")
+        lines += [line(self.original), line(self.rewritten)]
         if self.reference is not None:
             lines.append(line(self.reference) + " (every SDPA decomposed by the specification)")
             if self.reference_max_abs_diff is not None:
@@ -239,7 +261,8 @@ def check_tolerance(name: str, value: float) -> float:
 def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: str | None = None,
                 config: dict | None = None, passes: str | Iterable[str] | None = None, prefill: int = 8,
                 atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0, core: ov.Core | None = None,
-                source: InputSource | None = None, kv_sharing: str = "keep") -> CheckReport:
+                source: InputSource | None = None, kv_sharing: str = "keep", sliding_window: str = "full",
+                sliding_window_margin: int = 0, prefill_chunk: int | None = None) -> CheckReport:
     """Compile ``model`` and a rewritten clone on ``device``; run both on the same prefill + decode inputs.
 
     ``config`` defaults to :data:`EXACT_CPU_CONFIG` on CPU and to the device defaults elsewhere. Both
@@ -256,22 +279,29 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     computes in less than f32 (:func:`ovpasses.precision.compiled_precision`: bf16 inference, an f16 KV
     cache or dynamic quantization, as the CPU defaults are), values beyond the tolerance are
     ``inconclusive``, naming the tolerance they would need: a correct rewrite differs there too.
-    ``source`` says where inputs come from (the export's folder, ``--data-shape``).
+    ``source`` says where inputs come from (the export's folder, ``--data-shape``). ``kv_sharing``,
+    ``sliding_window`` and ``sliding_window_margin`` are :func:`~ovpasses.pipeline.rewrite`'s; with
+    ``sliding_window="bounded"`` a ``prefill`` (plus ``steps``) beyond the window compares steps that read
+    a bounded cache (the report says whether it did), and ``prefill_chunk`` splits the prefill into
+    inferences of at most that many tokens, so that later chunks read a bounded cache too.
     """
     atol, rtol = check_tolerance("atol", atol), check_tolerance("rtol", rtol)
-    if steps < 0 or prefill < 1:
-        raise OvpassesError(f"check_model needs steps >= 0 and prefill >= 1; got steps={steps}, prefill={prefill}")
+    if steps < 0 or prefill < 1 or (prefill_chunk is not None and prefill_chunk < 1):
+        raise OvpassesError(f"check_model needs steps >= 0, prefill >= 1 and prefill_chunk >= 1; got steps={steps}, "
+                            f"prefill={prefill}, prefill_chunk={prefill_chunk}")
     core = core or ov.Core()
     device = resolve_device(device, core)
     if config is None:
         config = dict(EXACT_CPU_CONFIG) if device.split(".")[0] == "CPU" else {}
     rewritten_model = model.clone()
-    summary = rewrite(rewritten_model, runtime, passes, kv_sharing=kv_sharing)
+    summary = rewrite(rewritten_model, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
+                      sliding_window_margin=sliding_window_margin)
     try:
-        feeds = make_feeds(model, steps, prefill, seed, source)
+        feeds = make_feeds(model, steps, prefill, seed, source, prefill_chunk)
     except InputUnknownError as exc:   # nothing can run on inputs nobody knows: inconclusive, saying why
         unknown = str(exc)
-        original, rewritten = (RunResult(label, steps_total=steps + 1, error=unknown)
+        chunks = -(-prefill // (prefill_chunk or prefill))
+        original, rewritten = (RunResult(label, steps_total=steps + chunks, error=unknown)
                                for label in ("original", "rewritten"))
     else:
         unknown = None
@@ -308,7 +338,10 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
         nonfinite_same=comparison.nonfinite_same, nonfinite_only_original=comparison.nonfinite_only_original,
         nonfinite_only_rewritten=comparison.nonfinite_only_rewritten,
         verdict=verdict, verdict_code=code, ok=code in (OK, FIXED), reference=reference,
-        inputs_from=list(source.embedders.files) if source is not None else [])
+        inputs_from=list(source.embedders.files) if source is not None else [],
+        prefill_chunk=prefill_chunk, sliding_window=sliding_window,
+        bounded_keep=min((b.keep for b in summary.sliding_window_caches.bounded.values()), default=None)
+        if summary.sliding_window_caches is not None else None)
     if reference_cmp is not None and reference_cmp.max_abs_diff is not None:
         report.reference_max_abs_diff = reference_cmp.max_abs_diff
         report.reference_tolerance = atol + rtol * reference_cmp.scale

@@ -191,7 +191,8 @@ def _check_empty(target: Path, staging: Path | None = None) -> None:
 
 def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, runtime: str | None = None,
                    passes=None, in_place: bool = False, kv_sharing: str = "keep",
-                   symlinks: str = "copy") -> FolderSummary:
+                   symlinks: str = "copy", sliding_window: str = "full",
+                   sliding_window_margin: int = 0) -> FolderSummary:
     """Rewrite every IR of ``source`` that holds stateful attention and write the folder to ``target``.
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
@@ -203,7 +204,8 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
     ``../../blobs``); with ``symlinks="keep"`` a link that still points to the same file from the
     target stays a link. A link that points nowhere is an error, naming it.
     :class:`UnreadableOperationError`, naming the file, when an IR holds an operation the target
-    cannot read and ovpasses cannot replace. ``kv_sharing`` is :func:`~ovpasses.pipeline.rewrite`'s.
+    cannot read and ovpasses cannot replace. ``kv_sharing``, ``sliding_window`` and
+    ``sliding_window_margin`` are :func:`~ovpasses.pipeline.rewrite`'s, applied to each IR rewritten.
 
     Where the folder goes: ``-o`` a new folder is created with ``mkdir``'s mode and appears whole
     (``RENAME_NOREPLACE``: one created meanwhile by another process is left alone and the rewrite
@@ -239,7 +241,8 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
             start = time.perf_counter()
             model = io.read_ir(source / name)
             try:
-                result = rewrite(model, runtime, passes, kv_sharing=kv_sharing)
+                result = rewrite(model, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
+                                 sliding_window_margin=sliding_window_margin)
             except UnreadableOperationError as exc:
                 raise UnreadableOperationError(f"{source / name}: {exc}") from None
             if staging is not None:

@@ -1,0 +1,111 @@
+"""Where a decode step's time goes, per form of the model (issue 22): the CPU plugin's per-node counters.
+
+    .venvs/dev/bin/python benchmarks/sliding_window_profile.py --model out/e2b-wide-w512 --context 8192
+        [--chunk 1000] [--steps 8] [--forms unmodified,bounded] [--config default|exact] [--top 12]
+
+Each form is compiled with ``PERF_COUNT: YES`` (and the config's properties), filled with the
+``--context``-token prompt in ``--chunk``-token chunks, then ``--steps`` decode steps run; the
+counters of those steps (``request.profiling_info``: per executed node, its real time) are summed per
+node type and per node, and the step's wall time is recorded beside them. The SDPA counters say which
+layers run the fused stateful kernel. Writes ``benchmarks/results/sliding_window_profile-<name>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common import markdown_table, progress, write_record  # noqa: E402  (sibling module)
+from sliding_window import FORMS, configs
+
+
+def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, steps: int, margin: int) -> dict:
+    import openvino as ov
+
+    import ovpasses
+    from ovpasses.check import count_fused_sdpa
+    core = ov.Core()
+    model = core.read_model(model_dir / "openvino_model.xml")
+    if FORMS[form] is not None:
+        ovpasses.rewrite(model, kv_sharing=FORMS[form][0], sliding_window=FORMS[form][1],
+                         sliding_window_margin=margin if FORMS[form][1] == "bounded" else 0)
+    compiled = core.compile_model(model, "CPU", dict(config, PERF_COUNT="YES"))
+    request = compiled.create_infer_request()
+    request.reset_state()
+    past = 0
+
+    def feed(ids):
+        nonlocal past
+        n = len(ids)
+        request.infer({"input_ids": np.asarray(ids, np.int64)[None], "attention_mask": np.ones((1, past + n), np.int64),
+                       "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
+                       "beam_idx": np.zeros(1, np.int32)})
+        past += n
+        return int(np.argmax(request.get_output_tensor(0).data[0, -1]))
+
+    prompt = np.random.default_rng(0).integers(4, 4000, context)
+    for begin in range(0, context, chunk):
+        token = feed(prompt[begin:begin + chunk])
+    by_type: collections.Counter = collections.Counter()
+    by_node: collections.Counter = collections.Counter()
+    node_type: dict[str, str] = {}
+    walls = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        token = feed([token])
+        walls.append(time.perf_counter() - start)
+        # the counters are the last inference's (measured on 2026.4.1: a decode step after a prefill reads
+        # less than the prefill); their sum can exceed the step's wall time, so they rank nodes, no more
+        for info in request.profiling_info:
+            if info.status == info.Status.EXECUTED:
+                kind = f"{info.node_type} ({info.exec_type})"
+                us = info.real_time.total_seconds() * 1e6
+                by_type[info.node_type] += us
+                by_node[f"{info.node_name} [{kind}]"] += us
+                node_type[f"{info.node_name} [{kind}]"] = kind
+    total = sum(by_type.values())
+    return {"form": form, "fused_sdpa": count_fused_sdpa(compiled), "context": context,
+            "step_ms_median": round(1000 * statistics.median(walls), 2),
+            "counted_ms_per_step": round(total / steps / 1000, 2),
+            "by_type_ms_per_step": {k: round(v / steps / 1000, 3) for k, v in by_type.most_common()},
+            "top_nodes_ms_per_step": [{"node": k, "type": node_type[k], "ms": round(v / steps / 1000, 3)}
+                                      for k, v in by_node.most_common(40)]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--context", type=int, default=8192)
+    parser.add_argument("--chunk", type=int, default=1000)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--forms", default="unmodified,bounded")
+    parser.add_argument("--config", choices=("default", "exact"), default="default")
+    parser.add_argument("--margin", type=int, default=0)
+    parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--name")
+    args = parser.parse_args(argv)
+    rows = []
+    name = args.name or f"sliding_window_profile-{args.model.name}-{args.context}-{args.config}"
+    for form in args.forms.split(","):
+        progress(f"profiling {form} at {args.context} ({args.config})")
+        rows.append(profile(args.model, form, configs()[args.config], args.context, args.chunk, args.steps,
+                            args.margin))
+        write_record(name, rows, model=str(args.model), context=args.context, chunk=args.chunk, steps=args.steps,
+                     config=configs()[args.config] or "CPU plugin defaults (no properties)", margin=args.margin)
+        row = rows[-1]
+        print(f"\n{form}: step {row['step_ms_median']} ms (counters {row['counted_ms_per_step']} ms), "
+              f"fused SDPA {row['fused_sdpa']}")
+        print(markdown_table(["node type", "ms/step"], list(row["by_type_ms_per_step"].items())[:args.top]))
+        print(markdown_table(["node", "type", "ms/step"],
+                             [[n["node"][-60:], n["type"], n["ms"]] for n in row["top_nodes_ms_per_step"][:args.top]]),
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
