@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import ROOT, markdown_table, progress, write_record  # noqa: E402  (sibling module)
+from common import ROOT, markdown_table, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
 
 FORMS = {"unmodified": None, "bounded": ("keep", "bounded"), "unshared": ("unshare", "full"),
          "unshared+bounded": ("unshare", "bounded")}
@@ -96,16 +96,7 @@ def measure(compiled, context: int, chunk: int, decode: int, vocab: int) -> dict
     request = compiled.create_infer_request()
     request.reset_state()
     prompt = np.random.default_rng(0).integers(4, vocab, context)
-    past = 0
-
-    def feed(ids):
-        nonlocal past
-        n = len(ids)
-        request.infer({"input_ids": np.asarray(ids, np.int64)[None], "attention_mask": np.ones((1, past + n), np.int64),
-                       "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
-                       "beam_idx": np.zeros(1, np.int32)})
-        past += n
-        return np.array(request.get_output_tensor(0).data[0, -1], np.float32, copy=True)
+    feed = stateful_feeder(request)
 
     start = time.perf_counter()
     for begin in range(0, context, chunk):

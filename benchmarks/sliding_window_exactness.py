@@ -6,7 +6,7 @@
 Exact f32 config (:data:`ovpasses.precision.EXACT_CPU_CONFIG`). The unmodified IR prefilled in
 ``--chunk``-token chunks then ``--steps`` greedy steps is the base; each variant's logits over those steps
 are compared with it: the same IR prefilled in half-size chunks, unshared (fused everywhere), every SDPA
-decomposed (``ovpasses.check._decomposed``: out of the fused kernel, nothing bounded) and bounded. A
+decomposed (``ovpasses.check.side_by_side.decomposed_reference``: out of the fused kernel, nothing bounded) and bounded. A
 bounded difference of the decomposed one's size is the cost of leaving the fused kernel, not of the bound.
 Writes ``benchmarks/results/sliding_window_exactness-<model folder>-<context>.json``.
 """
@@ -19,14 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from common import markdown_table, progress, write_record  # noqa: E402  (sibling module)
+from common import markdown_table, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
 
 
 def logits(model_dir: Path, variant: str, context: int, chunk: int, steps: int) -> np.ndarray:
     import openvino as ov
 
     import ovpasses
-    from ovpasses.check import _decomposed
+    from ovpasses.check.side_by_side import decomposed_reference
     from ovpasses.precision import EXACT_CPU_CONFIG
     core = ov.Core()
     model = core.read_model(model_dir / "openvino_model.xml")
@@ -35,22 +35,14 @@ def logits(model_dir: Path, variant: str, context: int, chunk: int, steps: int) 
     elif variant == "unshared":
         ovpasses.rewrite(model, kv_sharing="unshare")
     elif variant == "decomposed":
-        model = _decomposed(model)
+        model = decomposed_reference(model)
     request = core.compile_model(model, "CPU", EXACT_CPU_CONFIG).create_infer_request()
     request.reset_state()
-    past, out = 0, []
+    out = []
     config = json.loads((model_dir / "config.json").read_text())
     vocab = (config.get("text_config") or config).get("vocab_size") or 256
     prompt = np.random.default_rng(0).integers(4, min(vocab, 4000), context)
-
-    def feed(ids):
-        nonlocal past
-        n = len(ids)
-        request.infer({"input_ids": np.asarray(ids, np.int64)[None], "attention_mask": np.ones((1, past + n), np.int64),
-                       "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
-                       "beam_idx": np.zeros(1, np.int32)})
-        past += n
-        return np.array(request.get_output_tensor(0).data[0, -1], np.float32, copy=True)
+    feed = stateful_feeder(request)
 
     for begin in range(0, context, chunk):
         last = feed(prompt[begin:begin + chunk])

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import markdown_table, progress, write_record  # noqa: E402  (sibling module)
+from common import markdown_table, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
 from sliding_window import FORMS, configs
 
 
@@ -37,16 +37,10 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
     compiled = core.compile_model(model, "CPU", dict(config, PERF_COUNT="YES"))
     request = compiled.create_infer_request()
     request.reset_state()
-    past = 0
+    feed_logits = stateful_feeder(request)
 
     def feed(ids):
-        nonlocal past
-        n = len(ids)
-        request.infer({"input_ids": np.asarray(ids, np.int64)[None], "attention_mask": np.ones((1, past + n), np.int64),
-                       "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
-                       "beam_idx": np.zeros(1, np.int32)})
-        past += n
-        return int(np.argmax(request.get_output_tensor(0).data[0, -1]))
+        return int(np.argmax(feed_logits(ids)))
 
     prompt = np.random.default_rng(0).integers(4, 4000, context)
     for begin in range(0, context, chunk):

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 import pytest
+
+from ovpasses.testing.matrix import cell_in
 from hypothesis import given
 
 import ovpasses
@@ -258,12 +260,8 @@ def test_cli_says_what_padding_costs_and_where_it_is_needed():
     assert any(w.startswith("--paged-heads pad is not needed on openvino 2026.4.1") for w in data["warnings"])
 
 
-def cell(python: Path, fixture: str, mode: str, path: str, prompt: str = "default") -> dict:
-    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(FIXTURES / fixture), "--mode", mode,
-                           "--path", path, "--prompt", prompt], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
+def cell(python: Path, fixture: str | Path, mode: str, path: str, prompt: str = "default") -> dict:
+    return cell_in(python, fixture if isinstance(fixture, Path) else FIXTURES / fixture, mode, path, prompt)
 
 
 @needs_affected

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ovpasses.testing.matrix import cell_in
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
 GEMMA3N = ROOT / "tests" / "fixtures" / "gemma3n" / "tiny8"
@@ -32,13 +34,7 @@ needs_affected = pytest.mark.skipif(not AFFECTED.exists(), reason="needs .venvs/
 
 
 def cell(python: Path, fixture: str | Path, mode: str, path: str, prompt: str = "default") -> dict:
-    folder = fixture if isinstance(fixture, Path) else FIXTURES / fixture
-    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(folder),
-                           "--mode", mode, "--path", path, "--prompt", prompt],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
+    return cell_in(python, fixture if isinstance(fixture, Path) else FIXTURES / fixture, mode, path, prompt)
 
 
 @pytest.mark.parametrize("fixture", NATIVE_FUSED)

@@ -19,6 +19,8 @@ import numpy as np
 import openvino as ov
 import pytest
 
+from ovpasses.testing.matrix import cell_in
+
 import ovpasses
 from ovpasses import OvpassesError, cli
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, analyze_kv_sharing
@@ -409,12 +411,8 @@ def test_genai_stateful_chat_fails_loudly_or_keeps_a_margin(tmp_path):
     assert chat(genai_folder(tmp_path, "bounded")) == chat(genai_folder(tmp_path, "full"))
 
 
-def cell(python: Path, fixture: str, mode: str, path: str, prompt: str = "default") -> dict:
-    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(FIXTURES / fixture), "--mode", mode,
-                           "--path", path, "--prompt", prompt], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
+def cell(python: Path, fixture: str | Path, mode: str, path: str, prompt: str = "default") -> dict:
+    return cell_in(python, fixture if isinstance(fixture, Path) else FIXTURES / fixture, mode, path, prompt)
 
 
 RUNTIMES = [pytest.param(Path(sys.executable), id="newest"),

@@ -320,7 +320,7 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
         code, verdict = INCONCLUSIVE, f"INCONCLUSIVE: no model was run: {unknown}"
     reference = reference_cmp = None
     if code == FIXED:   # as strong as what ran: compare with a reference that can run
-        reference = run_steps(core, _decomposed(model), device, config, feeds, "reference")
+        reference = run_steps(core, decomposed_reference(model), device, config, feeds, "reference")
         reference_cmp = compare_outputs(reference.outputs, rewritten.outputs, names)
         code, verdict = _against_reference(verdict, reference, rewritten, reference_cmp, atol + rtol * reference_cmp.scale)
     report = CheckReport(
@@ -348,7 +348,7 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     return report
 
 
-def _decomposed(model: ov.Model) -> ov.Model:
+def decomposed_reference(model: ov.Model) -> ov.Model:
     """A clone of ``model`` with every SDPA decomposed: no stateful fusion, the specification's arithmetic."""
     clone = model.clone()
     run_step(clone, ScaledDotProductAttentionDecomposition)

@@ -89,6 +89,20 @@ def reference_tokens(fixture: Path, prompt: str = "default") -> tuple[list[int],
     return reference["prompt_ids"], reference["generated_ids"]
 
 
+def cell_in(python: Path, folder: Path, mode: str, path: str, prompt: str = "default", timeout: int = 600) -> dict:
+    """One cell run by ``python`` (a venv's interpreter, so under its runtime) in a process of its own:
+    this module's ``main`` on ``folder``; the JSON it printed. :class:`AssertionError` (for tests) when the
+    worker died, with its stderr's end."""
+    import subprocess
+
+    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(folder), "--mode", mode, "--path", path,
+                           "--prompt", prompt], capture_output=True, text=True, timeout=timeout,
+                          cwd=Path(__file__).resolve().parents[2])
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and lines, f"worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    return json.loads(lines[-1])
+
+
 def run_cell(fixture: Path, mode: str, path: str, prompt_kind: str = "default") -> dict:
     prompt, expected = reference_tokens(fixture, prompt_kind)
     result = {"runtime": ov.get_version().split("-")[0], "fixture": fixture.name, "mode": mode, "path": path,
