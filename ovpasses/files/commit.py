@@ -40,18 +40,15 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import os
 import secrets
-import stat
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ovpasses.files import signals
+from ovpasses.files import journal, signals
 from ovpasses.files.fsops import (
     RENAME_EXCHANGE,
     RENAME_NOREPLACE,
@@ -62,15 +59,14 @@ from ovpasses.files.fsops import (
     remove,
     renameat2,
 )
+from ovpasses.files.journal import JOURNAL_FORMAT, JOURNAL_NAME, Entry, Identity  # noqa: F401 - part of this API
 from ovpasses.errors import OvpassesError
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".ovpass.lock"
-JOURNAL_NAME = ".ovpass-journal.json"
 TEMP_PREFIX = ".ovpass-tmp-"
 BACKUP_PREFIX = ".ovpass-backup-"
-JOURNAL_FORMAT = "ovpass.journal/2"
 LOCK_TIMEOUT_S = 120.0
 
 #: the final names this process has committed (so a message after an interruption can say so)
@@ -83,48 +79,6 @@ class CommitError(OvpassesError):
 
 class TargetCreatedError(CommitError):
     """A name the commit was to create was created by another process after the commit checked it."""
-
-
-@dataclass(frozen=True)
-class Identity:
-    """What names one file or folder for as long as it exists: its device and inode, and a file's size."""
-
-    dev: int
-    ino: int
-    size: int | None = None
-
-    @classmethod
-    def of(cls, path: Path) -> Identity | None:
-        """The identity of what ``path`` names (a symbolic link itself, not its target); None if nothing."""
-        try:
-            st = os.lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        return cls(st.st_dev, st.st_ino, None if stat.S_ISDIR(st.st_mode) else st.st_size)
-
-    def to_list(self) -> list:
-        return [self.dev, self.ino, self.size]
-
-
-@dataclass
-class Entry:
-    """One replacement: ``temp`` becomes ``final`` (paths relative to the committed folder)."""
-
-    temp: str
-    final: str
-    kind: str                    # "file" or "dir"
-    new: Identity                # the prepared artefact, under ``temp`` until it is put in place
-    old: Identity | None         # what ``final`` named when the commit began; None: a new name
-    backup: str                  # where ``old`` is kept on a filesystem that cannot exchange names
-
-    def to_dict(self) -> dict:
-        return {"temp": self.temp, "final": self.final, "kind": self.kind, "new": self.new.to_list(),
-                "old": None if self.old is None else self.old.to_list(), "backup": self.backup}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Entry:
-        return cls(data["temp"], data["final"], data["kind"], Identity(*data["new"]),
-                   None if data["old"] is None else Identity(*data["old"]), data["backup"])
 
 
 # ---------------------------------------------------------------------------------------------- names
@@ -417,15 +371,11 @@ def recover(folder: Path) -> list[str]:
     """
     folder = Path(folder)
     done: list[str] = []
-    journal = folder / JOURNAL_NAME
-    if os.path.lexists(journal):
+    if os.path.lexists(folder / JOURNAL_NAME):
         try:
-            data = json.loads(journal.read_text())
-            if data.get("format") != JOURNAL_FORMAT:
-                raise ValueError(f"unknown format {data.get('format')!r}")
-            entries = [Entry.from_dict(e) for e in data["entries"]]
+            entries = journal.read(folder)
         except (ValueError, KeyError, TypeError) as exc:
-            raise CommitError(f"{journal}: the journal of an interrupted ovpass commit cannot be read ({exc}); "
+            raise CommitError(f"{folder / JOURNAL_NAME}: the journal of an interrupted ovpass commit cannot be read ({exc}); "
                               f"nothing was changed. Check the files in {folder} (the previous versions are "
                               f"{BACKUP_PREFIX}* or {TEMP_PREFIX}*) and delete the journal by hand") from None
         names = ", ".join(e.final for e in entries)
@@ -454,15 +404,4 @@ def recover(folder: Path) -> list[str]:
 # ---------------------------------------------------------------------------------------------- helpers
 
 def _write_journal(folder: Path, entries: list[Entry]) -> None:
-    temp = folder / temp_name(".json")
-    try:
-        with open(temp, "w") as handle:
-            json.dump({"format": JOURNAL_FORMAT, "pid": os.getpid(),
-                       "entries": [e.to_dict() for e in entries]}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, folder / JOURNAL_NAME)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
-    fsync_dir(folder)
+    journal.write(folder, entries, folder / temp_name(".json"))
