@@ -328,20 +328,20 @@ def test_check_says_when_the_context_never_exceeds_the_bound_and_catches_a_bound
     here by shrinking the analysis' keep) fails the check as soon as a step needs a dropped position."""
     from dataclasses import replace
 
-    from ovpasses import pipeline
     from ovpasses.check import WORSE, check_model
+    from ovpasses.plan import targets   # where the pipeline plans the bounding
 
     short = check_model(read(), prefill=8, steps=3, sliding_window="bounded")
     assert short.ok and short.bounded_keep == WINDOW - 1 and short.bounding_exercised is False
     assert "the bounding dropped nothing" in str(short)
-    analyze = pipeline.analyze_sliding_window_caches
+    analyze = targets.analyze_sliding_window_caches
 
     def too_short(*args, **kwargs):
         plan = analyze(*args, **kwargs)
         plan.bounded = {v: replace(b, keep=b.keep - 4) for v, b in plan.bounded.items()}
         return plan
 
-    monkeypatch.setattr(pipeline, "analyze_sliding_window_caches", too_short)
+    monkeypatch.setattr(targets, "analyze_sliding_window_caches", too_short)
     broken = check_model(read(), prefill=20, steps=3, prefill_chunk=10, sliding_window="bounded")
     assert broken.bounded_keep == WINDOW - 5 and broken.bounding_exercised
     assert broken.verdict_code == WORSE and not broken.ok
