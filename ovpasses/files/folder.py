@@ -5,8 +5,9 @@ writes ``openvino_model.xml``; ``--task image-text-to-text`` writes ``openvino_l
 beside text, per-layer and vision embedding IRs; both add tokenizer and detokenizer IRs, configs and
 processor files. :func:`rewrite_folder` rewrites each IR that holds stateful attention (a ReadValue
 and a ScaledDotProductAttention), copies every other file byte for byte, and puts the new folder in
-place with :func:`ovpasses.files.commit.replace_all`: a temporary folder beside the target is renamed into
-place, so the target is the old folder or the new one, whole.
+place with :func:`ovpasses.files.commit.replace_all`: a new ``-o`` appears whole, an empty one is
+filled under its lock, and ``--in-place`` swaps the folder with its rewritten copy (see
+:func:`rewrite_folder` and docs/file-guarantees.md).
 
 Which IRs hold stateful attention is read from the XML's layer types, without building the model:
 the tokenizer IRs need openvino_tokenizers' extension to be read at all.
@@ -269,10 +270,9 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
                 summary.models.append(FolderModel(entry.name, None))
             else:
                 summary.copied.append(entry.name)
+            _check_link(entry)
             if staging is not None:
                 _copy(entry, staging / entry.name, symlinks)
-            elif not os.path.exists(entry):
-                raise FolderError(f"{entry}: a symbolic link to {os.readlink(entry)}, which does not exist")
         if staging is not None:
             _commit(source, destination, checked, staging, in_place, fill, source_id)
     except commit.TargetCreatedError as exc:
@@ -342,11 +342,8 @@ def _copy(entry: Path, target: Path, symlinks: str = "copy") -> None:
     """Copy a file or a folder, keeping bytes, modes and times; a symbolic link as what it points to,
     or (``symlinks="keep"``) as a link where it points to the same file from ``target``."""
     if entry.is_symlink():
-        if not os.path.exists(entry):
-            raise FolderError(f"{entry}: a symbolic link to {os.readlink(entry)}, which does not exist; "
-                              "copy or download that file again")
         link = os.readlink(entry)
-        if symlinks == "keep" and _same_place(target.parent, link, entry.resolve()):
+        if symlinks == "keep" and (target.parent / link).resolve() == entry.resolve():   # an absolute link too
             os.symlink(link, target)
             return
     if entry.is_dir():
@@ -355,6 +352,8 @@ def _copy(entry: Path, target: Path, symlinks: str = "copy") -> None:
         shutil.copy2(entry, target)
 
 
-def _same_place(folder: Path, link: str, points_to: Path) -> bool:
-    """Whether a link ``link`` made in ``folder`` would point to ``points_to``."""
-    return (folder / link).resolve() == points_to if not os.path.isabs(link) else Path(link).resolve() == points_to
+def _check_link(entry: Path) -> None:
+    """:class:`FolderError` naming ``entry`` when it is a symbolic link that points nowhere."""
+    if entry.is_symlink() and not os.path.exists(entry):
+        raise FolderError(f"{entry}: a symbolic link to {os.readlink(entry)}, which does not exist; "
+                          "copy or download that file again")
