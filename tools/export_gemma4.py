@@ -6,8 +6,9 @@ Gemma 4 image processor) are created locally from a fixed seed, exported with op
 (stateful, FP32 weights, no weight compression) and the tokenizer is converted with
 openvino-tokenizers.  Three kinds of model, chosen by the preset:
 
-* ``gemma4_text`` (``tiny8``, ``e2b35``): ``Gemma4ForCausalLM`` from a ``Gemma4TextConfig``, exported
-  as ``text-generation-with-past`` -> ``openvino_model.xml``.
+* ``gemma4_text`` (``tiny8``, ``e2b35``, ``tiny8u``, ``a26``): ``Gemma4ForCausalLM`` from a
+  ``Gemma4TextConfig``, exported as ``text-generation-with-past`` -> ``openvino_model.xml``; ``a26`` has
+  the 26B/31B attention layout (``attention_k_eq_v``, ``num_global_key_value_heads``).
 * ``gemma4_vlm`` (``vlm8``): ``Gemma4ForConditionalGeneration`` (tiny8's text layout with a tiny
   vision tower, no audio tower) exported as ``image-text-to-text`` like
   ``optimum-cli export openvino -m google/gemma-4-E2B-it --task image-text-to-text``:
@@ -35,6 +36,7 @@ optimum-intel 2.2.0, Pillow)::
     .venvs/export/bin/python tools/export_gemma4.py --preset tiny8 --out tests/fixtures/gemma4/tiny8
     .venvs/export/bin/python tools/export_gemma4.py --preset e2b35 --out tests/fixtures/gemma4/e2b35
     .venvs/export/bin/python tools/export_gemma4.py --preset vlm8 --out tests/fixtures/gemma4/vlm8
+    .venvs/export/bin/python tools/export_gemma4.py --preset a26 --long-prompt-length 28 --out tests/fixtures/gemma4/a26
     .venvs/export/bin/python tools/export_gemma4.py --preset gemma3n-tiny8 --out tests/fixtures/gemma3n/tiny8
 
 Verify the result with an OpenVINO runtime (any env with ``openvino``; ``openvino_genai`` is used
