@@ -315,13 +315,15 @@ def test_a26_has_the_26b_31b_layout():
 @needs_affected
 @pytest.mark.parametrize("prompt", ["default", "long"])
 def test_affected_genai_decodes_a26_once_padded(prompt):
-    """The 26B/31B layout exported, on 2026.0: as rewritten today the paged path is wrong from the first
-    token; padded, LLMPipeline with a SchedulerConfig and ContinuousBatchingPipeline give transformers' 20
+    """The 26B/31B layout exported, on 2026.0: as rewritten today the paged path is wrong within its first
+    3 tokens (mostly from the first); padded, LLMPipeline with a SchedulerConfig and ContinuousBatchingPipeline give transformers' 20
     tokens (after 12 prompt tokens and after 28, past the window of 16), and the stateful path and ov.Core
     (all 8 SDPAs fused) stay at reference."""
     before = cell(AFFECTED, "a26", "rewritten", "paged", prompt)
     assert before["runtime"].startswith("2026.0") and before["status"] == "wrong tokens", before
-    assert before["first_mismatch"] == 0
+    # from the first token in 16 of 16 lone runs; once, in a test run, from the 3rd: the mixed-up kernel reads
+    # memory laid out for another layer, whose contents vary
+    assert before["first_mismatch"] <= 2
     after = cells_in(AFFECTED, FIXTURES / "a26", "paged-pad", ["paged", "batching", "stateful", "core"], prompt)
     assert {path: c["status"] for path, c in after.items()} == dict.fromkeys(after, "ok"), after
     assert after["core"]["runtime"].startswith("2026.0") and after["core"]["fused_sdpa"] == 8

@@ -322,25 +322,12 @@ OVERRIDES = {
 # sharing and no per-layer inputs; sliding layers 4 KV heads x 8 (26B/31B: 16 x 256), full layers 1 KV head
 # x 16 (4 x 512: a quarter of the KV heads, twice the head size) with K = V (``attention_k_eq_v``: V is the
 # raw k_proj output, no v_proj); layers 2 and 3 are adjacent full layers; 8 query heads (GQA groups of 2 and
-# 8, as 32 query heads on 16 and 4); window 16, passed by 12 prompt + 20 new tokens.
+# 8, as 32 query heads on 16 and 4); tiny8's widths, vocabulary and window (16, passed by 12 + 20 tokens).
 PRESETS["a26"] = dict(
-    num_hidden_layers=8,
-    num_kv_shared_layers=0,
-    layer_pattern="s,s,f,f,s,s,s,f",
-    hidden_size=64,
-    intermediate_size=128,
-    num_attention_heads=8,
-    num_key_value_heads=4,
-    num_global_key_value_heads=1,
-    attention_k_eq_v=True,
-    head_dim=8,
-    global_head_dim=16,
-    hidden_size_per_layer_input=0,
-    vocab_size=512,
-    sliding_window=16,
-    use_double_wide_mlp=False,
-    final_logit_softcapping=30.0,
-    init_std=0.02,
+    PRESETS["tiny8"], num_kv_shared_layers=0, layer_pattern="s,s,f,f,s,s,s,f", hidden_size_per_layer_input=0,
+    use_double_wide_mlp=False, num_attention_heads=8,
+    num_key_value_heads=4, head_dim=8,                                           # sliding layers: 4 x 8
+    num_global_key_value_heads=1, global_head_dim=16, attention_k_eq_v=True,     # full layers: 1 x 16, K = V
     # seed picked from 0..39 for the largest smallest top1-top2 gap over both prompts (12 and 28 tokens):
     # 4.9e-3, 18 distinct tokens of 20
     seed=27,
