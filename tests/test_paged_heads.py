@@ -42,6 +42,18 @@ register_profiles()   # the ci profile: no deadline (compiling takes tens of ms 
 needs_affected = pytest.mark.skipif(not AFFECTED.exists(),
                                     reason="needs .venvs/ov-2026.0.0 (bash tools/venv.sh ov 2026.0.0)")
 
+
+def venv_python(version: str) -> Path:
+    return ROOT / ".venvs" / f"ov-{version}" / "bin" / "python"
+
+
+def runtime_venv(version: str):
+    """``version`` as a pytest param, skipped where .venvs/ov-VERSION is missing (2026.0.0 is in the default
+    run; tools/venv.sh ov VERSION makes the others)."""
+    return pytest.param(version, marks=pytest.mark.skipif(
+        not venv_python(version).exists(), reason=f"needs .venvs/ov-{version} (bash tools/venv.sh ov {version})"))
+
+
 TOKENS, PREFILL = [5, 17, 33, 2, 60, 41, 9, 28, 50, 11], 6
 # f32 through stacks whose outputs reach O(100) against float64: summation order only, relative to the
 # largest output (measured on 2026.4.1, padded or not, stateful or paged: at most 2e-5 over the specs here
@@ -312,21 +324,22 @@ def test_a26_has_the_26b_31b_layout():
     assert (plan.bytes_per_token(), plan.bytes_per_token(padded=True)) == (1664, 4096)   # f32
 
 
-@needs_affected
+@pytest.mark.parametrize("version", [runtime_venv(v) for v in ("2026.0.0", "2026.1.0")])
 @pytest.mark.parametrize("prompt", ["default", "long"])
-def test_affected_genai_decodes_a26_once_padded(prompt):
-    """The 26B/31B layout exported, on 2026.0: as rewritten today the paged path is wrong within its first
+def test_affected_genai_decodes_a26_once_padded(prompt, version):
+    """The 26B/31B layout exported, on 2026.0 (and 2026.1 where its venv is): as rewritten today the paged path is wrong within its first
     3 tokens (mostly from the first); padded, LLMPipeline with a SchedulerConfig and ContinuousBatchingPipeline give transformers' 20
     tokens (after 12 prompt tokens and after 28, past the window of 16), and the stateful path and ov.Core
     (all 8 SDPAs fused) stay at reference."""
-    before = cell(AFFECTED, "a26", "rewritten", "paged", prompt)
-    assert before["runtime"].startswith("2026.0") and before["status"] == "wrong tokens", before
+    python = venv_python(version)
+    before = cell(python, "a26", "rewritten", "paged", prompt)
+    assert before["runtime"].startswith(version) and before["status"] == "wrong tokens", before
     # from the first token in 16 of 16 lone runs; once, in a test run, from the 3rd: the mixed-up kernel reads
     # memory laid out for another layer, whose contents vary
     assert before["first_mismatch"] <= 2
-    after = cells_in(AFFECTED, FIXTURES / "a26", "paged-pad", ["paged", "batching", "stateful", "core"], prompt)
+    after = cells_in(python, FIXTURES / "a26", "paged-pad", ["paged", "batching", "stateful", "core"], prompt)
     assert {path: c["status"] for path, c in after.items()} == dict.fromkeys(after, "ok"), after
-    assert after["core"]["runtime"].startswith("2026.0") and after["core"]["fused_sdpa"] == 8
+    assert after["core"]["runtime"].startswith(version) and after["core"]["fused_sdpa"] == 8
 
 
 @pytest.mark.parametrize("mode", ["rewritten", "paged-pad"])
@@ -442,17 +455,6 @@ ref = heads_stack_reference(spec, tokens)
 error = np.nan_to_num(np.abs(got - ref), nan=np.inf).max() / max(1.0, np.abs(ref).max())
 print(json.dumps({"runtime": __import__("openvino").get_version(), "error": float(error)}))
 """
-
-
-def venv_python(version: str) -> Path:
-    return ROOT / ".venvs" / f"ov-{version}" / "bin" / "python"
-
-
-def runtime_venv(version: str):
-    """``version`` as a pytest param, skipped where .venvs/ov-VERSION is missing (2026.0.0 is in the default
-    run; tools/venv.sh ov VERSION makes the others)."""
-    return pytest.param(version, marks=pytest.mark.skipif(
-        not venv_python(version).exists(), reason=f"needs .venvs/ov-{version} (bash tools/venv.sh ov {version})"))
 
 
 @pytest.mark.parametrize("version", [runtime_venv(v) for v in ("2026.0.0", "2026.1.0", "2026.2.1")])
