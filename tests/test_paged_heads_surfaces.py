@@ -20,6 +20,7 @@ import openvino as ov
 import pytest
 
 import ovpasses
+from ovpasses.check.genai import GenaiPathReport, GenaiRun
 from ovpasses.errors import OvpassesError
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference, run_heads_stack
@@ -206,3 +207,28 @@ def test_compile_model_pads_a_clone(tmp_path, as_path):
 def test_compile_model_refuses_an_unknown_paged_heads_mode():
     with pytest.raises(OvpassesError, match="paged_heads must be one of keep, pad, not 'yes'"):
         ovpasses.compile_model(build_heads_stack(E2B_LIKE), "cpu", paged_heads="yes")
+
+
+# --------------------------------------------------------------------------------------- the genai verdict
+
+def _run(tokens: list[int] | None, path: str = "paged") -> GenaiRun:
+    return GenaiRun("folder", path, ran=tokens is not None, tokens=tokens or [], error=None if tokens else "crashed")
+
+
+@pytest.mark.parametrize("original, rewritten, reference, verdict, says", [
+    ([1, 2], [1, 2], None, "ok", "same output"),
+    ([7, 7], [1, 2], [1, 2], "fixed", "the rewritten output is the rewritten folder's stateful output"),
+    ([7, 7], [1, 2], [3, 4], "worse", "and not the rewritten folder's stateful output either"),
+    ([7, 7], [1, 2], None, "worse", "output DIFFERS -> WORSE"),
+    ([1, 2], [7, 7], [1, 2], "worse", "and not the rewritten folder's stateful output either"),
+    (None, [1, 2], [1, 2], "fixed", "original FAILED"),
+], ids=["same", "fixed-by-reference", "neither-is-the-reference", "no-reference", "original-is-the-reference",
+        "original-fails"])
+def test_a_differing_paged_run_is_judged_against_the_rewritten_stateful_run(original, rewritten, reference, verdict,
+                                                                            says):
+    """How ``check --genai`` judges the paged path from the runs (the data its workers return): where the
+    two folders' paged tokens differ, the rewritten folder's stateful run decides."""
+    report = GenaiPathReport("paged", _run(original), _run(rewritten),
+                             None if reference is None else _run(reference, "stateful"))
+    assert report.verdict == verdict and says in str(report), str(report)
+    assert report.to_dict()["matches_reference"] == (verdict == "fixed")

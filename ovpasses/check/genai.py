@@ -125,6 +125,8 @@ class GenaiPathReport:
             if self.original.ran and self.rewritten.ran else ""
         if self.matches_reference:
             equal += f" (the rewritten output is the rewritten folder's {self.reference.path} output; the original's is not)"
+        elif self.reference is not None and self.reference.ran and self.rewritten.ran:
+            equal += f" (and not the rewritten folder's {self.reference.path} output either)"
         return (f"genai {self.path:<8}: original {one(self.original)}; rewritten {one(self.rewritten)}"
                 f"{'; ' + equal if equal else ''} -> {self.verdict.upper()}")
 
