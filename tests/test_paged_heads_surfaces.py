@@ -62,7 +62,7 @@ def test_a_padded_text_folder_decodes_e2b35_through_genai_on_2026_0(tmp_path):
     and every other file copied; openvino_genai's default backend (LLMPipeline as it comes), an LLMPipeline
     with a SchedulerConfig and ContinuousBatchingPipeline give transformers' 20 tokens, and the stateful
     path and ov.Core (its 13 exclusive caches still fused) stay at reference. Without the padding the
-    default backend is wrong from the first token (so it is the paged one)."""
+    default backend is wrong within its first tokens (so it is the paged one)."""
     padded, plain = tmp_path / "padded", tmp_path / "plain"
     result = ovpass("rewrite", FIXTURES / "e2b35", "-o", padded, "--paged-heads", "pad", "--format", "json",
                     bin_dir=AFFECTED)
@@ -79,7 +79,9 @@ def test_a_padded_text_folder_decodes_e2b35_through_genai_on_2026_0(tmp_path):
     assert cells["core"]["fused_sdpa"] == 13
     assert ovpass("rewrite", FIXTURES / "e2b35", "-o", plain, bin_dir=AFFECTED).returncode == 0
     unpadded = cell_in(AFFECTED / "python", plain, "unmodified", "default")
-    assert unpadded["status"] == "wrong tokens" and unpadded["first_mismatch"] == 0, unpadded
+    # from the 1st token in 6 of 6 lone runs and 9 of 10 test runs, once from the 2nd: the mixed-up kernel reads
+    # memory laid out for another layer, whose contents vary
+    assert unpadded["status"] == "wrong tokens" and unpadded["first_mismatch"] <= 2, unpadded
 
 
 def test_a_padded_image_text_folder_pads_its_language_model_only(tmp_path):
