@@ -35,7 +35,7 @@ ATOL = 1e-5
 # prints the compiled layer types (before inferring, so that a crash still shows them), then the output
 RUN_UNDER = """
 import json, sys
-import numpy as np, openvino as ov
+import openvino as ov
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.testing.graphs import RMSNormSpec, build_rms_norm, rms_norm_inputs
 spec = RMSNormSpec(**json.loads(sys.argv[1]))
