@@ -14,6 +14,8 @@ Three families:
 * :class:`NewerOpsSpec` / :func:`build_newer_ops` — operations that older runtimes cannot read from an
   IR file (ErfInv-17 on a Constant or on an input, OneHot-16), at the top level or in a Loop body.
   Needs a runtime whose Python API has them (2026.2 and newer).
+* :class:`RMSNormSpec` / :func:`build_rms_norm` — one RMS normalization over the last axis, in the
+  exporters' form (``Power(x, 2)``) or with the square as ``Multiply(x, x)``.
 
 Each builder has a matching input generator and a float64 reference built from
 :mod:`ovpasses.testing.reference`.
@@ -1252,3 +1254,54 @@ def newer_ops_reference(spec: NewerOpsSpec, feed: dict[str, np.ndarray]) -> dict
         out["one_hot"] = one_hot_reference(feed["indices"], ONE_HOT_DEPTH, ONE_HOT_ON, ONE_HOT_OFF, spec.axis,
                                            spec.one_hot)
     return out
+
+
+# ---------------------------------------------------------------- RMS normalization
+
+Square = Literal["power", "multiply"]
+
+
+@dataclass(frozen=True)
+class RMSNormSpec:
+    """``x * (ReduceMean(x^2, -1) + eps)^-0.5 * gamma`` over the last axis, the form the Gemma exports
+    write for their norms (``q_norm`` / ``k_norm`` normalize one head: ``size`` is the head size).
+
+    ``square="power"`` squares with ``Power(x, 2)`` as the exporters do, the form the CPU plugin fuses into
+    its RMS node; ``"multiply"`` squares with ``Multiply(x, x)``, the same value in another form.
+    ``rows`` are the leading dimensions (batch, tokens, heads), dynamic in the model when ``dynamic``.
+    """
+
+    size: int = 8
+    rows: tuple[int, ...] = (1, 4, 8)
+    square: Square = "power"
+    eps: float = 1e-6
+    dynamic: bool = True
+
+    @property
+    def gamma(self) -> np.ndarray:
+        return np.linspace(0.5, 1.5, self.size, dtype=np.float32)
+
+
+def build_rms_norm(spec: RMSNormSpec) -> ov.Model:
+    x_RD = ops.parameter([-1] * len(spec.rows) + [spec.size] if spec.dynamic else [*spec.rows, spec.size],
+                         ov.Type.f32, name="x")
+    if spec.square == "power":
+        squared = ops.power(x_RD, _const(2.0, ov.Type.f32))
+    else:
+        squared = ops.multiply(x_RD, x_RD)
+    mean_R1 = ops.reduce_mean(squared, _i64([-1]), keep_dims=True)
+    inv_rms_R1 = ops.power(ops.add(mean_R1, _const(spec.eps, ov.Type.f32)), _const(-0.5, ov.Type.f32))
+    out = ops.multiply(ops.multiply(x_RD, inv_rms_R1), ops.constant(spec.gamma))
+    result = ops.result(out)
+    result.output(0).get_tensor().set_names({"rms_norm"})
+    return ov.Model([result], [x_RD], "rms_norm")
+
+
+def rms_norm_inputs(spec: RMSNormSpec, seed: int = 0) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(seed).standard_normal((*spec.rows, spec.size)).astype(np.float32)}
+
+
+def rms_norm_reference(spec: RMSNormSpec, feed: dict[str, np.ndarray]) -> np.ndarray:
+    """Float64 reference of :func:`build_rms_norm`."""
+    x = feed["x"].astype(np.float64)
+    return x / np.sqrt((x * x).mean(-1, keepdims=True) + spec.eps) * spec.gamma.astype(np.float64)
