@@ -67,6 +67,17 @@ def _bytes(count: int | None) -> str:
     return "an unknown number of bytes (a dynamic head dimension)" if count is None else f"{count} bytes"
 
 
+def eager_lines(summary: RewriteSummary) -> list[str]:
+    """The eager attention subgraphs found, and per subgraph left eager, why."""
+    found = summary.eager_attention
+    if not found:
+        return []
+    lines = [f"eager attention: {len(found)} subgraphs, {len(summary.recovered)} recovered as SDPA"
+             + (f" (not applied: {summary.eager_not_applied} not selected)" if summary.eager_not_applied else "")]
+    lines += [f"  left eager: {e.name}: {e.reason}" for e in found if not e.recoverable]
+    return lines
+
+
 def summary_text(summary: RewriteSummary) -> str:
     """The rewrite summary as lines: what was detected, what each pass changed, what was not applied and
     how the model is left, the masks, the caches unshared or bounded, and every warning."""
@@ -81,6 +92,7 @@ def summary_text(summary: RewriteSummary) -> str:
         lines.append(f"{p.name}: {len(p.changed)} changed" + (f" ({', '.join(p.changed[:3])}"
                                                               f"{', ...' if len(p.changed) > 3 else ''})"
                                                               if p.changed else ""))
+    lines += eager_lines(summary)
     fusion = summary.fusion()
     for pass_, names in summary.not_applied().items():
         layers = ", ".join(str(summary.analysis.layer(n)) for n in names)
