@@ -30,6 +30,8 @@ import numpy as np
 import openvino as ov
 from openvino.passes import AnyInput, Matcher, Optional, Or, WrapType
 
+from ovpasses.precision import round_to_bf16
+
 SOFTMAX_TYPES = ["opset1.Softmax", "opset8.Softmax"]
 NEG_INF = float("-inf")
 
@@ -105,10 +107,15 @@ class SDPAInputs:
 
 
 def _constant_value(output: ov.Output) -> np.ndarray:
+    """The values of a Constant, or of Convert(Constant) in the Convert's type (as the graph computes them)."""
     node = output.get_node()
-    if node.get_type_name() == "Convert":
-        node = node.input_value(0).get_node()
-    return np.asarray(node.get_data(), dtype=np.float64)
+    if node.get_type_name() != "Convert":
+        return np.asarray(node.get_data(), dtype=np.float64)
+    values = np.asarray(node.input_value(0).get_node().get_data(), dtype=np.float64)
+    et = node.get_output_element_type(0)
+    if et == ov.Type.f16:
+        return values.astype(np.float16).astype(np.float64)
+    return round_to_bf16(values) if et == ov.Type.bf16 else values.astype(np.float32).astype(np.float64)
 
 
 def _rank(output: ov.Output) -> int | None:
@@ -222,16 +229,19 @@ MAX_WALK = 12
 
 
 def _probs_consumer(softmax: ov.Node) -> ov.Node | None:
-    """The MatMul the Softmax feeds as input 0, through at most one Convert (or any one op, to explain)."""
-    out = softmax.output(0)
+    """A MatMul the Softmax feeds as input 0, directly or through up to two other operations (a Convert,
+    or one that explains why the subgraph is not SDPA)."""
+    outputs = [softmax.output(0)]
     for _ in range(3):
-        targets = list(out.get_target_inputs())
-        if len(targets) != 1:
-            return None
-        node = targets[0].get_node()
-        if node.get_type_name() == "MatMul":
-            return node if targets[0].get_index() == 0 else None
-        out = node.output(0)
+        later = []
+        for out in outputs:
+            for target in out.get_target_inputs():
+                node = target.get_node()
+                if node.get_type_name() == "MatMul" and target.get_index() == 0:
+                    return node
+                if node.get_type_name() not in ("Result", "MatMul"):
+                    later.append(node.output(0))
+        outputs = later
     return None
 
 

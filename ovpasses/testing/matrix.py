@@ -1,15 +1,18 @@
 """Run one exported LLM fixture one way, under whichever OpenVINO this interpreter has.
 
-    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|unshared|bounded|unshared-bounded|paged-pad|decomposed
+    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|recovered|unshared|bounded|unshared-bounded|paged-pad|decomposed
                                       --path core|stateful|paged
                                       [--prompt default|long]
 
-prints one JSON object: the runtime, whether the tokens equal transformers' (reference.json), the
+prints one JSON object per cell (``--mode`` and ``--path`` take comma lists: every mode on every path,
+in one process; :func:`cells_in`): the runtime, whether the tokens equal transformers' (reference.json), the
 error if it failed, and the fused SDPA count (core path). ``--prompt long`` uses the reference's
 ``long_prompt`` (a prompt longer than the sliding window; only fixtures exported with
 ``--long-prompt-length`` have one). ``bounded`` and ``unshared-bounded`` add
 ``sliding_window="bounded"``; ``paged-pad`` adds ``paged_heads="pad"`` (one head layout for the CPU
-PagedAttention). ``decomposed`` is the blunt alternative to
+PagedAttention). ``recovered`` runs EagerAttentionToSDPA alone
+(``passes="EagerAttentionToSDPA"``: an eager IR's SDPAs recovered, without the runtime plan).
+``decomposed`` is the blunt alternative to
 ovpasses' plan: every SDPA decomposed by ScaledDotProductAttentionDecomposition.
 ``tools/runtime_matrix.py`` runs this in one subprocess per cell and per runtime virtual environment,
 so that a crash of one runtime (some segfault) costs one cell only. FIXTURE_DIR is any export folder
@@ -42,7 +45,7 @@ from ovpasses.check import count_fused_sdpa
 from ovpasses.testing.greedy import greedy_generate
 from ovpasses.precision import EXACT_CPU_CONFIG
 
-REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded", "paged-pad")
+REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded", "paged-pad", "recovered")
 MODES = ("unmodified", *REWRITE_MODES, "decomposed")
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
 
@@ -57,7 +60,8 @@ def apply_mode(model: ov.Model, mode: str) -> ov.Model:
         import ovpasses
         ovpasses.rewrite(model, kv_sharing="unshare" if mode.startswith("unshared") else "keep",
                          sliding_window="bounded" if mode.endswith("bounded") else "full",
-                         paged_heads="pad" if mode == "paged-pad" else "keep")
+                         paged_heads="pad" if mode == "paged-pad" else "keep",
+                         passes="EagerAttentionToSDPA" if mode == "recovered" else None)
     elif mode == "decomposed":
         from openvino.passes import Manager
 
@@ -101,6 +105,20 @@ def cell_in(python: Path, folder: Path, mode: str, path: str, prompt: str = "def
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert proc.returncode == 0 and lines, f"worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
     return json.loads(lines[-1])
+
+
+def cells_in(python: Path, folder: Path, modes: list[str], paths: list[str], timeout: int = 600) -> list[dict]:
+    """Every mode of ``modes`` on every path of ``paths`` (in that order), run by ``python`` in one process
+    of its own; the JSON objects it printed. :class:`AssertionError` when the worker died."""
+    import subprocess
+
+    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(folder), "--mode", ",".join(modes),
+                           "--path", ",".join(paths)], capture_output=True, text=True, timeout=timeout,
+                          cwd=Path(__file__).resolve().parents[2])
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(lines) == len(modes) * len(paths), \
+        f"worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    return lines
 
 
 def run_cell(fixture: Path, mode: str, path: str, prompt_kind: str = "default") -> dict:
@@ -192,12 +210,27 @@ def _genai(model: ov.Model, fixture: Path, path: str, prompt: list[int], steps: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fixture", type=Path)
-    parser.add_argument("--mode", choices=MODES, required=True)
-    parser.add_argument("--path", choices=["core", "stateful", "paged"], required=True)
+    parser.add_argument("--mode", type=_choices(MODES), required=True, help="one, or a comma list")
+    parser.add_argument("--path", type=_choices(PATHS), required=True, help="one, or a comma list")
     parser.add_argument("--prompt", choices=PROMPTS, default="default")
     args = parser.parse_args(argv)
-    print(json.dumps(run_cell(args.fixture, args.mode, args.path, args.prompt)), flush=True)
+    for mode in args.mode:
+        for path in args.path:
+            print(json.dumps(run_cell(args.fixture, mode, path, args.prompt)), flush=True)
     return 0
+
+
+PATHS = ("core", "stateful", "paged")
+
+
+def _choices(valid: tuple[str, ...]):
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        unknown = [n for n in names if n not in valid]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"{', '.join(unknown)}: not one of {', '.join(valid)}")
+        return names
+    return parse
 
 
 if __name__ == "__main__":
