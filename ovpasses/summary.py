@@ -105,6 +105,8 @@ class RewriteSummary:
                 analysis, name, barrier=barrier, decomposed=action == Action.DECOMPOSE and not unmodified,
                 shapeof_moved=action == Action.SHAPEOF and shapeof_moved and not unmodified,
                 shapeof_loses_state=self.profile.decompose_cache_shapeof)
+            if unmodified and name in self.recovered:   # measured: the plugin fuses no eager attention
+                verdicts[name] = FusionVerdict(False, "not fused: eager attention in the IR as it is (no SDPA)")
         return verdicts
 
     @property

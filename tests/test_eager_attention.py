@@ -219,3 +219,20 @@ def test_affected_recovered_sdpas_need_the_plan():
         assert by["recovered", path]["status"] == "failed" and "null input states" in by["recovered", path]["error"]
         assert by["rewritten", path]["status"] == "ok", by["rewritten", path]
     assert by["rewritten", "core"]["fused_sdpa"] == FUSED
+
+
+def test_inspect_lists_the_subgraphs_and_why_one_stays_eager():
+    from ovpasses.report.inspect import inspect_model, inspect_text
+
+    model = build_eager_attention(EagerAttentionSpec(refuse="softcap"))
+    report = inspect_model(model)
+    (entry,) = report["eager_attention"]
+    assert not entry["recoverable"] and not entry["recovered"] and "softcap" in entry["reason"]
+    text = inspect_text(report)
+    assert "eager attention: 1 subgraphs, 0 recovered" in text and "left eager: attention: softcap" in text
+    assert len(ops_of(model, "Softmax")) == 1   # inspect changes nothing
+
+    report = inspect_model(build_eager_attention(EagerAttentionSpec()))
+    assert [e["recovered"] for e in report["eager_attention"]] == [True]
+    (sdpa,) = report["sdpa"]
+    assert not sdpa["fusion_unmodified"]["expected"] and "eager attention" in sdpa["fusion_unmodified"]["reason"]
