@@ -404,6 +404,8 @@ def build_settings(args: argparse.Namespace) -> dict[str, Any]:
     s["layer_types"] = expand_layer_types(s.pop("layer_pattern"), n)
     if args.attn_implementation != "sdpa":   # recorded only where it differs from transformers' default
         s["attn_implementation"] = args.attn_implementation
+    if args.weight_format != "fp32":
+        s["weight_format"] = args.weight_format
     if model_kind(s) != GEMMA3N_TEXT and s["layer_types"][-1] != FULL:
         die("Gemma 4 forces the last layer to full_attention; make the pattern end with 'f'")
     owners = s["layer_types"][: n - shared]
@@ -835,7 +837,7 @@ def export(args: argparse.Namespace) -> Path:
     log(f"saved transformers model + tokenizer to {hf_dir}")
 
     task = "image-text-to-text" if kind == GEMMA4_VLM else "text-generation-with-past"
-    log(f"exporting with optimum-intel ({task}, stateful, fp32) ...")
+    log(f"exporting with optimum-intel ({task}, stateful, {s.get('weight_format', 'fp32')} weights) ...")
     if kind != GEMMA4_VLM:
         allow_gemma4_text_export()
     with keep_eager_attention(s.get("attn_implementation") == "eager"):
@@ -856,7 +858,10 @@ def export(args: argparse.Namespace) -> Path:
             # sequence_length == sliding_window (shapes stay dynamic in the IR).
             sequence_length=s["sliding_window"],
         )
-    _checked_attention(ov_tmp / ("openvino_language_model.xml" if kind == GEMMA4_VLM else "openvino_model.xml"), s)
+    main_xml = ov_tmp / ("openvino_language_model.xml" if kind == GEMMA4_VLM else "openvino_model.xml")
+    if s.get("weight_format") == "int8":
+        compress_weights_int8(main_xml)
+    _checked_attention(main_xml, s)
     irs = (["openvino_language_model", "openvino_text_embeddings_model", "openvino_text_embeddings_per_layer_model",
             "openvino_vision_embeddings_model"] if kind == GEMMA4_VLM else ["openvino_model"])
     for name in [f"{ir}.{ext}" for ir in irs for ext in ("xml", "bin")]:
@@ -919,6 +924,9 @@ def export(args: argparse.Namespace) -> Path:
         reference["image_prompt"] = refs["image_prompt"]
     if long_ref:
         reference["long_prompt"] = long_ref
+    if s.get("weight_format") == "int8":
+        reference["ir_reference"] = ir_greedy_reference(main_xml, reference["prompt_ids"], args.new_tokens)
+        log(f"the int8 IR's own greedy tokens: {reference['ir_reference']['generated_ids']}")
     reference.update({
         "eos_token_id": EOS_ID,
         "ir": ir_info,
@@ -942,6 +950,42 @@ def export(args: argparse.Namespace) -> Path:
     for p in sorted(out_dir.iterdir()):
         log(f"  {p.name:45s} {p.stat().st_size:>10,d}")
     return out_dir
+
+
+INT8_WEIGHTS = {"bits": 8, "sym": False}   # what optimum-cli --weight-format int8 asks NNCF for
+
+
+def ir_greedy_reference(xml: Path, prompt_ids: list[int], new_tokens: int) -> dict[str, Any]:
+    """The IR's own greedy tokens (ov.Core, ovpasses.precision.EXACT_CPU_CONFIG): the reference of a
+    weight-compressed IR, whose int8 weights change the logits away from transformers' fp32 ones."""
+    import openvino as ov
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from ovpasses.precision import EXACT_CPU_CONFIG
+    from ovpasses.testing.greedy import greedy_generate
+
+    compiled = ov.Core().compile_model(xml, "CPU", EXACT_CPU_CONFIG)
+    return {"generated_ids": greedy_generate(compiled, prompt_ids, new_tokens),
+            "source": f"ov.Core greedy loop on this IR, openvino {ov.__version__.split('-')[0]}, EXACT_CPU_CONFIG",
+            "note": "generated_ids above are transformers' fp32 tokens; the int8 weights change the logits, so "
+                    "clients of this IR are checked against these tokens"}
+
+
+def compress_weights_int8(xml: Path) -> None:
+    """NNCF's int8 weight compression (per channel, asymmetric) of the IR, through optimum-intel's own
+    ``_weight_only_quantization``, as ``optimum-cli export openvino --weight-format int8`` does it after
+    the export (``main_export`` alone leaves an explicit quantization config to its caller)."""
+    import openvino as ov
+    from optimum.intel.openvino.quantization import _weight_only_quantization
+
+    model = ov.Core().read_model(xml)
+    _weight_only_quantization(model, dict(INT8_WEIGHTS))
+    tmp = xml.with_name(xml.stem + "_int8.xml")
+    ov.save_model(model, tmp, compress_to_fp16=False)
+    del model
+    for suffix in (".xml", ".bin"):
+        tmp.with_suffix(suffix).replace(xml.with_suffix(suffix))
+    log(f"{xml.name}: weights compressed to int8 by NNCF")
 
 
 def keep_eager_attention(enabled: bool):
@@ -1117,6 +1161,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--attn-implementation", choices=["sdpa", "eager"], default="sdpa",
                    help="transformers' attention for the reference and the trace (eager: an IR without "
                         "ScaledDotProductAttention, see the module docstring)")
+    p.add_argument("--weight-format", choices=["fp32", "int8"], default="fp32",
+                   help="int8: NNCF int8 weight compression of the IR (the reference stays transformers' fp32 tokens)")
     p.add_argument("--new-tokens", type=int, default=20, help="greedy tokens recorded in reference.json")
     p.add_argument("--prompt-ids", help="comma-separated prompt token ids (default: 12 fixed ids starting with bos; "
                    "vlm8: bos and the words of the user message)")
