@@ -40,7 +40,34 @@ OUTPUT_NAME = "attention"
 
 
 @dataclass(frozen=True)
-class AttentionSpec:
+class _HeadsSpec:
+    """What the attention specs share: the sizes (``kv_heads`` None: as many as ``heads``) and ``with_``."""
+
+    batch: int = 2
+    heads: int = 4
+    kv_heads: int | None = None
+    q_len: int = 5
+    kv_len: int = 7
+    head_dim: int = 8
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    def with_(self, **changes):
+        return replace(self, **changes)
+
+
+def round_to(x, dtype: DType) -> np.ndarray:
+    """float64 values rounded to ``dtype`` (f32, f16 or bf16), returned as float64."""
+    x = np.asarray(x, np.float64)
+    if dtype == "f16":
+        return x.astype(np.float16).astype(np.float64)
+    return round_to_bf16(x) if dtype == "bf16" else x.astype(np.float32).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class AttentionSpec(_HeadsSpec):
     """One ScaledDotProductAttention node and what feeds it.
 
     ``kv_heads < heads`` gives a GQA layout: K and V have ``kv_heads`` heads and reach the SDPA
@@ -51,12 +78,6 @@ class AttentionSpec:
     as the SDPA's scale, the way some exporters emit it.
     """
 
-    batch: int = 2
-    heads: int = 4
-    kv_heads: int | None = None
-    q_len: int = 5
-    kv_len: int = 7
-    head_dim: int = 8
     v_head_dim: int | None = None
     mask: MaskKind = "none"
     mask_shape: MaskShape = "full"
@@ -73,15 +94,8 @@ class AttentionSpec:
             raise ValueError("a scalar mask is a float zero; boolean masks need a shape")
 
     @property
-    def n_kv_heads(self) -> int:
-        return self.heads if self.kv_heads is None else self.kv_heads
-
-    @property
     def dv(self) -> int:
         return self.head_dim if self.v_head_dim is None else self.v_head_dim
-
-    def with_(self, **changes) -> AttentionSpec:
-        return replace(self, **changes)
 
 
 def ov_type(dtype: DType) -> ov.Type:
@@ -196,12 +210,7 @@ def attention_reference(spec: AttentionSpec, inputs: dict[str, np.ndarray]) -> n
     The inputs are first rounded to the model's compute element type, as the model sees them.
     """
     def as_compute(x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, np.float64)
-        if spec.dtype == "f16":
-            return x.astype(np.float16).astype(np.float64)
-        if spec.dtype == "bf16":
-            return round_to_bf16(x)
-        return x.astype(np.float32).astype(np.float64)
+        return round_to(x, spec.dtype)
 
     q, k, v = (as_compute(inputs[n]) for n in ("q", "k", "v"))
     rep = spec.heads // spec.n_kv_heads
@@ -1261,7 +1270,7 @@ EAGER_DROPOUT_KEEP = 0.9
 
 
 @dataclass(frozen=True)
-class EagerAttentionSpec:
+class EagerAttentionSpec(_HeadsSpec):
     """One eager attention subgraph as exporters write it from transformers' ``eager_attention_forward``.
 
     ``scale_at``: where the scale ``scale_value`` applies (Q, K or the scores; ``scale_op`` multiplies or
@@ -1274,12 +1283,6 @@ class EagerAttentionSpec:
     Multiply of the weights), a Softmax over the query axis, the weights as a second model output.
     """
 
-    batch: int = 2
-    heads: int = 4
-    kv_heads: int | None = None
-    q_len: int = 5
-    kv_len: int = 7
-    head_dim: int = 8
     scale_at: EagerScaleAt = "scores"
     scale_op: Literal["multiply", "divide"] = "multiply"
     scale_value: float = 0.35
@@ -1288,13 +1291,6 @@ class EagerAttentionSpec:
     dtype: DType = "f32"
     softmax_opset: Literal[1, 8] = 8
     refuse: EagerRefuse = "none"
-
-    @property
-    def n_kv_heads(self) -> int:
-        return self.heads if self.kv_heads is None else self.kv_heads
-
-    def with_(self, **changes) -> EagerAttentionSpec:
-        return replace(self, **changes)
 
 
 def build_eager_attention(spec: EagerAttentionSpec) -> ov.Model:
@@ -1379,10 +1375,7 @@ def eager_attention_reference(spec: EagerAttentionSpec, inputs: dict[str, np.nda
     ScaledDotProductAttention-13 specification (:func:`~ovpasses.testing.reference.sdpa_reference`), with
     Q or K scaled first in the model's element type where the eager graph scales them."""
     def as_compute(x):
-        x = np.asarray(x, np.float64)
-        if spec.dtype == "f16":
-            return x.astype(np.float16).astype(np.float64)
-        return round_to_bf16(x) if spec.dtype == "bf16" else x.astype(np.float32).astype(np.float64)
+        return round_to(x, spec.dtype)
 
     q, k, v = (as_compute(inputs[n]) for n in ("q", "k", "v"))
     if spec.k_transpose == "pretransposed":
