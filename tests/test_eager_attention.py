@@ -242,3 +242,11 @@ def test_inspect_lists_the_subgraphs_and_why_one_stays_eager():
     assert [e["recovered"] for e in report["eager_attention"]] == [True]
     (sdpa,) = report["sdpa"]
     assert not sdpa["fusion_unmodified"]["expected"] and "eager attention" in sdpa["fusion_unmodified"]["reason"]
+
+
+@pytest.mark.parametrize("fixture", EAGER_FIXTURES)
+def test_an_eager_export_folder_is_rewritten(fixture):
+    """ovpass rewrite DIR takes the IR with a state and a Softmax (and no SDPA), not the tokenizers."""
+    from ovpasses.files.folder import stateful_irs
+
+    assert stateful_irs(ROOT / "tests" / "fixtures" / fixture) == ["openvino_model.xml"]
