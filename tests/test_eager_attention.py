@@ -34,11 +34,19 @@ NEWEST = Path(sys.executable)
 AFFECTED = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
 # eager fixture -> its SDPA export (same layout), and the exclusive caches the CPU plugin fuses once recovered
 # (layers 0-1 of tiny8's layout, 0-12 of E2B's), as in the SDPA exports (tests/test_runtimes.py)
-EAGER_FIXTURES = {"gemma4/tiny8e": "gemma4/tiny8", "gemma3n/tiny8e": "gemma3n/tiny8", "gemma4/e2b35e8": "gemma4/e2b35"}
-FUSED = {"gemma4/tiny8e": 2, "gemma3n/tiny8e": 2, "gemma4/e2b35e8": 13}
+EAGER_FIXTURES = {"gemma4/tiny8e": "gemma4/tiny8", "gemma3n/tiny8e": "gemma3n/tiny8", "gemma4/e2b35e8": "gemma4/e2b35",
+                  "gemma4/vlm8e": "gemma4/vlm8"}
+FUSED = {"gemma4/tiny8e": 2, "gemma3n/tiny8e": 2, "gemma4/e2b35e8": 13, "gemma4/vlm8e": 2}
 # e2b35e8 (35 layers, int8 weights: checked against its own tokens) costs ~50 s a runtime: slow tier
 CELL_FIXTURES = [pytest.param(f, marks=pytest.mark.slow) if f == "gemma4/e2b35e8" else f for f in EAGER_FIXTURES]
-AFFECTED_FIXTURES = [f for f in CELL_FIXTURES if "gemma3n" not in str(f)]   # Gemma 3n's ErfInv: 2026.2 and newer
+# Gemma 3n's ErfInv: 2026.2 and newer; the VLM's language model is checked on the newest runtime
+AFFECTED_FIXTURES = [f for f in CELL_FIXTURES if "gemma3n" not in str(f) and "vlm" not in str(f)]
+
+
+def language_model(folder: Path) -> Path:
+    """The stateful IR of an export folder: an image-text-to-text export's language model, else the model."""
+    vlm = folder / "openvino_language_model.xml"
+    return vlm if vlm.exists() else folder / "openvino_model.xml"
 
 # as tests/test_sdpa_decomposition.py: f32 summation order; f16/bf16 four output ulps at magnitude 2
 TOL = {"f32": 1e-5, "f16": 4 * 2.0**-9, "bf16": 4 * 2.0**-6}
@@ -176,14 +184,14 @@ def test_passes_can_leave_the_recovery_out():
 def test_eager_fixture_recovers_one_sdpa_per_layer(core, fixture):
     folder = ROOT / "tests" / "fixtures" / fixture
     layers = json.loads((folder / "reference.json").read_text())["settings"]["num_hidden_layers"]
-    model = core.read_model(folder / "openvino_model.xml")
+    model = core.read_model(language_model(folder))
     assert not ops_of(model, "ScaledDotProductAttention") and len(ops_of(model, "Softmax")) == layers
     summary = ovpasses.rewrite(model)
     assert len(summary.recovered) == layers == len(summary.eager_attention)
     sdpas = ops_of(model, "ScaledDotProductAttention")
     assert len(sdpas) == layers and not ops_of(model, "Softmax")
     # the same KV-sharing map and plan as the SDPA export of the same model
-    twin = core.read_model(ROOT / "tests" / "fixtures" / EAGER_FIXTURES[fixture] / "openvino_model.xml")
+    twin = core.read_model(language_model(ROOT / "tests" / "fixtures" / EAGER_FIXTURES[fixture]))
     twin_summary = ovpasses.rewrite(twin)
     assert summary.analysis.status_counts() == twin_summary.analysis.status_counts()
     assert sorted(d.action.value for d in summary.decisions.values()) == \
@@ -246,7 +254,9 @@ def test_inspect_lists_the_subgraphs_and_why_one_stays_eager():
 
 @pytest.mark.parametrize("fixture", EAGER_FIXTURES)
 def test_an_eager_export_folder_is_rewritten(fixture):
-    """ovpass rewrite DIR takes the IR with a state and a Softmax (and no SDPA), not the tokenizers."""
+    """ovpass rewrite DIR takes the IR with a state and a Softmax (and no SDPA), not the tokenizers nor (in
+    the VLM) the vision model, whose attention is eager too but holds no state."""
     from ovpasses.files.folder import stateful_irs
 
-    assert stateful_irs(ROOT / "tests" / "fixtures" / fixture) == ["openvino_model.xml"]
+    folder = ROOT / "tests" / "fixtures" / fixture
+    assert stateful_irs(folder) == [language_model(folder).name]
