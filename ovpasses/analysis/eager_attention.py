@@ -149,7 +149,7 @@ def refusal(pvm, p: EagerAttentionPattern) -> str | None:
         return "MatMul(Q, K) transposes Q"
     if not qk.get_attributes()["transpose_b"]:
         if p.k_transpose not in pvm:
-            return "MatMul(Q, K) multiplies by K untransposed (no Transpose of K's last two axes)"
+            return "MatMul(Q, K) takes K untransposed (no Transpose swapping its last two axes right before the MatMul)"
         perm = _constant_value(pvm[p.k_transpose].get_node().input_value(1))
         if not _axis_swap(perm, rank):
             return f"K reaches MatMul(Q, K) through Transpose {perm.astype(int).tolist()}, not a swap of the last two axes"
