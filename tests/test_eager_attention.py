@@ -57,6 +57,8 @@ def _recoverable():
     yield base.with_(scale_at="none")
     for at, op in itertools.product(["q", "k", "scores"], ["multiply", "divide"]):
         yield base.with_(scale_at=at, scale_op=op)
+    for op, dtype in itertools.product(["multiply", "divide"], ["f32", "f16"]):   # K^T scaled after its Transpose
+        yield base.with_(scale_at="kT", scale_op=op, k_transpose="transpose", dtype=dtype)
     for mask, k_transpose, kv_heads in itertools.product(["none", "float", "select", "select_fill"],
                                                          ["transpose_b", "transpose"], [None, 2]):
         yield base.with_(mask=mask, k_transpose=k_transpose, kv_heads=kv_heads)
@@ -136,6 +138,8 @@ def test_recovered_sdpa_computes_the_eager_subgraph(core, spec):
     q_source = sdpa.input_value(0).get_node().get_type_name()
     assert q_source == ({"multiply": "Multiply", "divide": "Divide"}[spec.scale_op] if spec.scale_at == "q"
                         else "Parameter" if spec.dtype != "bf16" else "Convert")
+    if spec.scale_at == "kT":   # a scale after K's Transpose moves onto K, which SDPA transposes
+        assert sdpa.input_value(1).get_node().get_type_name() == {"multiply": "Multiply", "divide": "Divide"}[spec.scale_op]
     mask = sdpa.input_value(3).get_node()
     if spec.mask == "float":   # the eager graph's own mask tensor
         assert mask.get_type_name() in ("Parameter", "Convert")

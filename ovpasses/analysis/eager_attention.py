@@ -4,6 +4,7 @@ Changes nothing.
 An exporter that traces transformers' eager attention (``attn_implementation="eager"``) writes, per layer::
 
     scores = MatMul(Q', K')                  K' = K with transpose_b, or Transpose(K, swap of the last two axes)
+    [K' = K'^T * s | K'^T / s]               a scale after K's Transpose
     [scores = scores * s  |  scores / s]     s: a Constant of one element (also a Convert of one)
     [scores = scores + mask                  a float mask
      | Select(cond, scores, -inf) | Select(cond, -inf, scores)]   masked_fill with -inf
@@ -44,6 +45,9 @@ class EagerAttentionPattern:
     q: AnyInput
     k_in: AnyInput        # the MatMul's K operand, or the input of its Transpose
     k_transpose: Optional
+    k_scale: WrapType     # a scale Constant of K^T (Transpose -> Multiply/Divide -> MatMul)
+    k_scaled_mul: WrapType
+    k_scaled_div: WrapType
     qk: WrapType
     scale: WrapType       # the scale Constant
     scaled_mul: WrapType
@@ -61,7 +65,7 @@ class EagerAttentionPattern:
 
     def intermediates(self) -> tuple:
         """The labels whose output must feed only the next node of the subgraph."""
-        return (self.qk, self.scaled_mul, self.scaled_div, self.add, self.select_keep, self.select_fill, self.up,
+        return (self.k_scaled_mul, self.k_scaled_div, self.qk, self.scaled_mul, self.scaled_div, self.add, self.select_keep, self.select_fill, self.up,
                 self.softmax, self.down)
 
 
@@ -70,7 +74,12 @@ def eager_attention_pattern(root_predicate=None) -> EagerAttentionPattern:
     the MatMul(probs, V) roots."""
     q, k_in, v, mask, cond = AnyInput(), AnyInput(), AnyInput(), AnyInput(), AnyInput()
     k_transpose = Optional(["opset1.Transpose"], [k_in.output(0), WrapType("opset1.Constant").output(0)])
-    qk = WrapType("opset1.MatMul", [q.output(0), k_transpose.output(0)])
+    k_scale = WrapType("opset1.Constant")
+    k_scale_in = Optional(["opset1.Convert"], k_scale.output(0))
+    k_scaled_mul = WrapType("opset1.Multiply", [k_transpose.output(0), k_scale_in.output(0)])
+    k_scaled_div = WrapType("opset1.Divide", [k_transpose.output(0), k_scale_in.output(0)])
+    k_operand = Or([k_scaled_mul.output(0), k_scaled_div.output(0), k_transpose.output(0)])
+    qk = WrapType("opset1.MatMul", [q.output(0), k_operand.output(0)])
     scale = WrapType("opset1.Constant")
     scale_in = Optional(["opset1.Convert"], scale.output(0))
     scaled_mul = WrapType("opset1.Multiply", [qk.output(0), scale_in.output(0)])
@@ -88,7 +97,7 @@ def eager_attention_pattern(root_predicate=None) -> EagerAttentionPattern:
     inputs = [down.output(0), v.output(0)]
     root = (WrapType("opset1.MatMul", inputs) if root_predicate is None else
             WrapType("opset1.MatMul", inputs, root_predicate))
-    return EagerAttentionPattern(root, q, k_in, k_transpose, qk, scale, scaled_mul, scaled_div, mask, add, cond,
+    return EagerAttentionPattern(root, q, k_in, k_transpose, k_scale, k_scaled_mul, k_scaled_div, qk, scale, scaled_mul, scaled_div, mask, add, cond,
                                  fill, select_keep, select_fill, up, softmax, down, v)
 
 
@@ -104,6 +113,9 @@ class SDPAInputs:
     mask: ov.Output | None
     mask_select: tuple[ov.Output, bool] | None   # (condition, True when the condition keeps the scores)
     scale: float
+    # K^T scaled after its Transpose: (the op, "Multiply" or "Divide", and its Constant) to apply to K itself
+    # (an elementwise scalar op commutes with the transpose: the same values)
+    k_scale: tuple[str, ov.Output] | None = None
 
 
 def _constant_value(output: ov.Output) -> np.ndarray:
@@ -159,9 +171,10 @@ def refusal(pvm, p: EagerAttentionPattern) -> str | None:
     axis = int(softmax.get_attributes()["axis"])
     if axis % rank != rank - 1:
         return f"Softmax over axis {axis}, not the last (key) axis"
-    for label in (p.scaled_mul, p.scaled_div):
-        if label in pvm and _constant_value(pvm[p.scale]).size != 1:
-            return f"the scores are scaled by a Constant of shape {list(_constant_value(pvm[p.scale]).shape)}, not one value"
+    for label, scale, what in ((p.scaled_mul, p.scale, "the scores"), (p.scaled_div, p.scale, "the scores"),
+                               (p.k_scaled_mul, p.k_scale, "K"), (p.k_scaled_div, p.k_scale, "K")):
+        if label in pvm and _constant_value(pvm[scale]).size != 1:
+            return f"{what} scaled by a Constant of shape {list(_constant_value(pvm[scale]).shape)}, not one value"
     for label in (p.select_keep, p.select_fill):
         if label in pvm:
             fill = _constant_value(pvm[p.fill])
@@ -186,6 +199,10 @@ def sdpa_inputs(pvm, p: EagerAttentionPattern) -> SDPAInputs:
     """What the SDPA reads, for a match that :func:`refusal` accepts."""
     qk = pvm[p.qk].get_node()
     k = qk.input_value(1) if qk.get_attributes()["transpose_b"] else pvm[p.k_in]
+    k_scale = None
+    if not qk.get_attributes()["transpose_b"] and (p.k_scaled_mul in pvm or p.k_scaled_div in pvm):
+        op = pvm[p.k_scaled_mul if p.k_scaled_mul in pvm else p.k_scaled_div].get_node()
+        k_scale = (op.get_type_name(), op.input_value(1))
     scale = 1.0
     if p.scaled_mul in pvm:
         scale = float(_constant_value(pvm[p.scale]).ravel()[0])
@@ -194,7 +211,7 @@ def sdpa_inputs(pvm, p: EagerAttentionPattern) -> SDPAInputs:
     select = None
     if p.select_keep in pvm or p.select_fill in pvm:
         select = (pvm[p.cond], p.select_keep in pvm)
-    return SDPAInputs(pvm[p.q], k, pvm[p.v], pvm[p.mask] if p.add in pvm else None, select, scale)
+    return SDPAInputs(pvm[p.q], k, pvm[p.v], pvm[p.mask] if p.add in pvm else None, select, scale, k_scale)
 
 
 def form_of(pvm, p: EagerAttentionPattern) -> dict:

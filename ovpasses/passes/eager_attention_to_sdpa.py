@@ -17,7 +17,7 @@ What real exporters write (optimum-intel 2.2.0, transformers 5.5.4 eager attenti
 
 The pattern (:func:`~ovpasses.analysis.eager_attention.eager_attention_pattern`) also takes the forms
 other exports hold: a scale on the scores (Multiply, or Divide: SDPA then gets ``1/s``, rounded once),
-K transposed by a Transpose instead of ``transpose_b``, masked_fill with -inf (Select), and Converts to
+K transposed by a Transpose instead of ``transpose_b`` (a scale after that Transpose moves onto K), masked_fill with -inf (Select), and Converts to
 f32 and back around the Softmax (f16/bf16 exports: SDPA then computes in the scores' type, its softmax
 precision is the plugin's). A scale on Q or on K stays where it is, as part of SDPA's Q or K.
 
@@ -106,13 +106,19 @@ class EagerAttentionToSDPA(MatcherPass):
             if mask is None:
                 mask = _scalar(0.0, et).output(0)
                 new_nodes.append(mask.get_node())
+            k = inputs.k
+            if inputs.k_scale is not None:   # K^T * s -> (K * s), SDPA transposes it: the same values
+                op, constant = inputs.k_scale
+                k_scaled = (ops.multiply if op == "Multiply" else ops.divide)(k, constant)
+                new_nodes.append(k_scaled)
+                k = k_scaled.output(0)
             scale = _scalar(inputs.scale, et)
-            sdpa = ops.scaled_dot_product_attention(inputs.q, inputs.k, inputs.v, mask, scale, causal=False)
+            sdpa = ops.scaled_dot_product_attention(inputs.q, k, inputs.v, mask, scale, causal=False)
             new_nodes += [scale, sdpa]
             for i, node in enumerate(new_nodes[:-1]):
                 node.set_friendly_name(f"{name}/sdpa_input_{i}")
             sdpa.set_friendly_name(name)
-            matched = [pvm[label].get_node() for label in (p.qk, p.scaled_mul, p.scaled_div, p.add, p.select_keep,
+            matched = [pvm[label].get_node() for label in (p.k_scaled_mul, p.k_scaled_div, p.qk, p.scaled_mul, p.scaled_div, p.add, p.select_keep,
                                                             p.select_fill, p.up, p.softmax, p.down) if label in pvm]
             copy_runtime_info(matched + [root], new_nodes)
             root.output(0).replace(sdpa.output(0))

@@ -1259,7 +1259,7 @@ def newer_ops_reference(spec: NewerOpsSpec, feed: dict[str, np.ndarray]) -> dict
 # --------------------------------------------------------------------------------------------------
 # Eager attention (MatMul -> [scale] -> [mask] -> Softmax -> MatMul), the input of SDPA recovery
 # --------------------------------------------------------------------------------------------------
-EagerScaleAt = Literal["none", "q", "k", "scores"]
+EagerScaleAt = Literal["none", "q", "k", "kT", "scores"]
 EagerMask = Literal["none", "float", "select", "select_fill", "select_finite"]
 EagerKTranspose = Literal["transpose_b", "transpose", "pretransposed"]
 EagerRefuse = Literal["none", "softcap", "dropout", "axis", "weights_output"]
@@ -1273,7 +1273,7 @@ EAGER_DROPOUT_KEEP = 0.9
 class EagerAttentionSpec(_HeadsSpec):
     """One eager attention subgraph as exporters write it from transformers' ``eager_attention_forward``.
 
-    ``scale_at``: where the scale ``scale_value`` applies (Q, K or the scores; ``scale_op`` multiplies or
+    ``scale_at``: where the scale ``scale_value`` applies (Q, K, K after its transpose ``kT``, or the scores; ``scale_op`` multiplies or
     divides). ``mask``: ``float`` adds a float mask [B, 1, L, S]; ``select`` is ``Select(keep, scores,
     -inf)``, ``select_fill`` ``Select(drop, -inf, scores)`` (masked_fill), ``select_finite`` masked_fill with
     :data:`EAGER_FINITE_FILL`. ``k_transpose``: how K^T is taken (``pretransposed``: K arrives as
@@ -1316,6 +1316,7 @@ def build_eager_attention(spec: EagerAttentionSpec) -> ov.Model:
     k = scaled(k) if spec.scale_at == "k" else k
     if spec.k_transpose == "transpose":
         k = ops.transpose(k, ops.constant(np.array([0, 1, 3, 2], np.int64)))
+    k = scaled(k) if spec.scale_at == "kT" else k
     scores = ops.matmul(q, k, False, spec.k_transpose == "transpose_b")
     scores = scaled(scores) if spec.scale_at == "scores" else scores
     if spec.refuse == "softcap":
@@ -1386,7 +1387,7 @@ def eager_attention_reference(spec: EagerAttentionSpec, inputs: dict[str, np.nda
     factor = s if spec.scale_op == "multiply" else 1.0 / s
     if spec.scale_at == "q":
         q = as_compute(q * s if spec.scale_op == "multiply" else q / s)
-    if spec.scale_at == "k":
+    if spec.scale_at in ("k", "kT"):
         k = as_compute(k * s if spec.scale_op == "multiply" else k / s)
     mask = None
     if spec.mask == "float":
