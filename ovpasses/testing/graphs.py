@@ -15,6 +15,10 @@ Three families:
   IR file (ErfInv-17 on a Constant or on an input, OneHot-16), at the top level or in a Loop body.
   Needs a runtime whose Python API has them (2026.2 and newer).
 
+* :class:`EagerAttentionSpec` / :func:`build_eager_attention` — one eager attention subgraph (MatMul ->
+  [scale] -> [mask] -> Softmax -> MatMul) in the forms exporters write, and ones that are not SDPA (a
+  softcap, a dropout, ...): the input of SDPA recovery.
+
 Each builder has a matching input generator and a float64 reference built from
 :mod:`ovpasses.testing.reference`.
 """
