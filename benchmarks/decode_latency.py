@@ -13,6 +13,10 @@ a KV cache, 8 query heads and 1 KV head) and widths large enough that attention 
 configuration, then per repeat reset the state, prefill ``--prefill`` tokens and decode ``--decode``
 tokens one at a time; the figure is the median decode step. Processes of the modes alternate, so
 slow drift of the machine hits every mode alike. Writes ``benchmarks/results/decode_latency.json``.
+
+``--eager`` measures SDPA recovery instead: the same model exported with transformers' eager attention
+(``--attn-implementation eager``, into ``out/bench/e2b35-wide-eager``: no SDPA), unmodified against
+``ovpasses.rewrite`` (EagerAttentionToSDPA, then the plan); writes ``decode_latency_eager.json``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from runtime_matrix import run_worker, venv_python  # noqa: E402
 
 MODEL = ROOT / "out" / "bench" / "e2b35-wide"
+EAGER_MODEL = ROOT / "out" / "bench" / "e2b35-wide-eager"
 EXPORT_ARGS = ["--preset", "e2b35", "--hidden-size", "1024", "--intermediate-size", "2048", "--head-dim", "128",
                "--global-head-dim", "256", "--per-layer-input-size", "64", "--vocab-size", "8192",
                "--new-tokens", "4"]
@@ -86,8 +91,10 @@ def measure(runtime: str, xml: Path, mode: str, args) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ir", type=Path, default=MODEL / "openvino_model.xml")
+    parser.add_argument("--ir", type=Path)
     parser.add_argument("--export", action="store_true", help=f"export the model into {MODEL} (needs .venvs/export)")
+    parser.add_argument("--eager", action="store_true", help=f"the eager-attention export ({EAGER_MODEL}): "
+                        "unmodified against recovered")
     parser.add_argument("--runtimes", nargs="+", default=list(PLAN), help="newest and/or VERSION (modes per PLAN)")
     parser.add_argument("--prefill", type=int, default=384)
     parser.add_argument("--decode", type=int, default=32)
@@ -97,13 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
+    folder = EAGER_MODEL if args.eager else MODEL
+    args.ir = args.ir or folder / "openvino_model.xml"
     if args.worker:
         print(json.dumps(worker(args.ir, args.worker, args.prefill, args.decode, args.repeats)), flush=True)
         return 0
     if args.export:
         python = ROOT / ".venvs" / "export" / "bin" / "python"
-        subprocess.run([str(python), str(ROOT / "tools" / "export_gemma4.py"), *EXPORT_ARGS, "--out", str(MODEL)],
-                       check=True, cwd=ROOT)
+        eager = ["--attn-implementation", "eager"] if args.eager else []
+        subprocess.run([str(python), str(ROOT / "tools" / "export_gemma4.py"), *EXPORT_ARGS, *eager, "--out",
+                        str(folder)], check=True, cwd=ROOT)
     if not args.ir.exists():
         raise SystemExit(f"decode_latency: {args.ir} is missing; run with --export first")
     if args.rounds < 1:
@@ -111,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows, table = [], []
     for runtime in args.runtimes:
-        modes = PLAN.get(runtime, ["unmodified", "rewritten", "decomposed"])
+        modes = ["unmodified", "rewritten"] if args.eager else PLAN.get(runtime, ["unmodified", "rewritten", "decomposed"])
         runs: dict[str, list[dict]] = {m: [] for m in modes}
         for r in range(args.rounds):
             for mode in modes:
@@ -142,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"decode latency, CPU, default configuration; prefill {args.prefill} tokens, then {args.decode} decode "
           f"steps x {args.repeats} repeats x {args.rounds} processes per mode (medians)\n")
     print(markdown_table(["runtime", "mode", "fused SDPA", "prefill ms", "decode ms/token", "rewritten / other"], table))
-    target = write_record("decode_latency", rows, model=str(args.ir.relative_to(ROOT)) if args.ir.is_relative_to(ROOT)
-                          else str(args.ir), prefill=args.prefill, decode=args.decode, export_args=EXPORT_ARGS)
+    target = write_record("decode_latency_eager" if args.eager else "decode_latency", rows, model=str(args.ir.relative_to(ROOT)) if args.ir.is_relative_to(ROOT)
+                          else str(args.ir), prefill=args.prefill, decode=args.decode,
+                          export_args=EXPORT_ARGS + (["--attn-implementation", "eager"] if args.eager else []))
     print(f"\nwrote {target}")
     return 0
 

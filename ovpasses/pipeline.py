@@ -41,6 +41,7 @@ from ovpasses.passes import (
     AttentionHeadPadding,
     ConvertOneHot16ToOneHot1,
     DisableStatefulSDPAFusion,
+    EagerAttentionToSDPA,
     ErfInvConstantFolding,
     KVCacheShapeOfDecomposition,
     ScaledDotProductAttentionDecomposition,
@@ -75,6 +76,7 @@ class Step:
 
 # The pipeline, in the order it runs. Adding a pass is one line here (and its module, and its Targets).
 STEPS: tuple[Step, ...] = (
+    Step(EagerAttentionToSDPA, targets.eager_recovery),                # IRs exported with eager attention
     Step(SharedKVCacheDetection, targets.detection),
     Step(SharedKVCacheUnsharing, targets.unsharing),                   # kv_sharing="unshare" only
     Step(AttentionHeadPadding, targets.head_padding),                  # paged_heads="pad" only
@@ -183,7 +185,7 @@ def run_pipeline(model: ov.Model, runtime: str | None = None, passes: str | Iter
         run.profile, run.detected, run.decisions, run.passes, run.masks, run.mask_actions, run.masks_not_applied,
         run.warnings, run.kinds, run.findings, outcomes(model, run.profile.version, run.op_before, run.selected),
         kv_sharing, run.unshared, run.kept_shared, run.analysis if run.analysis is not run.detected else None,
-        sliding_window, run.caches, run.heads)
+        sliding_window, run.caches, run.heads, run.eager, run.recovered, run.eager_not_applied)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 

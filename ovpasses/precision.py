@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import openvino as ov
 
 # Compile properties under which the CPU plugin computes in f32, keeps the KV cache in f32 and leaves
@@ -63,3 +64,11 @@ def compiled_precision(compiled: ov.CompiledModel) -> Precision:
             if key == "DYNAMIC_QUANTIZATION_GROUP_SIZE" else str(value)
     return Precision(values["INFERENCE_PRECISION_HINT"], values["KV_CACHE_PRECISION"],
                      values["DYNAMIC_QUANTIZATION_GROUP_SIZE"])
+
+
+def round_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round float64 values to bfloat16 (round to nearest even), returned as float64."""
+    f = np.asarray(x, np.float64).astype(np.float32)
+    bits = f.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
+    return rounded.view(np.float32).astype(np.float64)

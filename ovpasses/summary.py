@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ovpasses.analysis.attention_kinds import AttentionKind
+from ovpasses.analysis.eager_attention import EagerAttention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.sharing_lint import Finding
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches
@@ -51,6 +52,9 @@ class RewriteSummary:
     # with sliding_window="bounded": which caches are bounded, their windows, why the others are not
     sliding_window_caches: SlidingWindowCaches | None = None
     paged_heads: PagedHeadsStep | None = None   # the paged_heads step: the plan, what it padded, the cost
+    eager_attention: list[EagerAttention] = field(default_factory=list)   # eager subgraphs found in the input
+    recovered: list[str] = field(default_factory=list)        # ... that EagerAttentionToSDPA made SDPAs
+    eager_not_applied: str | None = None                      # the recovery pass, when passes= left it out
 
     @property
     def actions(self) -> dict[str, Action]:
@@ -101,6 +105,8 @@ class RewriteSummary:
                 analysis, name, barrier=barrier, decomposed=action == Action.DECOMPOSE and not unmodified,
                 shapeof_moved=action == Action.SHAPEOF and shapeof_moved and not unmodified,
                 shapeof_loses_state=self.profile.decompose_cache_shapeof)
+            if unmodified and name in self.recovered:   # measured: the plugin fuses no eager attention
+                verdicts[name] = FusionVerdict(False, "not fused: eager attention in the IR as it is (no SDPA)")
         return verdicts
 
     @property
@@ -141,7 +147,13 @@ class RewriteSummary:
             "sliding_window_caches": (None if self.sliding_window_caches is None
                                       else self.sliding_window_caches.to_dict()),
             "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),
+            "eager_attention": self.eager_to_dicts(),
         }
+
+    def eager_to_dicts(self) -> list[dict]:
+        """Per eager attention subgraph found: what it is, whether it is an SDPA now, and why not."""
+        return [dict(e.to_dict(), recovered=e.name in self.recovered, not_applied=self.eager_not_applied
+                     if e.recoverable else None) for e in self.eager_attention]
 
     def masks_to_dicts(self) -> list[dict]:
         return [{"select": m.select, "window": m.window, "sdpa": sorted(m.sdpa_direct + m.sdpa_sliced),

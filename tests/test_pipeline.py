@@ -55,7 +55,7 @@ def test_passes_take_one_name_a_comma_list_or_names(passes, ran):
 
 
 @pytest.mark.parametrize("passes, message", [
-    ("SomePass", "unknown pass SomePass; valid names: SharedKVCacheDetection, "),
+    ("SomePass", "unknown pass SomePass; valid names: EagerAttentionToSDPA, SharedKVCacheDetection, "),
     ("DisableStatefulSDPAFusion,SomePass", "unknown pass SomePass; "),
     ("", "names no pass"),
     (" , ", "names no pass"),

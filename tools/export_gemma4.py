@@ -87,6 +87,20 @@ Workarounds, each with its cause
   ``preprocessor_config.json``: the image keys VLMPipeline reads (``patch_size``, ``max_soft_tokens``,
   ``pooling_kernel_size``, ``image_mean``/``image_std``) plus the audio ones.  An export from a real
   checkpoint with torchvision would carry ``processor_config.json`` instead; VLMPipeline reads either.
+* ``--attn-implementation eager`` (an IR without ScaledDotProductAttention, for SDPA recovery): optimum-intel
+  2.2.0 honours it for the text export (its Gemma2ModelPatcher forces no attention; measured: the trace of
+  tiny8 holds 8 ``aten::softmax`` and no ``aten::scaled_dot_product_attention``; its image-text-to-text
+  language-model patcher, Gemma4LMModelPatcher, always calls an eager attention of its own). But ovc's
+  ``convert_model`` then runs MOCTransformations (``moc_emit_ir`` -> ``apply_moc_transformations``), whose
+  SDPAFusionMatcher fuses the fp32 eager subgraph again (measured: 8 Softmax after the frontend, 8
+  ScaledDotProductAttention after MOC, for an fp16 trace too). Published eager IRs escape it in ways this
+  script cannot reproduce with the 2026.4.1 converter (an older converter, 16-bit Converts around the
+  Softmax). So while converting, every Softmax output is also read by a temporary Result
+  (:func:`keep_eager_attention`): SDPAFusionMatcher fuses only a Softmax with one consumer
+  (``consumers_count(1)``), every other MOC transformation runs as usual, and the Results are removed
+  right after. The IR then holds transformers' eager subgraph as MOC leaves it; the script checks that it
+  has no SDPA and a Softmax per layer. (Skipping MOC altogether was tried: it leaves unused trace inputs
+  in the IR, which ov.Core greedy loops refuse.)
 
 Notes
 -----
@@ -404,6 +418,10 @@ def build_settings(args: argparse.Namespace) -> dict[str, Any]:
     if not 0 <= s.get("sparse_layers", 0) <= n:
         die(f"--sparse-layers must be in [0, {n}]")
     s["layer_types"] = expand_layer_types(s.pop("layer_pattern"), n)
+    if args.attn_implementation != "sdpa":   # recorded only where it differs from transformers' default
+        s["attn_implementation"] = args.attn_implementation
+    if args.weight_format != "fp32":
+        s["weight_format"] = args.weight_format
     if model_kind(s) != GEMMA3N_TEXT and s["layer_types"][-1] != FULL:
         die("Gemma 4 forces the last layer to full_attention; make the pattern end with 'f'")
     owners = s["layer_types"][: n - shared]
@@ -557,6 +575,8 @@ def build_model(config, s: dict[str, Any]):
     seed = s["seed"]
     torch.manual_seed(seed)
     model = getattr(transformers, cls)(config).eval().to(torch.float32)
+    if "attn_implementation" in s:
+        model.set_attn_implementation(s["attn_implementation"])
     # Gemma initialises every RMSNorm scale to exactly 1; jitter them (deterministically) so that a graph transformation that drops or
     # swaps a norm weight changes the output.
     gen = torch.Generator().manual_seed(seed + 1)
@@ -837,25 +857,31 @@ def export(args: argparse.Namespace) -> Path:
     log(f"saved transformers model + tokenizer to {hf_dir}")
 
     task = "image-text-to-text" if kind == GEMMA4_VLM else "text-generation-with-past"
-    log(f"exporting with optimum-intel ({task}, stateful, fp32) ...")
+    log(f"exporting with optimum-intel ({task}, stateful, {s.get('weight_format', 'fp32')} weights) ...")
     if kind != GEMMA4_VLM:
         allow_gemma4_text_export()
-    main_export(
-        model_name_or_path=str(hf_dir),
-        output=str(ov_tmp),
-        task=task,
-        framework="pt",
-        stateful=True,
-        ov_config=OVConfig(dtype="fp32"),
-        convert_tokenizer=True,
-        library_name="transformers",
-        local_files_only=True,
-        # optimum's Gemma4DummyPastKeyValuesGenerator makes the dummy cache of sliding
-        # layers sliding_window long and that of full layers sequence_length long; the
-        # traced attention mask needs both to be equal, so trace with
-        # sequence_length == sliding_window (shapes stay dynamic in the IR).
-        sequence_length=s["sliding_window"],
-    )
+    with keep_eager_attention(s.get("attn_implementation") == "eager"):
+        main_export(
+            model_name_or_path=str(hf_dir),
+            output=str(ov_tmp),
+            task=task,
+            framework="pt",
+            stateful=True,
+            ov_config=OVConfig(dtype="fp32"),
+            convert_tokenizer=True,
+            library_name="transformers",
+            local_files_only=True,
+            model_loading_kwargs={"attn_implementation": s["attn_implementation"]} if "attn_implementation" in s else None,
+            # optimum's Gemma4DummyPastKeyValuesGenerator makes the dummy cache of sliding
+            # layers sliding_window long and that of full layers sequence_length long; the
+            # traced attention mask needs both to be equal, so trace with
+            # sequence_length == sliding_window (shapes stay dynamic in the IR).
+            sequence_length=s["sliding_window"],
+        )
+    main_xml = ov_tmp / ("openvino_language_model.xml" if kind == GEMMA4_VLM else "openvino_model.xml")
+    if s.get("weight_format") == "int8":
+        compress_weights_int8(main_xml)
+    _checked_attention(main_xml, s)
     irs = (["openvino_language_model", "openvino_text_embeddings_model", "openvino_text_embeddings_per_layer_model",
             "openvino_vision_embeddings_model"] if kind == GEMMA4_VLM else ["openvino_model"])
     for name in [f"{ir}.{ext}" for ir in irs for ext in ("xml", "bin")]:
@@ -918,6 +944,9 @@ def export(args: argparse.Namespace) -> Path:
         reference["image_prompt"] = refs["image_prompt"]
     if long_ref:
         reference["long_prompt"] = long_ref
+    if s.get("weight_format") == "int8":
+        reference["ir_reference"] = ir_greedy_reference(main_xml, reference["prompt_ids"], args.new_tokens)
+        log(f"the int8 IR's own greedy tokens: {reference['ir_reference']['generated_ids']}")
     reference.update({
         "eos_token_id": EOS_ID,
         "ir": ir_info,
@@ -941,6 +970,88 @@ def export(args: argparse.Namespace) -> Path:
     for p in sorted(out_dir.iterdir()):
         log(f"  {p.name:45s} {p.stat().st_size:>10,d}")
     return out_dir
+
+
+INT8_WEIGHTS = {"bits": 8, "sym": False}   # what optimum-cli --weight-format int8 asks NNCF for
+
+
+def ir_greedy_reference(xml: Path, prompt_ids: list[int], new_tokens: int) -> dict[str, Any]:
+    """The IR's own greedy tokens (ov.Core, ovpasses.precision.EXACT_CPU_CONFIG): the reference of a
+    weight-compressed IR, whose int8 weights change the logits away from transformers' fp32 ones."""
+    import openvino as ov
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from ovpasses.precision import EXACT_CPU_CONFIG
+    from ovpasses.testing.greedy import greedy_generate
+
+    compiled = ov.Core().compile_model(xml, "CPU", EXACT_CPU_CONFIG)
+    return {"generated_ids": greedy_generate(compiled, prompt_ids, new_tokens),
+            "source": f"ov.Core greedy loop on this IR, openvino {ov.__version__.split('-')[0]}, EXACT_CPU_CONFIG",
+            "note": "generated_ids above are transformers' fp32 tokens; the int8 weights change the logits, so "
+                    "clients of this IR are checked against these tokens"}
+
+
+def compress_weights_int8(xml: Path) -> None:
+    """NNCF's int8 weight compression (per channel, asymmetric) of the IR, through optimum-intel's own
+    ``_weight_only_quantization``, as ``optimum-cli export openvino --weight-format int8`` does it after
+    the export (``main_export`` alone leaves an explicit quantization config to its caller)."""
+    import openvino as ov
+    from optimum.intel.openvino.quantization import _weight_only_quantization
+
+    model = ov.Core().read_model(xml)
+    _weight_only_quantization(model, dict(INT8_WEIGHTS))
+    tmp = xml.with_name(xml.stem + "_int8.xml")
+    ov.save_model(model, tmp, compress_to_fp16=False)
+    del model
+    for suffix in (".xml", ".bin"):
+        tmp.with_suffix(suffix).replace(xml.with_suffix(suffix))
+    log(f"{xml.name}: weights compressed to int8 by NNCF")
+
+
+def keep_eager_attention(enabled: bool):
+    """While ``enabled``: ovc's MOCTransformations (``apply_moc_transformations``, which convert_model runs
+    on the traced model) run with every Softmax's output also read by a temporary Result, removed again
+    right after. Its SDPAFusion fuses only a Softmax with one consumer, so eager attention stays eager;
+    every other transformation of MOC runs as usual (see the module docstring)."""
+    import contextlib
+
+    if not enabled:
+        return contextlib.nullcontext()
+    import openvino as ov
+    import openvino._offline_transformations as offline
+
+    moc = offline.apply_moc_transformations
+
+    def moc_keeping_softmax(model, *args, **kwargs):
+        probes = [ov.opset13.result(n.output(0)) for n in model.get_ordered_ops() if n.get_type_name() == "Softmax"]
+        model.add_results(probes)
+        moc(model, *args, **kwargs)
+        for probe in probes:
+            model.remove_result(probe)
+        model.validate_nodes_and_infer_types()
+
+    @contextlib.contextmanager
+    def patched():
+        offline.apply_moc_transformations = moc_keeping_softmax
+        try:
+            yield
+        finally:
+            offline.apply_moc_transformations = moc
+    return patched()
+
+
+def _checked_attention(xml: Path, s: dict[str, Any]) -> None:
+    """The IR's attention is what ``--attn-implementation`` asked for: with ``eager`` no
+    ScaledDotProductAttention and a Softmax per layer."""
+    if s.get("attn_implementation") != "eager":
+        return
+    import openvino as ov
+
+    types = [n.get_type_name() for n in ov.Core().read_model(xml).get_ops()]
+    sdpa, softmax = types.count("ScaledDotProductAttention"), types.count("Softmax")
+    log(f"{xml.name}: {sdpa} ScaledDotProductAttention, {softmax} Softmax")
+    if sdpa or softmax < s["num_hidden_layers"]:
+        die(f"{xml.name} was to hold eager attention: {sdpa} ScaledDotProductAttention, {softmax} Softmax")
 
 
 def allow_gemma4_text_export() -> None:
@@ -1067,6 +1178,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-double-wide-mlp", action="store_true", help="use_double_wide_mlp=False (Gemma 4)")
     p.add_argument("--sparse-layers", type=int, help="Gemma 3n: number of first layers with activation sparsity")
     p.add_argument("--seed", type=int, help="random seed of the weights (default: the preset's)")
+    p.add_argument("--attn-implementation", choices=["sdpa", "eager"], default="sdpa",
+                   help="transformers' attention for the reference and the trace (eager: an IR without "
+                        "ScaledDotProductAttention, see the module docstring)")
+    p.add_argument("--weight-format", choices=["fp32", "int8"], default="fp32",
+                   help="int8: NNCF int8 weight compression of the IR (the reference stays transformers' fp32 tokens)")
     p.add_argument("--new-tokens", type=int, default=20, help="greedy tokens recorded in reference.json")
     p.add_argument("--prompt-ids", help="comma-separated prompt token ids (default: 12 fixed ids starting with bos; "
                    "vlm8: bos and the words of the user message)")

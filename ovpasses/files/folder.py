@@ -4,7 +4,7 @@ Users hold folders, not single IRs: ``optimum-cli export openvino --task text-ge
 writes ``openvino_model.xml``; ``--task image-text-to-text`` writes ``openvino_language_model.xml``
 beside text, per-layer and vision embedding IRs; both add tokenizer and detokenizer IRs, configs and
 processor files. :func:`rewrite_folder` rewrites each IR that holds stateful attention (a ReadValue
-and a ScaledDotProductAttention), copies every other file byte for byte, and puts the new folder in
+and a ScaledDotProductAttention, or a Softmax: eager attention), copies every other file byte for byte, and puts the new folder in
 place with :func:`ovpasses.files.commit.replace_all`: a new ``-o`` appears whole, an empty one is
 filled under its lock, and ``--in-place`` swaps the folder with its rewritten copy (see
 :func:`rewrite_folder` and docs/file-guarantees.md).
@@ -44,7 +44,9 @@ from ovpasses.plan.runtimes import TOKENIZERS_CRASH_OLDER_GENAI, Version, parse_
 
 log = logging.getLogger(__name__)
 
-STATEFUL_ATTENTION = {"ReadValue", "ScaledDotProductAttention"}
+# an IR with a state and attention: SDPA, or a Softmax (eager attention, which EagerAttentionToSDPA recovers)
+STATEFUL = "ReadValue"
+ATTENTION = {"ScaledDotProductAttention", "SoftMax"}   # the IR's layer types (Softmax is "SoftMax" there)
 
 
 class FolderError(OvpassesError):
@@ -89,7 +91,8 @@ def unreadable_files(folder: Path) -> list[str]:
 
 
 def holds_stateful_attention(xml_path: Path) -> bool:
-    return STATEFUL_ATTENTION <= layer_types(xml_path)
+    types = layer_types(xml_path)
+    return STATEFUL in types and bool(ATTENTION & types)
 
 
 def stateful_irs(folder: str | os.PathLike) -> list[str]:
@@ -99,7 +102,7 @@ def stateful_irs(folder: str | os.PathLike) -> list[str]:
     found = [name for name in irs if holds_stateful_attention(folder / name)]
     if not found:
         raise FolderError(f"{folder}: no IR in this folder holds stateful attention (ReadValue and "
-                          f"ScaledDotProductAttention); IRs found: {', '.join(irs) or 'none'}")
+                          f"ScaledDotProductAttention or Softmax); IRs found: {', '.join(irs) or 'none'}")
     return found
 
 

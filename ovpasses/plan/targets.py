@@ -20,6 +20,7 @@ import openvino as ov
 
 from ovpasses.analysis.attention_heads import attention_heads
 from ovpasses.analysis.attention_kinds import AttentionKind, attention_kinds
+from ovpasses.analysis.eager_attention import EagerAttention, find_eager_attention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.analysis.op_versions import OpVersionAnalysis
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
@@ -65,6 +66,9 @@ class Run:
     heads: PagedHeadsStep | None = None              # the paged_heads plan, and what the padding did
     op_before: OpVersionAnalysis | None = None
     op_looked: bool = False
+    eager: list[EagerAttention] = field(default_factory=list)   # the eager attention subgraphs found
+    recovered: list[str] = field(default_factory=list)         # ... that are SDPAs now
+    eager_not_applied: str | None = None                       # the recovery pass, when passes= left it out
 
     def redetect(self) -> None:
         """The KV-sharing analysis of the model as it is now; through SharedKVCacheDetection (which also
@@ -109,6 +113,25 @@ class Targets:
 def by_name(names: set[str]) -> Callable[[ov.Node], bool]:
     """The predicate a pass takes: the SDPAs whose friendly names are ``names``."""
     return lambda node: node.get_friendly_name() in names
+
+
+# --------------------------------------------------------------------------------- EagerAttentionToSDPA
+def _eager(run: Run, _cls) -> tuple | None:
+    """First: the SDPAs it recovers then go through detection and the plan like exported ones."""
+    run.eager = find_eager_attention(run.model)
+    names = {e.name for e in run.eager if e.recoverable}
+    return (by_name(names),) if names else None
+
+
+def _recovered(run: Run, recovery) -> None:
+    run.recovered = list(recovery.changed)
+
+
+def _eager_skipped(run: Run, cls, _args) -> None:
+    run.eager_not_applied = cls.NAME
+
+
+eager_recovery = Targets(_eager, _recovered, _eager_skipped)
 
 
 # ------------------------------------------------------------------------------ SharedKVCacheDetection

@@ -24,14 +24,15 @@ from ovpasses.paged_padding import summary_lines
 from ovpasses.pipeline import run_pipeline
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
-from ovpasses.report.text import action_text, mask_action_text, op_action_text
+from ovpasses.report.text import action_text, eager_lines, mask_action_text, op_action_text
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
 
 
 SUMMARY_FIELDS = ("sliding_window_masks", "warnings", "lint", "unreadable_ops", "readable", "kv_sharing", "unshared",
-                  "kept_shared", "extra_cache_bytes_per_token", "sliding_window", "sliding_window_caches", "paged_heads")
+                  "kept_shared", "extra_cache_bytes_per_token", "sliding_window", "sliding_window_caches", "paged_heads",
+                  "eager_attention")
 
 
 KV_BYTES_CONTEXT = 8192   # the context at which the report gives the KV-cache bytes
@@ -135,6 +136,7 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
              f"SDPA exclusive={counts['exclusive']} shared={counts['shared']} stateless={counts['stateless']}; "
              f"expected fused: {report['fused_expected']} of {len(report['sdpa'])} "
              f"(unmodified: {report['fused_expected_unmodified']})",
+             *eager_lines(report.get("eager_attention", [])),
              ""]
     kind_width = max((len(s["kind"]["label"]) for s in report["sdpa"]), default=4)
     rows = [("layer", "kind", "head", "status", "reads", "fused", "why")]

@@ -67,6 +67,19 @@ def _bytes(count: int | None) -> str:
     return "an unknown number of bytes (a dynamic head dimension)" if count is None else f"{count} bytes"
 
 
+def eager_lines(entries: list[dict]) -> list[str]:
+    """The eager attention subgraphs found (``RewriteSummary.eager_to_dicts()``), how many are SDPAs now,
+    and why each other one is left eager."""
+    if not entries:
+        return []
+    recovered = sum(e["recovered"] for e in entries)
+    not_applied = {e["not_applied"] for e in entries if e["not_applied"]}
+    lines = [f"eager attention: {len(entries)} subgraphs, {recovered} recovered as ScaledDotProductAttention"
+             + (f" (not applied: {', '.join(sorted(not_applied))} not selected)" if not_applied else "")]
+    lines += [f"  left eager: {e['name']}: {e['reason']}" for e in entries if not e["recoverable"]]
+    return lines
+
+
 def summary_text(summary: RewriteSummary) -> str:
     """The rewrite summary as lines: what was detected, what each pass changed, what was not applied and
     how the model is left, the masks, the caches unshared or bounded, and every warning."""
@@ -81,6 +94,7 @@ def summary_text(summary: RewriteSummary) -> str:
         lines.append(f"{p.name}: {len(p.changed)} changed" + (f" ({', '.join(p.changed[:3])}"
                                                               f"{', ...' if len(p.changed) > 3 else ''})"
                                                               if p.changed else ""))
+    lines += eager_lines(summary.eager_to_dicts())
     fusion = summary.fusion()
     for pass_, names in summary.not_applied().items():
         layers = ", ".join(str(summary.analysis.layer(n)) for n in names)

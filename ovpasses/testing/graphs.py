@@ -16,6 +16,9 @@ Three families:
   Needs a runtime whose Python API has them (2026.2 and newer).
 * :class:`RMSNormSpec` / :func:`build_rms_norm` — one RMS normalization over the last axis, in the
   exporters' form (``Power(x, 2)``) or with the square as ``Multiply(x, x)``.
+* :class:`EagerAttentionSpec` / :func:`build_eager_attention` — one eager attention subgraph (MatMul ->
+  [scale] -> [mask] -> Softmax -> MatMul) in the forms exporters write, and ones that are not SDPA (a
+  softcap, a dropout, ...): the input of SDPA recovery.
 
 Each builder has a matching input generator and a float64 reference built from
 :mod:`ovpasses.testing.reference`.
@@ -30,6 +33,7 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
+from ovpasses.precision import round_to_bf16  # noqa: F401  (tests import it from here)
 from ovpasses.testing.reference import sdpa_reference
 
 MaskKind = Literal["none", "bool", "float"]
@@ -41,7 +45,34 @@ OUTPUT_NAME = "attention"
 
 
 @dataclass(frozen=True)
-class AttentionSpec:
+class _HeadsSpec:
+    """What the attention specs share: the sizes (``kv_heads`` None: as many as ``heads``) and ``with_``."""
+
+    batch: int = 2
+    heads: int = 4
+    kv_heads: int | None = None
+    q_len: int = 5
+    kv_len: int = 7
+    head_dim: int = 8
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    def with_(self, **changes):
+        return replace(self, **changes)
+
+
+def round_to(x, dtype: DType) -> np.ndarray:
+    """float64 values rounded to ``dtype`` (f32, f16 or bf16), returned as float64."""
+    x = np.asarray(x, np.float64)
+    if dtype == "f16":
+        return x.astype(np.float16).astype(np.float64)
+    return round_to_bf16(x) if dtype == "bf16" else x.astype(np.float32).astype(np.float64)
+
+
+@dataclass(frozen=True)
+class AttentionSpec(_HeadsSpec):
     """One ScaledDotProductAttention node and what feeds it.
 
     ``kv_heads < heads`` gives a GQA layout: K and V have ``kv_heads`` heads and reach the SDPA
@@ -52,12 +83,6 @@ class AttentionSpec:
     as the SDPA's scale, the way some exporters emit it.
     """
 
-    batch: int = 2
-    heads: int = 4
-    kv_heads: int | None = None
-    q_len: int = 5
-    kv_len: int = 7
-    head_dim: int = 8
     v_head_dim: int | None = None
     mask: MaskKind = "none"
     mask_shape: MaskShape = "full"
@@ -74,15 +99,8 @@ class AttentionSpec:
             raise ValueError("a scalar mask is a float zero; boolean masks need a shape")
 
     @property
-    def n_kv_heads(self) -> int:
-        return self.heads if self.kv_heads is None else self.kv_heads
-
-    @property
     def dv(self) -> int:
         return self.head_dim if self.v_head_dim is None else self.v_head_dim
-
-    def with_(self, **changes) -> AttentionSpec:
-        return replace(self, **changes)
 
 
 def ov_type(dtype: DType) -> ov.Type:
@@ -197,12 +215,7 @@ def attention_reference(spec: AttentionSpec, inputs: dict[str, np.ndarray]) -> n
     The inputs are first rounded to the model's compute element type, as the model sees them.
     """
     def as_compute(x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x, np.float64)
-        if spec.dtype == "f16":
-            return x.astype(np.float16).astype(np.float64)
-        if spec.dtype == "bf16":
-            return round_to_bf16(x)
-        return x.astype(np.float32).astype(np.float64)
+        return round_to(x, spec.dtype)
 
     q, k, v = (as_compute(inputs[n]) for n in ("q", "k", "v"))
     rep = spec.heads // spec.n_kv_heads
@@ -220,14 +233,6 @@ def attention_reference(spec: AttentionSpec, inputs: dict[str, np.ndarray]) -> n
         else:
             mask = inputs["mask"] if spec.mask == "bool" else as_compute(inputs["mask"])
     return sdpa_reference(q, k, v, mask, scale, spec.causal)
-
-
-def round_to_bf16(x: np.ndarray) -> np.ndarray:
-    """Round float64 values to bfloat16 (round to nearest even), returned as float64."""
-    f = np.asarray(x, np.float64).astype(np.float32)
-    bits = f.view(np.uint32).astype(np.uint64)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000).astype(np.uint32)
-    return rounded.view(np.float32).astype(np.float64)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1305,3 +1310,144 @@ def rms_norm_reference(spec: RMSNormSpec, feed: dict[str, np.ndarray]) -> np.nda
     """Float64 reference of :func:`build_rms_norm`."""
     x = feed["x"].astype(np.float64)
     return x / np.sqrt((x * x).mean(-1, keepdims=True) + spec.eps) * spec.gamma.astype(np.float64)
+
+
+# --------------------------------------------------------------------------------------------------
+# Eager attention (MatMul -> [scale] -> [mask] -> Softmax -> MatMul), the input of SDPA recovery
+# --------------------------------------------------------------------------------------------------
+EagerScaleAt = Literal["none", "q", "k", "kT", "scores"]
+EagerMask = Literal["none", "float", "select", "select_fill", "select_finite"]
+EagerKTranspose = Literal["transpose_b", "transpose", "pretransposed"]
+EagerRefuse = Literal["none", "softcap", "dropout", "axis", "weights_output"]
+
+EAGER_FINITE_FILL = -1e4
+EAGER_SOFTCAP = 5.0
+EAGER_DROPOUT_KEEP = 0.9
+
+
+@dataclass(frozen=True)
+class EagerAttentionSpec(_HeadsSpec):
+    """One eager attention subgraph as exporters write it from transformers' ``eager_attention_forward``.
+
+    ``scale_at``: where the scale ``scale_value`` applies (Q, K, K after its transpose ``kT``, or the scores; ``scale_op`` multiplies or
+    divides). ``mask``: ``float`` adds a float mask [B, 1, L, S]; ``select`` is ``Select(keep, scores,
+    -inf)``, ``select_fill`` ``Select(drop, -inf, scores)`` (masked_fill), ``select_finite`` masked_fill with
+    :data:`EAGER_FINITE_FILL`. ``k_transpose``: how K^T is taken (``pretransposed``: K arrives as
+    [B, H, E, S] and is multiplied untransposed). ``dtype`` f16/bf16 computes in that type with the
+    Softmax in f32 between Converts (transformers' ``softmax(dtype=float32).to(query.dtype)``).
+    ``refuse`` adds what is not SDPA: a softcap (``tanh(x / c) * c`` on the scores), a dropout (a
+    Multiply of the weights), a Softmax over the query axis, the weights as a second model output.
+    """
+
+    scale_at: EagerScaleAt = "scores"
+    scale_op: Literal["multiply", "divide"] = "multiply"
+    scale_value: float = 0.35
+    mask: EagerMask = "float"
+    k_transpose: EagerKTranspose = "transpose_b"
+    dtype: DType = "f32"
+    softmax_opset: Literal[1, 8] = 8
+    refuse: EagerRefuse = "none"
+
+
+def build_eager_attention(spec: EagerAttentionSpec) -> ov.Model:
+    """A model computing one eager attention as ``spec`` describes. Inputs q, k, v, [mask]; output
+    ``attention`` (and ``weights`` for ``refuse="weights_output"``)."""
+    io_et, et = (ov.Type.f16 if spec.dtype == "f16" else ov.Type.f32), ov_type(spec.dtype)
+    B, H, Hkv, L, S, E = spec.batch, spec.heads, spec.n_kv_heads, spec.q_len, spec.kv_len, spec.head_dim
+    k_shape = [B, Hkv, E, S] if spec.k_transpose == "pretransposed" else [B, Hkv, S, E]
+    q_p, k_p, v_p = _param("q", [B, H, L, E], (), io_et), _param("k", k_shape, (), io_et), _param("v", [B, Hkv, S, E], (), io_et)
+    params = [q_p, k_p, v_p]
+    q, k, v = (_to_compute_type(p, spec.dtype) for p in params)
+    if Hkv != H:
+        k, v = gqa_broadcast(k, Hkv, H, "k_gqa"), gqa_broadcast(v, Hkv, H, "v_gqa")
+
+    def scalar(value: float) -> ov.Node:
+        return ops.constant(np.array(value, np.float32), dtype=et) if spec.dtype != "bf16" else \
+            ops.convert(ops.constant(np.float32(value)), et)
+
+    def scaled(x):
+        return (ops.multiply if spec.scale_op == "multiply" else ops.divide)(x, scalar(spec.scale_value))
+
+    q = scaled(q) if spec.scale_at == "q" else q
+    k = scaled(k) if spec.scale_at == "k" else k
+    if spec.k_transpose == "transpose":
+        k = ops.transpose(k, ops.constant(np.array([0, 1, 3, 2], np.int64)))
+    k = scaled(k) if spec.scale_at == "kT" else k
+    scores = ops.matmul(q, k, False, spec.k_transpose == "transpose_b")
+    scores = scaled(scores) if spec.scale_at == "scores" else scores
+    if spec.refuse == "softcap":
+        scores = ops.multiply(ops.tanh(ops.divide(scores, scalar(EAGER_SOFTCAP))), scalar(EAGER_SOFTCAP))
+    if spec.mask == "float":
+        m_p = _param("mask", [B, 1, L, S], (), io_et)
+        params.append(m_p)
+        scores = ops.add(scores, _to_compute_type(m_p, spec.dtype))
+    elif spec.mask != "none":
+        m_p = _param("mask", [B, 1, L, S], (), ov.Type.boolean)   # True: the key is attended
+        params.append(m_p)
+        fill = scalar(EAGER_FINITE_FILL if spec.mask == "select_finite" else -np.inf)
+        scores = (ops.select(ops.logical_not(m_p), fill, scores) if spec.mask == "select_fill"
+                  else ops.select(m_p, scores, fill))
+    if spec.dtype != "f32":
+        scores = ops.convert(scores, ov.Type.f32)
+    axis = -2 if spec.refuse == "axis" else -1
+    probs = ops.softmax(scores, axis) if spec.softmax_opset == 8 else \
+        ov.opset1.softmax(scores, axis % 4)
+    probs.set_friendly_name("softmax")
+    weights = probs
+    if spec.dtype != "f32":
+        probs = ops.convert(probs, et)
+    if spec.refuse == "dropout":
+        keep = np.random.default_rng(5).random((1, 1, L, S)) < EAGER_DROPOUT_KEEP
+        probs = ops.multiply(probs, ops.constant((keep / EAGER_DROPOUT_KEEP).astype(np.float32), dtype=et))
+    out = ops.matmul(probs, v, False, False)
+    out.set_friendly_name("attention")
+    out = ops.convert(out, ov.Type.f32) if spec.dtype == "bf16" else out
+    results = [ops.result(out)]
+    results[0].output(0).set_names({OUTPUT_NAME})
+    if spec.refuse == "weights_output":
+        results.append(ops.result(weights))
+        results[1].output(0).set_names({"weights"})
+    return ov.Model(results, params, "eager_attention")
+
+
+def eager_attention_inputs(spec: EagerAttentionSpec, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded inputs for :func:`build_eager_attention`. Boolean masks keep at least one key per row."""
+    rng = np.random.default_rng(seed)
+    nt = io_numpy_type(spec.dtype)
+    B, H, Hkv, L, S, E = spec.batch, spec.heads, spec.n_kv_heads, spec.q_len, spec.kv_len, spec.head_dim
+    k_shape = (B, Hkv, E, S) if spec.k_transpose == "pretransposed" else (B, Hkv, S, E)
+    data = {"q": rng.standard_normal((B, H, L, E)).astype(nt), "k": rng.standard_normal(k_shape).astype(nt),
+            "v": rng.standard_normal((B, Hkv, S, E)).astype(nt)}
+    if spec.mask == "float":
+        data["mask"] = np.where(rng.random((B, 1, L, S)) > 0.3, 0.0, -1e4).astype(nt)
+    elif spec.mask != "none":
+        keep = rng.random((B, 1, L, S)) > 0.3
+        keep[..., 0] = True
+        data["mask"] = keep
+    return data
+
+
+def eager_attention_reference(spec: EagerAttentionSpec, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The float64 reference of :func:`build_eager_attention` (recoverable forms), from the
+    ScaledDotProductAttention-13 specification (:func:`~ovpasses.testing.reference.sdpa_reference`), with
+    Q or K scaled first in the model's element type where the eager graph scales them."""
+    def as_compute(x):
+        return round_to(x, spec.dtype)
+
+    q, k, v = (as_compute(inputs[n]) for n in ("q", "k", "v"))
+    if spec.k_transpose == "pretransposed":
+        k = np.swapaxes(k, -1, -2)
+    rep = spec.heads // spec.n_kv_heads
+    k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
+    s = as_compute(np.float64(spec.scale_value))
+    factor = s if spec.scale_op == "multiply" else 1.0 / s
+    if spec.scale_at == "q":
+        q = as_compute(q * s if spec.scale_op == "multiply" else q / s)
+    if spec.scale_at in ("k", "kT"):
+        k = as_compute(k * s if spec.scale_op == "multiply" else k / s)
+    mask = None
+    if spec.mask == "float":
+        mask = as_compute(inputs["mask"])
+    elif spec.mask in ("select", "select_fill"):
+        mask = inputs["mask"]
+    return sdpa_reference(q, k, v, mask, factor if spec.scale_at == "scores" else 1.0)

@@ -1,10 +1,11 @@
 """Run one exported LLM fixture one way, under whichever OpenVINO this interpreter has.
 
-    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|unshared|bounded|unshared-bounded|paged-pad|decomposed
+    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|recovered|unshared|bounded|unshared-bounded|paged-pad|decomposed
                                       --path core|stateful|paged|default|batching [PATH ...]
                                       [--prompt default|long]
 
-prints one JSON object per path, in one process: the runtime, whether the tokens equal transformers'
+prints one JSON object per cell, in one process (``--mode`` and ``--path`` take comma lists: every mode
+on every path): the runtime, whether the tokens equal transformers'
 (reference.json), the error if it failed, and the fused SDPA count (core path); then leaves with
 ``os._exit`` (openvino_genai 2026.0 - 2026.2.1 segfaults now and then when a pipeline is destroyed,
 after its work is done). Several paths in one process save a start-up each; run an IR that the paged
@@ -13,7 +14,9 @@ that process may crash). ``--prompt long`` uses the reference's
 ``long_prompt`` (a prompt longer than the sliding window; only fixtures exported with
 ``--long-prompt-length`` have one). ``bounded`` and ``unshared-bounded`` add
 ``sliding_window="bounded"``; ``paged-pad`` adds ``paged_heads="pad"`` (one head layout for the CPU
-PagedAttention). ``decomposed`` is the blunt alternative to
+PagedAttention). ``recovered`` runs EagerAttentionToSDPA alone
+(``passes="EagerAttentionToSDPA"``: an eager IR's SDPAs recovered, without the runtime plan).
+``decomposed`` is the blunt alternative to
 ovpasses' plan: every SDPA decomposed by ScaledDotProductAttentionDecomposition.
 ``tools/runtime_matrix.py`` runs this in one subprocess per cell and per runtime virtual environment,
 so that a crash of one runtime (some segfault) costs one cell only. FIXTURE_DIR is any export folder
@@ -49,7 +52,7 @@ from ovpasses.check import count_fused_sdpa
 from ovpasses.testing.greedy import greedy_generate
 from ovpasses.precision import EXACT_CPU_CONFIG
 
-REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded", "paged-pad")
+REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded", "paged-pad", "recovered")
 MODES = ("unmodified", *REWRITE_MODES, "decomposed")
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
 
@@ -64,7 +67,8 @@ def apply_mode(model: ov.Model, mode: str) -> ov.Model:
         import ovpasses
         ovpasses.rewrite(model, kv_sharing="unshare" if mode.startswith("unshared") else "keep",
                          sliding_window="bounded" if mode.endswith("bounded") else "full",
-                         paged_heads="pad" if mode == "paged-pad" else "keep")
+                         paged_heads="pad" if mode == "paged-pad" else "keep",
+                         passes="EagerAttentionToSDPA" if mode == "recovered" else None)
     elif mode == "decomposed":
         from openvino.passes import Manager
 
@@ -93,27 +97,36 @@ def reference_tokens(fixture: Path, prompt: str = "default") -> tuple[list[int],
         reference = reference["long_prompt"]
     elif prompt != "default":
         raise ValueError(f"unknown prompt {prompt!r}; one of {', '.join(PROMPTS)}")
-    return reference["prompt_ids"], reference["generated_ids"]
+    # a weight-compressed IR is checked against its own tokens (tools/export_gemma4.py --weight-format int8)
+    return reference["prompt_ids"], reference.get("ir_reference", reference)["generated_ids"]
+
+
+def grid_in(python: Path, folder: Path, modes: list[str], paths: list[str], prompt: str = "default",
+            timeout: int = 600) -> list[dict]:
+    """Every mode of ``modes`` on every path of ``paths`` (in that order), run by ``python`` (a venv's
+    interpreter, so under its runtime) in one process of their own: this module's ``main`` on
+    ``folder``; the JSON objects it printed. :class:`AssertionError` (for tests) when the worker died,
+    with its stderr's end."""
+    import subprocess
+
+    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(folder), "--mode", ",".join(modes),
+                           "--path", ",".join(paths), "--prompt", prompt], capture_output=True, text=True,
+                          timeout=timeout, cwd=Path(__file__).resolve().parents[2])
+    cells = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    expected = len(modes) * len(paths)
+    assert proc.returncode == 0 and len(cells) == expected, \
+        f"worker died (exit {proc.returncode}) after {len(cells)} of {expected} cells: {proc.stderr[-2000:]}"
+    return cells
 
 
 def cells_in(python: Path, folder: Path, mode: str, paths: list[str], prompt: str = "default",
              timeout: int = 600) -> dict[str, dict]:
-    """Cells run by ``python`` (a venv's interpreter, so under its runtime) in one process of their own:
-    this module's ``main`` on ``folder``, one cell per path; the JSON printed, by path.
-    :class:`AssertionError` (for tests) when the worker died, with its stderr's end."""
-    import subprocess
-
-    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(folder), "--mode", mode, "--path", *paths,
-                           "--prompt", prompt], capture_output=True, text=True, timeout=timeout,
-                          cwd=Path(__file__).resolve().parents[2])
-    cells = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and len(cells) == len(paths), \
-        f"worker died (exit {proc.returncode}) after {len(cells)} of {len(paths)} cells: {proc.stderr[-2000:]}"
-    return {cell["path"]: cell for cell in cells}
+    """One mode on several paths in one process (:func:`grid_in`), by path."""
+    return {cell["path"]: cell for cell in grid_in(python, folder, [mode], paths, prompt, timeout)}
 
 
 def cell_in(python: Path, folder: Path, mode: str, path: str, prompt: str = "default", timeout: int = 600) -> dict:
-    """One cell in a process of its own (:func:`cells_in`)."""
+    """One cell in a process of its own (:func:`grid_in`)."""
     return cells_in(python, folder, mode, [path], prompt, timeout)[path]
 
 
@@ -210,15 +223,29 @@ GENAI_PATHS = ("stateful", "paged", "default", "batching")
 PATHS = ("core", *GENAI_PATHS)
 
 
+def _choices(valid: tuple[str, ...]):
+    """An argparse type: a comma list of names out of ``valid``."""
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        unknown = [n for n in names if n not in valid]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"{', '.join(unknown)}: not one of {', '.join(valid)}")
+        return names
+    return parse
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fixture", type=Path)
-    parser.add_argument("--mode", choices=MODES, required=True)
-    parser.add_argument("--path", choices=PATHS, nargs="+", required=True)
+    parser.add_argument("--mode", type=_choices(MODES), required=True, help="one, or a comma list")
+    parser.add_argument("--path", type=_choices(PATHS), nargs="+", required=True,
+                        help="one or more, each one or a comma list")
     parser.add_argument("--prompt", choices=PROMPTS, default="default")
     args = parser.parse_args(argv)
-    for path in args.path:
-        print(json.dumps(run_cell(args.fixture, args.mode, path, args.prompt)), flush=True)
+    paths = [path for group in args.path for path in group]
+    for mode in args.mode:
+        for path in paths:
+            print(json.dumps(run_cell(args.fixture, mode, path, args.prompt)), flush=True)
     sys.stderr.flush()
     os._exit(0)   # see the module's docstring: genai's teardown may crash after the results are out
 
