@@ -384,18 +384,33 @@ TURNS = ("w10 w11 w12 w13", "w20 w21 w22 w23 w24 w25 w26", "w30 w31")
 ANSWER = 12
 
 
-def chat(folder: Path, **kwargs) -> list[str]:
+def chat(pipe, turns: tuple[str, ...] = TURNS, answer: int = ANSWER) -> list[list[int]]:
+    """The token ids of each answer of ``pipe``'s (an LLMPipeline or VLMPipeline) greedy chat over ``turns``,
+    ``answer`` tokens each, between start_chat and finish_chat."""
+    import openvino_genai as genai
+
+    from ovpasses.check.genai import token_collector
+    config = genai.GenerationConfig()
+    config.max_new_tokens = config.min_new_tokens = answer
+    config.do_sample = False
+    answers = []
+    pipe.start_chat()
+    try:
+        for turn in turns:
+            streamer = token_collector()
+            pipe.generate(turn, generation_config=config, streamer=streamer)
+            answers.append(list(streamer.ids))
+    finally:
+        pipe.finish_chat()
+    assert [len(a) for a in answers] == [answer] * len(turns)
+    return answers
+
+
+def llm_chat(folder: Path, **kwargs) -> list[list[int]]:
     import openvino_genai as genai
     pipe = genai.LLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
     pipe.get_tokenizer().set_chat_template(CHAT_TEMPLATE)
-    config = genai.GenerationConfig()
-    config.max_new_tokens = config.min_new_tokens = ANSWER
-    config.do_sample = False
-    pipe.start_chat()
-    try:
-        return [str(pipe.generate(turn, config)) for turn in TURNS]
-    finally:
-        pipe.finish_chat()
+    return chat(pipe)
 
 
 @pytest.mark.skipif(AFFECTED, reason="measured on the newest runtime (tokenizers of 2026.4 crash genai 2026.0)")
@@ -404,11 +419,38 @@ def test_genai_stateful_chat_fails_loudly_or_keeps_a_margin(tmp_path):
     feeds it again as templated history (measured on 2026.4.1: it needs a margin of the answer's length,
     12 here; 11 fails). Without a margin the second turn raises at the lost-positions check; with one it
     equals the unmodified model's chat, turn by turn. The paged path (default) never sees the bound."""
-    expected = chat(genai_folder(tmp_path, "full"), ATTENTION_BACKEND="SDPA")
+    expected = llm_chat(genai_folder(tmp_path, "full"), ATTENTION_BACKEND="SDPA")
     with pytest.raises(RuntimeError, match="Argument shapes are inconsistent"):
-        chat(genai_folder(tmp_path, "bounded"), ATTENTION_BACKEND="SDPA")
-    assert chat(genai_folder(tmp_path, "bounded", ANSWER), ATTENTION_BACKEND="SDPA") == expected
-    assert chat(genai_folder(tmp_path, "bounded")) == chat(genai_folder(tmp_path, "full"))
+        llm_chat(genai_folder(tmp_path, "bounded"), ATTENTION_BACKEND="SDPA")
+    assert llm_chat(genai_folder(tmp_path, "bounded", ANSWER), ATTENTION_BACKEND="SDPA") == expected
+    assert llm_chat(genai_folder(tmp_path, "bounded")) == llm_chat(genai_folder(tmp_path, "full"))
+
+
+VLM_TURNS = ("w29 w157 w479 w499", "w217 w129 w235 w39 w37 w229 w119", "w40 w41", "w300 w301 w302")
+
+
+@pytest.mark.skipif(AFFECTED, reason="measured on the newest runtime (tokenizers of 2026.4 crash genai 2026.0)")
+def test_vlm_chat_equals_the_unmodified_folder(tmp_path, capsys):
+    """VLMPipeline's multi-turn chat (start_chat, four turns of 12 tokens under Gemma 4's template, finish_chat;
+    each turn's context passes W = 16, the chat's about 90 tokens) on a folder bounded with margin 0 gives the
+    unmodified folder's answers, stateful and paged. Unlike LLMPipeline's, VLMPipeline's stateful chat takes
+    nothing back out of the cache (measured on 2026.4.1: margin 0 is exact, nothing reaches the lost-positions
+    check). Turn one's answer is the ov.Core greedy continuation of the templated prompt, so the chat is the
+    one the template says."""
+    import openvino_genai as genai
+
+    from ovpasses.testing.greedy import vlm_greedy
+    vlm8 = FIXTURES / "vlm8"
+    bounded = tmp_path / "bounded"
+    assert cli.main(["rewrite", str(vlm8), "-o", str(bounded), "--sliding-window", "bounded"]) == 0
+    capsys.readouterr()
+    first_turn = [2, 4, 14, 29, 157, 479, 499, 5, 4, 15]   # <bos><|turn>user\n w29 w157 w479 w499<turn|>\n<|turn>model\n
+    paths = {"stateful": {"ATTENTION_BACKEND": "SDPA"}, "paged": {"scheduler_config": genai.SchedulerConfig()}}
+    for path, kwargs in paths.items():
+        expected = chat(genai.VLMPipeline(str(vlm8), "CPU", **kwargs, **EXACT_CPU_CONFIG), VLM_TURNS)
+        assert chat(genai.VLMPipeline(str(bounded), "CPU", **kwargs, **EXACT_CPU_CONFIG), VLM_TURNS) == expected, path
+        if path == "stateful":
+            assert expected[0] == vlm_greedy(vlm8, first_turn, ANSWER, "CPU", EXACT_CPU_CONFIG)[0]
 
 
 def cell(python: Path, fixture: str | Path, mode: str, path: str, prompt: str = "default") -> dict:
