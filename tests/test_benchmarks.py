@@ -59,3 +59,7 @@ def test_benchmark_script_runs(script, tmp_path):
         assert all(row["status"] == "ok" and row["tokens_match"] and row["decode_ms_per_token"] > 0 for row in rows.values())
         assert rows["paged-padded"]["kv_bytes_per_token"] > rows["paged"]["kv_bytes_per_token"]
         assert rows["stateful-padded"]["kv_bytes_per_token"] == rows["paged-padded"]["kv_bytes_per_token"]
+    if script == "sliding_window":   # each form measured in a process of its own, both configs, every form
+        assert {(row["config"], row["form"]) for row in data["rows"]} == {
+            (c, f) for c in ("default", "exact") for f in ("unmodified", "bounded", "unshared", "unshared+bounded")}
+        assert all(row["process_peak_rss_mib"] >= row["peak_rss_rise_mib"] > 0 for row in data["rows"])
