@@ -202,6 +202,51 @@ def test_one_head_caches_reach_the_sdpa_without_the_gqa_expand():
     assert min(greedy.state_lengths().values()) == 511
 
 
+@pytest.mark.parametrize("kv_sharing", ["keep", "unshare"])
+def test_several_kv_head_expands_broadcast_in_numpy_mode_bit_for_bit(kv_sharing, monkeypatch):
+    """tiny8 has 2 KV heads and 4 query heads: the GQA expand stays. Every expand in front of an SDPA that reads a
+    bounded or shared cache becomes ``Broadcast(u, ShapeOf(u) * [1, 1, 2, 1, 1], numpy)``; an exclusive full
+    cache (unshared) keeps the exported expand, and the plugin's stateful kernel still takes those layers (2).
+    A prompt of 40 in chunks of 7 and 30 tokens: logits bit-identical to the bounded model with the exported
+    (bidirectional) expands; the tokens against the unmodified model are test_greedy_tokens_equal_the_unmodified_model's."""
+    from ovpasses.check import count_fused_sdpa
+    from ovpasses.passes import sliding_window_cache_bounding as bounding
+
+    model = read()
+    summary = ovpasses.rewrite(model, kv_sharing=kv_sharing, sliding_window="bounded")
+    bounded_readers = {n for b in summary.sliding_window_caches.bounded.values() for n in b.readers}
+    modes = {}
+    for sdpa in (n for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"):
+        for port in (1, 2):
+            reshape = sdpa.input_value(port).get_node()
+            broadcast = reshape.input_value(0).get_node()
+            unsqueeze = broadcast.input_value(0).get_node()
+            assert (reshape.get_type_name(), broadcast.get_type_name(), unsqueeze.get_type_name()) == \
+                ("Reshape", "Broadcast", "Unsqueeze"), sdpa.get_friendly_name()
+            modes.setdefault(broadcast.get_attributes()["mode"], set()).add(sdpa.get_friendly_name())
+            if broadcast.get_attributes()["mode"] == "numpy":
+                target = broadcast.input_value(1).get_node()
+                assert target.get_type_name() == "Multiply"
+                assert target.input_value(0).get_node().input_value(0).get_node() is unsqueeze
+                assert list(target.input_value(1).get_node().get_data()) == [1, 1, 2, 1, 1]
+    assert bounded_readers <= modes["numpy"]
+    fused = count_fused_sdpa(ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG))
+    if kv_sharing == "unshare":
+        assert {summary.analysis.layer(n) for n in modes["bidirectional"]} == {3, 7} and fused == 2
+    else:
+        assert "bidirectional" not in modes and fused == 0
+    prompt = [int(t) for t in np.random.default_rng(3).integers(4, 500, 40)]
+    tokens, logits = Greedy(model).run(prompt, 7, 30)
+    monkeypatch.setattr(bounding, "_numpy_expand", lambda sdpa, port: False)
+    exported = read()
+    ovpasses.rewrite(exported, kv_sharing=kv_sharing, sliding_window="bounded")
+    assert {b.get_attributes()["mode"] for n in exported.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"
+            for b in (n.input_value(port).get_node().input_value(0).get_node() for port in (1, 2))} == {"bidirectional"}
+    expected_tokens, expected_logits = Greedy(exported).run(prompt, 7, 30)
+    assert tokens == expected_tokens
+    np.testing.assert_array_equal(logits, expected_logits)
+
+
 @pytest.mark.parametrize("margin", [0, 4])
 def test_a_rollback_past_the_margin_fails_the_inference(margin):
     """openvino_genai's trim_kv_cache takes N positions from every state. Up to the margin the bounded model
