@@ -264,9 +264,9 @@ def _elide_single_head_expand(sdpa: ov.Node, port: int) -> bool:
     ``[B, 1, S, D]``: the SDPA broadcasts it over the query heads (its specification's MatMul broadcasts
     batch dimensions), so the values are the same. Why the bounding does it, for every SDPA that reads a
     cache (measured on 2026.4.1 at E2B's widths, one KV head, 8 query heads): the expand copies the cache 8
-    times every step, and once a target reads a shape the bounding re-sourced (``ScatterUpdate``) the plugin
-    runs it as a reference Broadcast (``ref_f32``, with reorders): the bounded form decoded slower than the
-    unmodified model at 8k. Several KV heads keep the expand (a broadcast would not repeat them the way the
+    times every step, and in every layer outside the plugin's stateful kernel (all bounded ones) its
+    bidirectional Broadcast runs as a Multiply by a broadcast of ones (``Broadcast (ref_f32)``, with
+    reorders; see :func:`_numpy_expand`): the bounded form decoded slower than the unmodified model at 8k. Several KV heads keep the expand (a broadcast would not repeat them the way the
     expand does): :func:`_numpy_expand`. Returns whether the input changed."""
     expand = _expand(sdpa, port)
     if expand is None:
@@ -287,8 +287,9 @@ def _numpy_expand(sdpa: ov.Node, port: int) -> bool:
     so the values are the exported Broadcast's. Why (measured on 2026.4.1, ``out/e2b-kv2-w512``: 2 KV heads, 8
     query heads, 4k context, docs/sliding_window.md): the exporter's Broadcast is bidirectional with a
     computed target, which the CPU plugin's ConvertBroadcast3 turns into ``Multiply(kv, Broadcast(1, target))``
-    (a reference Broadcast of ones as large as the expanded cache, every step, in the unmodified IR's unfused
-    layers as in the bounded one); a numpy Broadcast runs in the plugin's own Broadcast node. Returns
+    (a Broadcast of ones as large as the expanded cache, a Reorder and the Multiply, every step, in the
+    unmodified IR's unfused layers as in the bounded one); a numpy Broadcast is one copy in the plugin's
+    Broadcast node. Returns
     whether it changed; an expand whose inserted axis has no static size, or whose other static sizes are not
     the input's, is left as it is. The pass calls it only for SDPAs the plugin's stateful kernel does not take
     (``plan.unfused_readers``): the kernel takes the exported expand whole, and a rebuilt one takes the layer
