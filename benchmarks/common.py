@@ -83,6 +83,19 @@ def write_record(name: str, rows: list[dict], **extra) -> Path:
     return target
 
 
+def model_parser(doc: str, context: int):
+    """The command line the sliding-window scripts share: ``--model`` (an export folder), ``--context`` (prompt
+    tokens, default ``context``) and ``--chunk`` (prefill chunk, default 1000); the description is ``doc``'s
+    first paragraph."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--context", type=int, default=context)
+    parser.add_argument("--chunk", type=int, default=1000)
+    return parser
+
+
 def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 

@@ -11,11 +11,13 @@ each form in turn (interleaved, so that load on the machine spreads over all of 
 is filled with a ``--context``-token prompt in ``--chunk``-token chunks (prefill time), then
 ``--decode`` greedy tokens are decoded one by one (median ms per token). State is the bytes of every
 state as the plugin holds them (``get_byte_size``, the element type the config gives the cache) after
-the prefill and after the decode. Peak RSS is the process's high-water mark during that measurement
-(reset before it through ``/proc/self/clear_refs``; it includes every compiled form's weights) and its
-rise above the RSS before the request was made. Each form's greedy tokens and last-step logits are
-compared with the unmodified form's of the same round (``max_logit_diff`` over the steps whose tokens
-agree so far).
+the prefill and after the decode. Each form is compiled and measured in a worker process of its own
+(this script with ``--worker FORM``, fed one JSON line per measurement), so its memory is its own:
+``peak_rss_mib`` is the worker's high-water mark during that measurement (reset before it through
+``/proc/self/clear_refs``: the form's weights and that request), ``peak_rss_rise_mib`` its rise above the
+RSS before the request was made, and ``process_peak_rss_mib`` the worker's ``ru_maxrss`` (its whole life,
+compilation included). Each form's greedy tokens and last-step logits are compared with the unmodified
+form's of the same round (``max_logit_diff`` over the steps whose tokens agree so far).
 
 The record is rewritten after every measurement (``"complete": false`` until the end), so a cut-off
 run keeps what it measured. The default name is ``sliding_window-<model folder>-<first context>``.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,30 +45,80 @@ def configs() -> dict[str, dict]:
     return {"default": {}, "exact": dict(EXACT_CPU_CONFIG)}
 
 
-def compiled_forms(model_dir: Path, forms: list[str], config: dict, margin: int) -> dict:
+def compile_form(model_dir: Path, name: str, config: dict, margin: int):
+    """``name``'s form of the model compiled with ``config`` and warmed up: (compiled, fused SDPA count, precisions)."""
     import openvino as ov
 
     import ovpasses
     from ovpasses.check import count_fused_sdpa
-    core, out = ov.Core(), {}
-    for name in forms:
-        model = core.read_model(model_dir / "openvino_model.xml")
-        form = FORMS[name]
-        if form is not None:
-            ovpasses.rewrite(model, kv_sharing=form[0], sliding_window=form[1],
-                             sliding_window_margin=margin if form[1] == "bounded" else 0)
-        compiled = core.compile_model(model, "CPU", config)
-        warm = compiled.create_infer_request()   # first inferences allocate; not part of any measurement
-        warm.reset_state()
-        for past, n in ((0, 16), (16, 1)):
-            warm.infer({"input_ids": np.full((1, n), 5, np.int64), "attention_mask": np.ones((1, past + n), np.int64),
-                        "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
-                        "beam_idx": np.zeros(1, np.int32)})
-        del warm
-        precision = {key: _type_name(compiled.get_property(key)) for key in ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION")}
-        out[name] = (compiled, count_fused_sdpa(compiled), precision)
-        del model
-    return out
+    core = ov.Core()
+    model = core.read_model(model_dir / "openvino_model.xml")
+    form = FORMS[name]
+    if form is not None:
+        ovpasses.rewrite(model, kv_sharing=form[0], sliding_window=form[1],
+                         sliding_window_margin=margin if form[1] == "bounded" else 0)
+    compiled = core.compile_model(model, "CPU", config)
+    warm = compiled.create_infer_request()   # first inferences allocate; not part of any measurement
+    warm.reset_state()
+    for past, n in ((0, 16), (16, 1)):
+        warm.infer({"input_ids": np.full((1, n), 5, np.int64), "attention_mask": np.ones((1, past + n), np.int64),
+                    "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
+                    "beam_idx": np.zeros(1, np.int32)})
+    del warm
+    precision = {key: _type_name(compiled.get_property(key)) for key in ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION")}
+    return compiled, count_fused_sdpa(compiled), precision
+
+
+def serve(model_dir: Path, form: str, config_name: str, margin: int) -> int:
+    """The worker: compile ``form``, print ``{"fused_sdpa", "precision"}``, then per JSON line on stdin
+    (``context``, ``chunk``, ``decode``, ``vocab``, ``logits_path``) measure, save the logits there and print
+    the measurement with ``process_peak_rss_mib`` (``ru_maxrss``). Only these lines go to stdout."""
+    import resource
+    import sys
+
+    compiled, fused, precision = compile_form(model_dir, form, configs()[config_name], margin)
+    print(json.dumps({"fused_sdpa": fused, "precision": precision}), flush=True)
+    for line in sys.stdin:
+        ask = json.loads(line)
+        result = measure(compiled, ask["context"], ask["chunk"], ask["decode"], ask["vocab"])
+        np.save(ask["logits_path"], result.pop("logits"))
+        result["process_peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+        print(json.dumps(result), flush=True)
+    return 0
+
+
+class FormWorker:
+    """One form in a worker process of its own (``serve``); :meth:`measure` asks it for one measurement."""
+
+    def __init__(self, model_dir: Path, form: str, config_name: str, margin: int, scratch: Path):
+        import subprocess
+        import sys
+
+        self.form, self.scratch = form, scratch
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", form, "--model",
+                                      str(model_dir), "--config", config_name, "--margin", str(margin)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        hello = self._reply()
+        self.fused, self.precision = hello["fused_sdpa"], hello["precision"]
+
+    def _reply(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.form} worker died (exit {self.proc.wait()})")
+        return json.loads(line)
+
+    def measure(self, context: int, chunk: int, decode: int, vocab: int) -> dict:
+        logits_path = self.scratch / f"{self.form}.npy"
+        self.proc.stdin.write(json.dumps({"context": context, "chunk": chunk, "decode": decode, "vocab": vocab,
+                                          "logits_path": str(logits_path)}) + "\n")
+        self.proc.stdin.flush()
+        result = self._reply()
+        result["logits"] = np.load(logits_path)
+        return result
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
 
 
 def _type_name(value) -> str:
@@ -153,6 +206,7 @@ def summarise(runs: dict, fused: dict) -> list[dict]:
                      "prefill_s_each_round": [round(r["prefill_s"], 3) for r in measured],
                      "peak_rss_mib": max(r["peak_rss_mib"] or 0 for r in measured),
                      "peak_rss_rise_mib": max(r["peak_rss_rise_mib"] or 0 for r in measured),
+                     "process_peak_rss_mib": max(r["process_peak_rss_mib"] for r in measured),
                      "tokens_equal_unmodified": all(a["tokens_equal"] for a in agree),
                      "max_logit_diff": max((a["max_logit_diff"] or 0.0) for a in agree),
                      "max_abs_logit": max((a["max_abs_logit"] or 0.0) for a in agree)})
@@ -172,7 +226,10 @@ def main(argv=None) -> int:
     parser.add_argument("--margin", type=int, default=0, help="sliding_window_margin of the bounded forms")
     parser.add_argument("--name", help="record name (default sliding_window-<model folder>-<first context>)")
     parser.add_argument("--export-command", help="how the model was exported (recorded)")
+    parser.add_argument("--worker", choices=FORMS, help=argparse.SUPPRESS)   # one form's process (serve)
     args = parser.parse_args(argv)
+    if args.worker:
+        return serve(args.model, args.worker, args.config[0], args.margin)
     forms = args.forms.split(",")
     if forms[0] != "unmodified" or not set(forms) <= set(FORMS):
         parser.error(f"--forms must start with unmodified and name only {', '.join(FORMS)}")
@@ -203,32 +260,37 @@ def main(argv=None) -> int:
                                                   for c in args.config},
                      measured="per config, context and round, each form in turn from a fresh request: prefill "
                               "of the whole context in chunks, then greedy decode steps (median ms); state = "
-                              "sum of get_byte_size over the states after the prefill; peak RSS = VmHWM reset "
-                              "before each measurement", results=results)
+                              "sum of get_byte_size over the states after the prefill; each form in a process of "
+                              "its own: peak RSS = its VmHWM reset before each measurement, process peak RSS = "
+                              "its ru_maxrss (compilation included)", results=results)
 
     for config_name in args.config:
-        progress(f"{config_name}: compiling {', '.join(forms)}")
-        compiled = compiled_forms(args.model, forms, configs()[config_name], args.margin)
-        fused = {f: c[1] for f, c in compiled.items()}
-        compiled_precision[config_name] = {f: c[2] for f, c in compiled.items()}
-        for context in args.context:
-            runs: dict[str, list[dict]] = {f: [] for f in forms}
-            result = {"config": config_name, "context": context, "rows": []}
-            results.append(result)
-            for round_ in range(args.rounds):
-                for form in forms:
-                    progress(f"{config_name} context {context} round {round_ + 1}/{args.rounds}: {form}")
-                    runs[form].append(measure(compiled[form][0], context, args.chunk, args.decode, vocab))
-                    m = runs[form][-1]
-                    progress(f"  prefill {m['prefill_s']:.2f} s, decode {m['decode_ms']:.1f} ms, "
-                             f"state {m['state_bytes'] / 2**20:.1f} MiB, peak RSS {m['peak_rss_mib']} MiB")
-                    result["rows"] = [dict(row, config=config_name, context=context) for row in summarise(runs, fused)]
-                    save(False)
-            print(f"\n{config_name}, context {context}:")
-            keys = ["form", "fused_sdpa", "state_bytes", "state_x", "prefill_s", "prefill_x", "decode_ms", "decode_x",
-                    "peak_rss_mib", "tokens_equal_unmodified", "max_logit_diff"]
-            print(markdown_table(keys, [[row[k] for k in keys] for row in result["rows"]]), flush=True)
-        del compiled
+        progress(f"{config_name}: compiling {', '.join(forms)}, each in a process of its own")
+        with tempfile.TemporaryDirectory(prefix="sliding-window-") as scratch:
+            workers = {f: FormWorker(args.model, f, config_name, args.margin, Path(scratch)) for f in forms}
+            fused = {f: w.fused for f, w in workers.items()}
+            compiled_precision[config_name] = {f: w.precision for f, w in workers.items()}
+            for context in args.context:
+                runs: dict[str, list[dict]] = {f: [] for f in forms}
+                result = {"config": config_name, "context": context, "rows": []}
+                results.append(result)
+                for round_ in range(args.rounds):
+                    for form in forms:
+                        progress(f"{config_name} context {context} round {round_ + 1}/{args.rounds}: {form}")
+                        runs[form].append(workers[form].measure(context, args.chunk, args.decode, vocab))
+                        m = runs[form][-1]
+                        progress(f"  prefill {m['prefill_s']:.2f} s, decode {m['decode_ms']:.1f} ms, "
+                                 f"state {m['state_bytes'] / 2**20:.1f} MiB, peak RSS {m['peak_rss_mib']} MiB "
+                                 f"(process {m['process_peak_rss_mib']} MiB)")
+                        result["rows"] = [dict(row, config=config_name, context=context)
+                                          for row in summarise(runs, fused)]
+                        save(False)
+                print(f"\n{config_name}, context {context}:")
+                keys = ["form", "fused_sdpa", "state_bytes", "state_x", "prefill_s", "prefill_x", "decode_ms",
+                        "decode_x", "peak_rss_mib", "process_peak_rss_mib", "tokens_equal_unmodified", "max_logit_diff"]
+                print(markdown_table(keys, [[row[k] for k in keys] for row in result["rows"]]), flush=True)
+            for worker in workers.values():
+                worker.close()
     save(True)
     return 0
 

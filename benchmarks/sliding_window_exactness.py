@@ -13,13 +13,12 @@ Writes ``benchmarks/results/sliding_window_exactness-<model folder>-<context>.js
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
-from common import markdown_table, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
+from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
 
 
 def logits(model_dir: Path, variant: str, context: int, chunk: int, steps: int) -> np.ndarray:
@@ -53,10 +52,7 @@ def logits(model_dir: Path, variant: str, context: int, chunk: int, steps: int) 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--context", type=int, default=2048)
-    parser.add_argument("--chunk", type=int, default=1000)
+    parser = model_parser(__doc__, 2048)
     parser.add_argument("--steps", type=int, default=8)
     args = parser.parse_args(argv)
     progress("unmodified")

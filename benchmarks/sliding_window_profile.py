@@ -12,7 +12,6 @@ layers run the fused stateful kernel. Writes ``benchmarks/results/sliding_window
 
 from __future__ import annotations
 
-import argparse
 import collections
 import statistics
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import markdown_table, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
+from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
 from sliding_window import FORMS, configs
 
 
@@ -72,10 +71,7 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--context", type=int, default=8192)
-    parser.add_argument("--chunk", type=int, default=1000)
+    parser = model_parser(__doc__, 8192)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--forms", default="unmodified,bounded")
     parser.add_argument("--config", choices=("default", "exact"), default="default")

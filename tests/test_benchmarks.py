@@ -27,6 +27,8 @@ CASES = {
                         "--rounds", "1", "--config", "default", "exact"], "sliding_window-tiny8-40"),
     "sliding_window_exactness": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
                                  "sliding_window_exactness-tiny8-40"),
+    "sliding_window_expand_forms": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode",
+                                     "2", "--config", "exact"], "sliding_window_expand_forms-tiny8-40"),
     "sliding_window_profile": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
                                "sliding_window_profile-tiny8-40"),
 }
@@ -59,3 +61,11 @@ def test_benchmark_script_runs(script, tmp_path):
         assert all(row["status"] == "ok" and row["tokens_match"] and row["decode_ms_per_token"] > 0 for row in rows.values())
         assert rows["paged-padded"]["kv_bytes_per_token"] > rows["paged"]["kv_bytes_per_token"]
         assert rows["stateful-padded"]["kv_bytes_per_token"] == rows["paged-padded"]["kv_bytes_per_token"]
+    if script == "sliding_window":   # each form measured in a process of its own, both configs, every form
+        assert {(row["config"], row["form"]) for row in data["rows"]} == {
+            (c, f) for c in ("default", "exact") for f in ("unmodified", "bounded", "unshared", "unshared+bounded")}
+        assert all(row["process_peak_rss_mib"] >= row["peak_rss_rise_mib"] > 0 for row in data["rows"])
+    if script == "sliding_window_expand_forms":   # tiny8 (2 KV heads): every form decodes the unmodified tokens
+        assert [row["form"] for row in data["rows"]] == ["unmodified", "bounded-bidirectional", "bounded",
+                                                         "bounded-grouped"]
+        assert all(row["tokens_equal_unmodified"] for row in data["rows"])

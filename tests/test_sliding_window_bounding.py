@@ -202,6 +202,51 @@ def test_one_head_caches_reach_the_sdpa_without_the_gqa_expand():
     assert min(greedy.state_lengths().values()) == 511
 
 
+@pytest.mark.parametrize("kv_sharing", ["keep", "unshare"])
+def test_several_kv_head_expands_broadcast_in_numpy_mode_bit_for_bit(kv_sharing, monkeypatch):
+    """tiny8 has 2 KV heads and 4 query heads: the GQA expand stays. Every expand in front of an SDPA that reads a
+    bounded or shared cache becomes ``Broadcast(u, ShapeOf(u) * [1, 1, 2, 1, 1], numpy)``; an exclusive full
+    cache (unshared) keeps the exported expand, and the plugin's stateful kernel still takes those layers (2).
+    A prompt of 40 in chunks of 7 and 30 tokens: logits bit-identical to the bounded model with the exported
+    (bidirectional) expands; the tokens against the unmodified model are test_greedy_tokens_equal_the_unmodified_model's."""
+    from ovpasses.check import count_fused_sdpa
+    from ovpasses.passes import sliding_window_cache_bounding as bounding
+
+    model = read()
+    summary = ovpasses.rewrite(model, kv_sharing=kv_sharing, sliding_window="bounded")
+    bounded_readers = {n for b in summary.sliding_window_caches.bounded.values() for n in b.readers}
+    modes = {}
+    for sdpa in (n for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"):
+        for port in (1, 2):
+            reshape = sdpa.input_value(port).get_node()
+            broadcast = reshape.input_value(0).get_node()
+            unsqueeze = broadcast.input_value(0).get_node()
+            assert (reshape.get_type_name(), broadcast.get_type_name(), unsqueeze.get_type_name()) == \
+                ("Reshape", "Broadcast", "Unsqueeze"), sdpa.get_friendly_name()
+            modes.setdefault(broadcast.get_attributes()["mode"], set()).add(sdpa.get_friendly_name())
+            if broadcast.get_attributes()["mode"] == "numpy":
+                target = broadcast.input_value(1).get_node()
+                assert target.get_type_name() == "Multiply"
+                assert target.input_value(0).get_node().input_value(0).get_node() is unsqueeze
+                assert list(target.input_value(1).get_node().get_data()) == [1, 1, 2, 1, 1]
+    assert bounded_readers <= modes["numpy"]
+    fused = count_fused_sdpa(ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG))
+    if kv_sharing == "unshare":
+        assert {summary.analysis.layer(n) for n in modes["bidirectional"]} == {3, 7} and fused == 2
+    else:
+        assert "bidirectional" not in modes and fused == 0
+    prompt = [int(t) for t in np.random.default_rng(3).integers(4, 500, 40)]
+    tokens, logits = Greedy(model).run(prompt, 7, 30)
+    monkeypatch.setattr(bounding, "_numpy_expand", lambda sdpa, port: False)
+    exported = read()
+    ovpasses.rewrite(exported, kv_sharing=kv_sharing, sliding_window="bounded")
+    assert {b.get_attributes()["mode"] for n in exported.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"
+            for b in (n.input_value(port).get_node().input_value(0).get_node() for port in (1, 2))} == {"bidirectional"}
+    expected_tokens, expected_logits = Greedy(exported).run(prompt, 7, 30)
+    assert tokens == expected_tokens
+    np.testing.assert_array_equal(logits, expected_logits)
+
+
 @pytest.mark.parametrize("margin", [0, 4])
 def test_a_rollback_past_the_margin_fails_the_inference(margin):
     """openvino_genai's trim_kv_cache takes N positions from every state. Up to the margin the bounded model
@@ -384,18 +429,33 @@ TURNS = ("w10 w11 w12 w13", "w20 w21 w22 w23 w24 w25 w26", "w30 w31")
 ANSWER = 12
 
 
-def chat(folder: Path, **kwargs) -> list[str]:
+def chat(pipe, turns: tuple[str, ...] = TURNS, answer: int = ANSWER) -> list[list[int]]:
+    """The token ids of each answer of ``pipe``'s (an LLMPipeline or VLMPipeline) greedy chat over ``turns``,
+    ``answer`` tokens each, between start_chat and finish_chat."""
+    import openvino_genai as genai
+
+    from ovpasses.check.genai import token_collector
+    config = genai.GenerationConfig()
+    config.max_new_tokens = config.min_new_tokens = answer
+    config.do_sample = False
+    answers = []
+    pipe.start_chat()
+    try:
+        for turn in turns:
+            streamer = token_collector()
+            pipe.generate(turn, generation_config=config, streamer=streamer)
+            answers.append(list(streamer.ids))
+    finally:
+        pipe.finish_chat()
+    assert [len(a) for a in answers] == [answer] * len(turns)
+    return answers
+
+
+def llm_chat(folder: Path, **kwargs) -> list[list[int]]:
     import openvino_genai as genai
     pipe = genai.LLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
     pipe.get_tokenizer().set_chat_template(CHAT_TEMPLATE)
-    config = genai.GenerationConfig()
-    config.max_new_tokens = config.min_new_tokens = ANSWER
-    config.do_sample = False
-    pipe.start_chat()
-    try:
-        return [str(pipe.generate(turn, config)) for turn in TURNS]
-    finally:
-        pipe.finish_chat()
+    return chat(pipe)
 
 
 @pytest.mark.skipif(AFFECTED, reason="measured on the newest runtime (tokenizers of 2026.4 crash genai 2026.0)")
@@ -404,11 +464,38 @@ def test_genai_stateful_chat_fails_loudly_or_keeps_a_margin(tmp_path):
     feeds it again as templated history (measured on 2026.4.1: it needs a margin of the answer's length,
     12 here; 11 fails). Without a margin the second turn raises at the lost-positions check; with one it
     equals the unmodified model's chat, turn by turn. The paged path (default) never sees the bound."""
-    expected = chat(genai_folder(tmp_path, "full"), ATTENTION_BACKEND="SDPA")
+    expected = llm_chat(genai_folder(tmp_path, "full"), ATTENTION_BACKEND="SDPA")
     with pytest.raises(RuntimeError, match="Argument shapes are inconsistent"):
-        chat(genai_folder(tmp_path, "bounded"), ATTENTION_BACKEND="SDPA")
-    assert chat(genai_folder(tmp_path, "bounded", ANSWER), ATTENTION_BACKEND="SDPA") == expected
-    assert chat(genai_folder(tmp_path, "bounded")) == chat(genai_folder(tmp_path, "full"))
+        llm_chat(genai_folder(tmp_path, "bounded"), ATTENTION_BACKEND="SDPA")
+    assert llm_chat(genai_folder(tmp_path, "bounded", ANSWER), ATTENTION_BACKEND="SDPA") == expected
+    assert llm_chat(genai_folder(tmp_path, "bounded")) == llm_chat(genai_folder(tmp_path, "full"))
+
+
+VLM_TURNS = ("w29 w157 w479 w499", "w217 w129 w235 w39 w37 w229 w119", "w40 w41", "w300 w301 w302")
+
+
+@pytest.mark.skipif(AFFECTED, reason="measured on the newest runtime (tokenizers of 2026.4 crash genai 2026.0)")
+def test_vlm_chat_equals_the_unmodified_folder(tmp_path, capsys):
+    """VLMPipeline's multi-turn chat (start_chat, four turns of 12 tokens under Gemma 4's template, finish_chat;
+    each turn's context passes W = 16, the chat's about 90 tokens) on a folder bounded with margin 0 gives the
+    unmodified folder's answers, stateful and paged. Unlike LLMPipeline's, VLMPipeline's stateful chat takes
+    nothing back out of the cache (measured on 2026.4.1: margin 0 is exact, nothing reaches the lost-positions
+    check). Turn one's answer is the ov.Core greedy continuation of the templated prompt, so the chat is the
+    one the template says."""
+    import openvino_genai as genai
+
+    from ovpasses.testing.greedy import vlm_greedy
+    vlm8 = FIXTURES / "vlm8"
+    bounded = tmp_path / "bounded"
+    assert cli.main(["rewrite", str(vlm8), "-o", str(bounded), "--sliding-window", "bounded"]) == 0
+    capsys.readouterr()
+    first_turn = [2, 4, 14, 29, 157, 479, 499, 5, 4, 15]   # <bos><|turn>user\n w29 w157 w479 w499<turn|>\n<|turn>model\n
+    paths = {"stateful": {"ATTENTION_BACKEND": "SDPA"}, "paged": {"scheduler_config": genai.SchedulerConfig()}}
+    for path, kwargs in paths.items():
+        expected = chat(genai.VLMPipeline(str(vlm8), "CPU", **kwargs, **EXACT_CPU_CONFIG), VLM_TURNS)
+        assert chat(genai.VLMPipeline(str(bounded), "CPU", **kwargs, **EXACT_CPU_CONFIG), VLM_TURNS) == expected, path
+        if path == "stateful":
+            assert expected[0] == vlm_greedy(vlm8, first_turn, ANSWER, "CPU", EXACT_CPU_CONFIG)[0]
 
 
 def cell(python: Path, fixture: str | Path, mode: str, path: str, prompt: str = "default") -> dict:

@@ -45,6 +45,7 @@ from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.cache_chain import cache_chain_pattern, find_cache_chains, variable_id  # noqa: F401
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, KEY_PORT, VALUE_PORT, KVSharingAnalysis
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
+from ovpasses.analysis.stateful_fusion import predict_fusion
 
 MASK_PORT = 3
 
@@ -123,6 +124,9 @@ class SlidingWindowCaches:
     reference: str | None = None             # the variable the past length is re-sourced from
     margin: int = 0
     cache_bytes_per_token: dict[str, int | None] = field(default_factory=dict)   # every cache variable
+    # SDPAs that read a cache and stay out of the plugin's stateful kernel once bounded (their cache is bounded,
+    # or predict_fusion refuses them as the model is): the bounding rebuilds their GQA expands
+    unfused_readers: tuple[str, ...] = ()
 
     @property
     def model_refusal(self) -> CacheRefusal | None:
@@ -145,7 +149,8 @@ class SlidingWindowCaches:
         return {"margin": self.margin, "reference": self.reference,
                 "windows": dict(self.windows),
                 "bounded": [b.to_dict() for b in self.bounded.values()],
-                "refused": {vid: r.to_dict() for vid, r in self.refused.items()}}
+                "refused": {vid: r.to_dict() for vid, r in self.refused.items()},
+                "unfused_readers": list(self.unfused_readers)}
 
 
 # ---------------------------------------------------------------------------------------------- patterns
@@ -353,4 +358,7 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
         for vid in bounded:
             refused[vid] = CacheRefusal(Refusal.NO_FULL_CACHE)
         bounded = {}
-    return SlidingWindowCaches(windows, bounded, refused, reference if bounded else None, margin, per_token)
+    bounded_readers = {name for b in bounded.values() for name in b.readers}
+    unfused = tuple(name for name in windows if name in bounded_readers or not predict_fusion(analysis, name).expected)
+    return SlidingWindowCaches(windows, bounded, refused, reference if bounded else None, margin, per_token,
+                               unfused if bounded else ())

@@ -35,7 +35,10 @@ bounded; ``n`` new tokens; ``ref`` a cache left whole)::
   (a valid numpy broadcast is the same bidirectional broadcast). Where the cache has one KV head
   (``[B, 1, S, D]``, as Gemma 4 E2B), every SDPA that reads a cache, bounded or not, reads it without the
   expand (``Unsqueeze -> Broadcast -> Reshape``): the SDPA broadcasts it over the query heads itself
-  (:func:`_elide_single_head_expand` says why).
+  (:func:`_elide_single_head_expand` says why). With several KV heads the expand stays; in front of every
+  SDPA the plugin's stateful kernel does not take (``plan.unfused_readers``) its Broadcast becomes
+  ``Broadcast(u, ShapeOf(u) * [1, 1, rep, 1, 1], numpy)``, ``u`` the Unsqueeze: the same values, and a
+  Broadcast the plugin runs itself instead of a Multiply by a broadcast of ones (:func:`_numpy_expand`).
 * The bounded cache holds the last ``P`` positions, so its keys are the last ``P + n`` columns of the
   mask: ``Slice(mask, -(P+n), end)`` on the key axis. The columns dropped are keys
   ``k <= T - W``: no query ``q >= T`` sees them.
@@ -104,6 +107,7 @@ class SlidingWindowKVCacheBounding(ModelPass):
         self.plan = plan
         self.changed: list[str] = []
         self.gqa_elided = 0   # SDPA inputs that now read a one-head cache without the GQA expand
+        self.gqa_numpy = 0    # GQA expands of several KV heads now broadcast in numpy mode from their own input
 
     def run_on_model(self, model: ov.Model) -> bool:
         if not self.plan.bounded:
@@ -140,6 +144,11 @@ class SlidingWindowKVCacheBounding(ModelPass):
                 node.get_rt_info()[RT_BOUNDED] = vid
             self.changed.append(vid)
             log.debug("%s: %s keeps its last %d positions (window %d)", self.NAME, vid, bounded.keep, bounded.window)
+        # after the bounding (whose analysis refuses a ShapeOf past a cache's Concat): the expands that remain
+        unfused = set(self.plan.unfused_readers)
+        for sdpa in model.get_ordered_ops():
+            if sdpa.get_friendly_name() in unfused and sdpa.get_type_name() == SDPA_TYPE:
+                self.gqa_numpy += sum(_numpy_expand(sdpa, port) for port in (1, 2))
         model.validate_nodes_and_infer_types()
         return True
 
@@ -238,27 +247,73 @@ class SlidingWindowKVCacheBounding(ModelPass):
         return made
 
 
-def _elide_single_head_expand(sdpa: ov.Node, port: int) -> bool:
-    """Feed ``sdpa``'s K or V (``port``) from before its GQA expand (``Unsqueeze -> Broadcast -> Reshape``) when
-    that tensor has one KV head, ``[B, 1, S, D]``: the SDPA broadcasts it over the query heads (its
-    specification's MatMul broadcasts batch dimensions), so the values are the same. Why the bounding does
-    it, for every SDPA that reads a cache (measured on 2026.4.1 at E2B's widths, one KV head, 8 query heads):
-    the expand copies the cache 8 times every step, and once a target reads a shape the bounding re-sourced
-    (``ScatterUpdate``) the plugin runs it as a reference Broadcast (``ref_f32``, with reorders): the bounded
-    form decoded slower than the unmodified model at 8k. Several KV heads keep the expand (a broadcast would
-    not repeat them the way the expand does). Returns whether the input changed."""
+def _expand(sdpa: ov.Node, port: int) -> tuple[ov.Node, ov.Node, ov.Node] | None:
+    """The GQA expand (``Unsqueeze -> Broadcast -> Reshape``, transformers' ``repeat_kv``) in front of ``sdpa``'s
+    K or V (``port``), as (unsqueeze, broadcast, reshape), or None."""
     reshape = sdpa.input_value(port).get_node()
     broadcast = reshape.input_value(0).get_node() if reshape.get_input_size() else reshape
     unsqueeze = broadcast.input_value(0).get_node() if broadcast.get_input_size() else broadcast
     if (reshape.get_type_name(), broadcast.get_type_name(), unsqueeze.get_type_name()) != \
             ("Reshape", "Broadcast", "Unsqueeze"):
-        return False   # no expand on this path
-    source = unsqueeze.input_value(0)
+        return None
+    return unsqueeze, broadcast, reshape
+
+
+def _elide_single_head_expand(sdpa: ov.Node, port: int) -> bool:
+    """Feed ``sdpa``'s K or V (``port``) from before its GQA expand when that tensor has one KV head,
+    ``[B, 1, S, D]``: the SDPA broadcasts it over the query heads (its specification's MatMul broadcasts
+    batch dimensions), so the values are the same. Why the bounding does it, for every SDPA that reads a
+    cache (measured on 2026.4.1 at E2B's widths, one KV head, 8 query heads): the expand copies the cache 8
+    times every step, and in every layer outside the plugin's stateful kernel (all bounded ones) its
+    bidirectional Broadcast runs as a Multiply by a broadcast of ones (``Broadcast (ref_f32)``, with
+    reorders; see :func:`_numpy_expand`): the bounded form decoded slower than the unmodified model at 8k. Several KV heads keep the expand (a broadcast would not repeat them the way the
+    expand does): :func:`_numpy_expand`. Returns whether the input changed."""
+    expand = _expand(sdpa, port)
+    if expand is None:
+        return False
+    source = expand[0].input_value(0)
     shape, query = source.get_partial_shape(), sdpa.get_input_partial_shape(0)
     if shape.rank.is_dynamic or shape.rank.get_length() != 4 or shape[1].is_dynamic or shape[1].get_length() != 1 \
             or query.rank.is_dynamic or query.rank.get_length() != 4:
         return False   # several KV heads, or another layout
     sdpa.input(port).replace_source_output(source)
+    return True
+
+
+def _numpy_expand(sdpa: ov.Node, port: int) -> bool:
+    """Rebuild the GQA expand in front of ``sdpa``'s K or V (``port``) as
+    ``Broadcast(u, ShapeOf(u) * [1, .., rep, .., 1], numpy)``, ``u = Unsqueeze(kv)`` ``[B, Hkv, 1, S, D]``:
+    the shape ``repeat_kv`` expands to (``rep`` at the inserted axis, every other dimension the input's own),
+    so the values are the exported Broadcast's. Why (measured on 2026.4.1, ``out/e2b-kv2-w512``: 2 KV heads, 8
+    query heads, 4k context, docs/sliding_window.md): the exporter's Broadcast is bidirectional with a
+    computed target, which the CPU plugin's ConvertBroadcast3 turns into ``Multiply(kv, Broadcast(1, target))``
+    (a Broadcast of ones as large as the expanded cache, a Reorder and the Multiply, every step, in the
+    unmodified IR's unfused layers as in the bounded one); a numpy Broadcast is one copy in the plugin's
+    Broadcast node. Returns
+    whether it changed; an expand whose inserted axis has no static size, or whose other static sizes are not
+    the input's, is left as it is. The pass calls it only for SDPAs the plugin's stateful kernel does not take
+    (``plan.unfused_readers``): the kernel takes the exported expand whole, and a rebuilt one takes the layer
+    out of it (measured on tiny8 unshared: 2 fused layers became 0)."""
+    expand = _expand(sdpa, port)
+    if expand is None:
+        return False
+    unsqueeze, broadcast, _ = expand
+    axes = _constant_values(unsqueeze.input_value(1))
+    inner, outer = unsqueeze.get_output_partial_shape(0), broadcast.get_output_partial_shape(0)
+    if axes is None or axes.size != 1 or inner.rank.is_dynamic or outer.rank != inner.rank or \
+            broadcast.get_attributes()["mode"] == "numpy":
+        return False
+    axis = int(axes[0]) % inner.rank.get_length()
+    if outer[axis].is_dynamic or any(inner[i].is_static and outer[i].is_static and inner[i] != outer[i]
+                                     for i in range(inner.rank.get_length()) if i != axis):
+        return False
+    factors = np.ones(inner.rank.get_length(), np.int64)
+    factors[axis] = outer[axis].get_length()
+    target = ops.multiply(ops.shape_of(unsqueeze, "i64"), ops.constant(factors))
+    replacement = ops.broadcast(unsqueeze.output(0), target, broadcast_spec="NUMPY")
+    copy_runtime_info(broadcast, [target, replacement])
+    replacement.set_friendly_name(broadcast.get_friendly_name())
+    broadcast.output(0).replace(replacement.output(0))
     return True
 
 
