@@ -31,6 +31,7 @@ from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
 from ovpasses.plan.runtimes import OPS_FIRST_READ, installed_version, parse_release
 from ovpasses.testing.graphs import (
     NewerOpsSpec,
+    build_erfinv_of_a_converted_constant,
     build_newer_ops,
     erfinv_constant_values,
     newer_ops_inputs,
@@ -143,6 +144,23 @@ def test_inspect_reports_a_refusal_instead_of_raising():
     [op] = report["unreadable_ops"]
     assert (op["type"], op["opset"], op["first_read"], op["handled"]) == ("ErfInv", "opset17", "2026.2.1", False)
     assert op["action"] == "refused" and op["reason"].startswith("its input is not a Constant")
+
+
+@pytest.mark.parametrize(("constant_type", "erfinv_type", "reason"), [
+    (ov.Type.f32, ov.Type.bf16, "its element type bf16 is not one that ErfInvConstantFolding folds (f16, f32, f64)"),
+    (ov.Type.i32, ov.Type.f32, "its input is a Constant of i32, and ErfInvConstantFolding folds floating-point "
+                               "Constants only"),
+], ids=["bf16", "integer-constant"])
+def test_the_reason_of_a_refusal_is_the_one_the_pattern_gave(constant_type, erfinv_type, reason):
+    """The report's reason is what the predicate of the pass's pattern returned, not a second judgement."""
+    model = build_erfinv_of_a_converted_constant(constant_type, erfinv_type)
+    folding = ErfInvConstantFolding()
+    manager = ov.passes.Manager()
+    manager.register_pass(folding)
+    manager.run_passes(model)
+    assert folding.changed == [] and folding.refused == {"erfinv": reason}
+    [op] = inspect_model(model, OLD)["unreadable_ops"]
+    assert (op["action"], op["reason"], op["pass"]) == ("refused", reason, "ErfInvConstantFolding")
 
 
 def test_a_deselected_lowering_pass_is_a_refusal():

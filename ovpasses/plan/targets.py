@@ -65,6 +65,7 @@ class Run:
     heads: PagedHeadsStep | None = None              # the paged_heads plan, and what the padding did
     op_before: OpVersionAnalysis | None = None
     op_looked: bool = False
+    op_refused: dict[str, dict[str, str]] = field(default_factory=dict)   # lowering pass -> its ``refused``
 
     def redetect(self) -> None:
         """The KV-sharing analysis of the model as it is now; through SharedKVCacheDetection (which also
@@ -267,4 +268,8 @@ def _lowering(run: Run, cls) -> tuple | None:
     return None if nodes is None else (nodes,)
 
 
-lowering = Targets(_lowering)
+def _lowered(run: Run, pass_) -> None:
+    run.op_refused[pass_.NAME] = pass_.refused
+
+
+lowering = Targets(_lowering, _lowered)

@@ -1214,6 +1214,18 @@ def build_newer_ops(spec: NewerOpsSpec) -> ov.Model:
     return ov.Model(results, params, "newer_ops")
 
 
+def build_erfinv_of_a_converted_constant(constant_type: ov.Type, erfinv_type: ov.Type) -> ov.Model:
+    """``Convert(ErfInv(Convert(Constant [0.5, -0.25])))``: the Constant of ``constant_type``, the ErfInv
+    (named ``erfinv``) of ``erfinv_type``, the output f32. The types ErfInvConstantFolding refuses (a bf16
+    ErfInv, an integer Constant) are what it is for."""
+    from openvino import opset17  # noqa: PLC0415 - absent before 2026.2
+
+    values = np.array([0.5, -0.25], constant_type.to_dtype())
+    node = opset17.erfinv(ops.convert(ops.constant(values, constant_type), erfinv_type))
+    node.set_friendly_name("erfinv")
+    return ov.Model([ops.convert(node, ov.Type.f32)], [], "erfinv_of_a_converted_constant")
+
+
 NUMPY_FLOAT = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
 
 
