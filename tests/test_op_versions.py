@@ -27,10 +27,12 @@ from ovpasses.passes import ErfInvConstantFolding
 from ovpasses.passes.erfinv_constant_folding import erfinv
 import ovpasses.lowering
 from ovpasses.lowering import LOWERING_PASSES, lower_op_versions
+from ovpasses.plan.decisions import Lowered
 from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
 from ovpasses.plan.runtimes import OPS_FIRST_READ, installed_version, parse_release
 from ovpasses.testing.graphs import (
     NewerOpsSpec,
+    build_erfinv_in_if_body,
     build_erfinv_of_a_converted_constant,
     build_newer_ops,
     erfinv_constant_values,
@@ -108,6 +110,20 @@ def test_the_folded_model_computes_the_reference():
     finite = np.isfinite(want)
     # one f32 rounding of the constant and one of the Add
     np.testing.assert_allclose(got[finite], want[finite], rtol=2 * 2**-24, atol=0)
+
+
+def test_an_erfinv_in_an_if_body_is_found_and_folded():
+    """Regression: the op-version walk asked an If for get_internal_subgraphs_size, which the Python If
+    lacks, so a model with an If raised AttributeError for any target older than the installed runtime."""
+    model = build_erfinv_in_if_body()
+    [op] = analyze_op_versions(model, parse_release(OLD)).unreadable
+    assert (op.type, op.name, op.where) == ("ErfInv", "erfinv", "body 0 of If 'if'")
+    summary = ovpasses.rewrite(model, runtime=OLD)
+    assert summary.readable and [a.action for a in summary.op_versions] == [Lowered.CONSTANT_FOLDED]
+    feed = {"cond": np.array(True), "x": np.array([1.0, 2.0], np.float32)}
+    got = ov.Core().compile_model(model, "CPU", EXACT)(feed)["y"].astype(np.float64)
+    want = np.array([1.0, 2.0]) + np.array([erfinv_reference(0.5), erfinv_reference(-0.25)])
+    np.testing.assert_allclose(got, want, rtol=2 * 2**-24, atol=0)   # one f32 rounding of the constant and one of the Add
 
 
 @pytest.mark.parametrize("runtime", [None, "2026.2.1", "2026.4"])
@@ -232,6 +248,7 @@ def test_lowering_reports_each_operation_once():
 
 RUN_UNDER = """
 import json, sys, numpy as np, openvino as ov
+from ovpasses.plan.decisions import Lowered
 from ovpasses.precision import EXACT_CPU_CONFIG
 feed = {k: np.array(v, dtype=t) for k, (v, t) in json.loads(sys.argv[2]).items()}
 try:
