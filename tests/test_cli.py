@@ -20,6 +20,7 @@ import pytest
 from ovpasses import analyze_kv_sharing
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
+from ovpasses.report.text import fusion_text
 from ovpasses.pipeline import PASSES
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import installed_version
@@ -506,12 +507,15 @@ def test_inspect_json_says_why_each_sdpa_is_fused(ir):
     assert by_layer[0]["kind"] == {"label": "sliding 16", "mask": "sliding", "window": 16, "head_size": 16,
                                    "v_head_size": 16, "causal": False}
     assert by_layer[3]["kind"]["label"] == "full" and by_layer[3]["kind"]["head_size"] == 32
-    assert by_layer[0]["fusion"] == {"expected": True, "reason": "fused after rewrite: the ShapeOf on its Concat "
-                                                                 "is computed from the inputs"}
+    # the verdict is a Fusion value, the reason apart; rendered, they make the sentence of the text report
+    assert by_layer[0]["fusion"] == {"expected": True, "outcome": "fused_after_rewrite",
+                                     "reason": "the ShapeOf on its Concat is computed from the inputs"}
+    assert fusion_text(by_layer[0]["fusion"]) == "fused after rewrite: the ShapeOf on its Concat is computed from the inputs"
     assert by_layer[0]["fusion_unmodified"]["expected"] is True
     assert "loses its state" in by_layer[0]["fusion_unmodified"]["reason"]
     assert by_layer[4]["fusion"] == by_layer[4]["fusion_unmodified"] == {
-        "expected": False, "reason": "not fused: its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)"}
+        "expected": False, "outcome": "not_fused", "reason": "its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)"}
+    assert fusion_text(by_layer[4]["fusion"]) == "not fused: its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)"
     assert by_layer[4]["reason"] == "its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)"
     assert report["fused_expected"] == report["fused_expected_unmodified"] == 2 and report["lint"] == []
 
