@@ -1,4 +1,7 @@
-"""The ``ovpass`` console script, run as installed (a subprocess), on the tiny8 Gemma 4 fixture.
+"""The ``ovpass`` command on the tiny8 Gemma 4 fixture: in this process (``ovpasses.cli.main``, through
+``ovpasses.testing.cli.run_main``) where a process of its own adds nothing, and as the installed console
+script (a subprocess) for the console script itself, a traceback that ends the process, and another
+runtime's virtual environment (``AFFECTED_OVPASS``).
 
 Every bad input must give one ``ovpass: error: ...`` line, exit 2, no traceback, no output file
 (temporary files included) and an input that is byte-for-byte unchanged.
@@ -24,6 +27,7 @@ from ovpasses.report.text import fusion_text
 from ovpasses.pipeline import PASSES
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import installed_version
+from ovpasses.testing.cli import run_main
 from ovpasses.testing.fixture_variants import compress_weights, fill_weight, variant_folder
 from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 
@@ -47,7 +51,11 @@ pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not
                                                             "pip install -e . in this environment")
 
 
-def ovpass(*args, exe: Path = OVPASS, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def ovpass(*args, exe: Path = OVPASS, cwd: Path | None = None, process: bool = False):
+    """``ovpass ARGS``: in this process, unless ``exe`` is another runtime's console script or ``process``
+    asks for the installed one (a ``subprocess.CompletedProcess``, or a ``CliResult`` read the same way)."""
+    if exe == OVPASS and not process:
+        return run_main(*args, cwd=cwd)
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
@@ -68,12 +76,12 @@ def ir(tmp_path) -> Path:
 # ------------------------------------------------------------------------------------------ general
 
 def test_help_documents_commands_and_exit_codes():
-    result = ovpass("--help")
+    result = ovpass("--help", process=True)   # the console script itself
     assert result.returncode == 0
     for text in ("rewrite", "inspect", "check", "passes", "exit codes", "  0 ", "  1 ", "  2 ", "  3 ", "  4 "):
         assert text in result.stdout
     assert ovpass().returncode == 0
-    assert ovpass("--version").stdout.startswith("ovpass ")
+    assert ovpass("--version", process=True).stdout.startswith("ovpass ")
     check_help = ovpass("check", "--help").stdout
     assert all(key in check_help for key in EXACT_CPU_CONFIG)
 
@@ -446,9 +454,9 @@ def test_a_runtime_newer_than_every_known_release_warns_in_one_line(ir):
 
 def test_debug_shows_the_traceback(ir):
     _missing_bin(ir)
-    result = ovpass("--debug", "inspect", ir)
+    result = ovpass("--debug", "inspect", ir, process=True)   # the traceback ends the process
     assert result.returncode != 0 and "Traceback" in result.stderr
-    assert "Traceback" in ovpass("inspect", ir, "--debug").stderr
+    assert "Traceback" in ovpass("inspect", ir, "--debug", process=True).stderr
 
 
 # ------------------------------------------------------------------------------------------ inspect
