@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Decode latency and KV bytes per token: the stateful path against the paged path with ``--paged-heads pad``
-(issue 23), on the E2B fixture, through ov.Core on CPU, per runtime.
+(issue 23), on the E2B fixture or another export, through ov.Core on CPU, per runtime.
 
     python benchmarks/paged_heads.py                          # newest and 2026.0.0, tests/fixtures/gemma4/e2b35
+    python benchmarks/paged_heads.py --fixture tests/fixtures/gemma4/a26     # the 26B/31B layout
 
 Rows per runtime (each in its own process under the runtime's virtual environment):
 
@@ -20,7 +21,7 @@ what the cache variables hold per token of context at batch 1 and, paged, what t
 inputs hold per token (``Hkv x D x element size`` summed over ``key_cache.*`` / ``value_cache.*``; on
 2026.0 the converter gives each KV-shared borrower caches of its own). The fixture is tiny (hidden 32):
 the latencies are the per-step overhead of each path, not a large model's. Writes
-``benchmarks/results/paged_heads.json``.
+``benchmarks/results/paged_heads.json`` (e2b35) or ``paged_heads-FIXTURE.json`` (another fixture).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                           out.get("kv_bytes_per_token", "-"),
                           {True: "right", False: "wrong"}.get(out.get("tokens_match"), out.get("status"))])
     print(markdown_table(["runtime", "path", "decode ms/token", "KV B/token", "tokens"], table))
-    write_record("paged_heads", rows, fixture=str(args.fixture.relative_to(ROOT) if args.fixture.is_relative_to(ROOT)
+    name = "paged_heads" if args.fixture.resolve() == FIXTURE else f"paged_heads-{args.fixture.name}"
+    write_record(name, rows, fixture=str(args.fixture.relative_to(ROOT) if args.fixture.is_relative_to(ROOT)
                                                   else args.fixture), decode=args.decode, repeats=args.repeats)
     return 0
 

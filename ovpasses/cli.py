@@ -269,7 +269,6 @@ def cmd_rewrite(args) -> int:
 
 
 def _rewrite_folder(args, source: Path, runtime, passes) -> int:
-    _refuse_paged_heads(args, "rewriting a folder")
     if args.in_place and args.output and Path(args.output).resolve() != source.resolve():
         raise OvpassesError("--in-place writes over the input folder; drop -o, or drop --in-place to write to -o")
     if not (args.in_place or args.output or args.dry_run):
@@ -278,7 +277,7 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
     summary = folder.rewrite_folder(source, target, runtime, passes, in_place=args.in_place and not args.dry_run,
                                     kv_sharing=args.kv_sharing, symlinks=args.symlinks,
                                     sliding_window=args.sliding_window,
-                                    sliding_window_margin=args.sliding_window_margin)
+                                    sliding_window_margin=args.sliding_window_margin, paged_heads=args.paged_heads)
     if args.format == "json":
         print(json.dumps(summary.to_dict(), indent=2))
     else:
@@ -287,18 +286,12 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
     return EXIT_OK
 
 
-def _refuse_paged_heads(args, what: str) -> None:
-    if getattr(args, "paged_heads", "keep") != "keep":
-        raise OvpassesError(f"--paged-heads {args.paged_heads} is not yet supported for {what}; rewrite the IR file "
-                            "(ovpass rewrite IN.xml -o OUT.xml --paged-heads pad)")
-
-
 def cmd_inspect(args) -> int:
     runtime = _runtime(args)
     source = Path(args.input)
     reports = inspect_report.inspect_path(source, runtime, kv_sharing=args.kv_sharing,
                                           sliding_window=args.sliding_window,
-                                          paged_heads="keep" if os.path.isdir(source) else args.paged_heads)
+                                          paged_heads=args.paged_heads)
     if args.format == "json":
         data = reports[0][1] if reports[0][0] is None else inspect_report.folder_report(source, reports)
         print(json.dumps(data, indent=2))
@@ -312,7 +305,6 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_check(args) -> int:
-    _refuse_paged_heads(args, "ovpass check")
     runtime = _runtime(args)
     passes = None if args.passes is None else pipeline.selected_passes(args.passes)
     data_shapes = check_inputs.parse_data_shape(args.data_shape)
@@ -321,7 +313,7 @@ def cmd_check(args) -> int:
         config=None if args.precision == "exact" else {}, passes=passes, prefill=args.prefill, atol=args.atol,
         rtol=args.rtol, data_shapes=data_shapes, kv_sharing=args.kv_sharing, with_genai=args.genai,
         sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin,
-        prefill_chunk=args.prefill_chunk)
+        prefill_chunk=args.prefill_chunk, paged_heads=args.paged_heads)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2) if result.is_folder else result.reports[0][1].to_json())
     else:

@@ -10,6 +10,7 @@ sentences are made here, at the edge, from them.
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from dataclasses import dataclass
 
 import openvino as ov
@@ -76,7 +77,7 @@ def summary_lines(data: dict) -> list[str]:
     action = PagedHeadsAction(data["action"])
     if action == PagedHeadsAction.PADDED:
         return [f"paged heads: pad: {len(data['changed'])} caches padded to {target} (KV heads x head size; were "
-                f"{data['layouts']})", f"  {cost}"]
+                f"{data['layouts']})", f"  {cost}", f"  layers: {_layer_heads(data['layers'])}"]
     if action == PagedHeadsAction.REFUSED:
         return [f"paged heads: not padded: {r['message']}" for r in data["refusals"][:3]]
     if action == PagedHeadsAction.NOT_SELECTED:
@@ -84,8 +85,20 @@ def summary_lines(data: dict) -> list[str]:
                 f"{len(data['padded'])} caches to {target}"]
     if action == PagedHeadsAction.KEPT and data["padded"] and data["needed"]:
         return [f"paged heads: {data['layouts']} (KV heads x head size)",
-                f"  --paged-heads pad would make every cache {target}: {cost}"]
+                f"  --paged-heads pad would make every cache {target}: {cost}",
+                f"  layers: {_layer_heads(data['layers'])}"]
     return []
+
+
+def _layer_heads(layers: list[dict]) -> str:
+    """``"8 query heads on 1x8 in 28 layers, ..."``: the layers' heads as exported (query heads on KV heads x
+    head size; ``/Ev`` where V's head size differs), grouped."""
+    def one(layer: dict) -> str:
+        v_size = "" if layer["v_head_size"] == layer["head_size"] else f"/{layer['v_head_size']}"
+        return f"{layer['q_heads']} query heads on {layer['kv_heads']}x{layer['head_size']}{v_size}"
+
+    counts = Counter(one(layer) for layer in layers)
+    return ", ".join(f"{heads} in {n} layer{'s' if n > 1 else ''}" for heads, n in counts.items())
 
 
 def sdpa_by_name(model: ov.Model, names: set[str]) -> dict[str, ov.Node]:

@@ -28,7 +28,7 @@ def text_config(reference: dict) -> dict:
 
 def test_all_fixtures_found():
     assert {f"{p.parent.name}/{p.name}" for p in FIXTURE_DIRS} >= {
-        "gemma4/tiny8", "gemma4/e2b35", "gemma4/vlm8", "gemma3n/tiny8"}
+        "gemma4/tiny8", "gemma4/e2b35", "gemma4/vlm8", "gemma4/a26", "gemma3n/tiny8"}
 
 
 @pytest.mark.parametrize("folder", FIXTURE_DIRS, ids=lambda p: f"{p.parent.name}/{p.name}")

@@ -32,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ["2025.2.0", "2025.4.1", "2026.0.0", "2026.1.0", "2026.2.1", "2026.3.1", "newest"]
-FIXTURES = ["tiny8", "e2b35", "tiny8u", "tiny8u:long", "vlm8", "gemma3n/tiny8"]
+FIXTURES = ["tiny8", "e2b35", "tiny8u", "tiny8u:long", "a26", "a26:long", "vlm8", "gemma3n/tiny8"]
 MODES = ["unmodified", "rewritten", "unshared", "paged-pad", "decomposed", "prepared"]
 PATHS = ["core", "stateful", "paged"]
 # the workers import this checkout's ovpasses, whatever the venvs have installed

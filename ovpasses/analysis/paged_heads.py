@@ -157,9 +157,15 @@ class PagedHeads:
         counts = Counter(str(c) for c in self.caches.values())
         return ", ".join(f"{layout} in {n} cache{'s' if n > 1 else ''}" for layout, n in sorted(counts.items()))
 
+    def layer_heads(self) -> list[dict]:
+        """Per SDPA that reads a cache: its query heads, its key cache's KV heads, head sizes ``E`` and ``Ev``."""
+        return [{"sdpa": name, "q_heads": layer.q_heads,
+                 "kv_heads": self.caches[layer.key_cache].kv_heads if layer.key_cache in self.caches else None,
+                 "head_size": layer.head_size, "v_head_size": layer.v_head_size} for name, layer in self.layers.items()]
+
     def to_dict(self) -> dict:
         return {"layouts": self.layouts(), "target": list(self.target) if self.target else None,
-                "padded": self.padded, "changed_layers": self.changed_layers,
+                "layers": self.layer_heads(), "padded": self.padded, "changed_layers": self.changed_layers,
                 "bytes_per_token": self.bytes_per_token(),
                 "bytes_per_token_padded": self.bytes_per_token(padded=True) if self.target else None,
                 "refusals": [r.to_dict() for r in self.refusals]}

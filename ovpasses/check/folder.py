@@ -47,7 +47,7 @@ def check_path(source: Path, device: str = "CPU", steps: int = 3, runtime: str |
                config: dict | None = None, passes=None, prefill: int = 8, atol: float = 1e-4,
                rtol: float = 1e-4, data_shapes: inputs.DataShapes | None = None, kv_sharing: str = "keep",
                with_genai: bool = False, sliding_window: str = "full", sliding_window_margin: int = 0,
-               prefill_chunk: int | None = None) -> PathCheck:
+               prefill_chunk: int | None = None, paged_heads: str = "keep") -> PathCheck:
     """Check an IR file, or each IR of an export folder that holds stateful attention (and, with
     ``with_genai``, the folder through openvino_genai). Raises :class:`OvpassesError` for a folder with
     files a client could not read, and for ``with_genai`` on an IR file."""
@@ -68,17 +68,18 @@ def check_path(source: Path, device: str = "CPU", steps: int = 3, runtime: str |
         result.reports.append((path.name, check_model(
             model, device=device, steps=steps, runtime=runtime, config=config, passes=passes, prefill=prefill,
             atol=atol, rtol=rtol, source=feeds, kv_sharing=kv_sharing, sliding_window=sliding_window,
-            sliding_window_margin=sliding_window_margin, prefill_chunk=prefill_chunk)))
+            sliding_window_margin=sliding_window_margin, prefill_chunk=prefill_chunk, paged_heads=paged_heads)))
     if with_genai:
-        result.genai = genai_check(source, runtime, passes, device, kv_sharing, sliding_window, sliding_window_margin)
+        result.genai = genai_check(source, runtime, passes, device, kv_sharing, sliding_window, sliding_window_margin,
+                                   paged_heads)
     return result
 
 
 def genai_check(source: Path, runtime, passes, device: str, kv_sharing: str = "keep", sliding_window: str = "full",
-                sliding_window_margin: int = 0) -> list:
+                sliding_window_margin: int = 0, paged_heads: str = "keep") -> list:
     """The folder and its rewritten copy (in a temporary folder) through openvino_genai."""
     with tempfile.TemporaryDirectory(prefix="ovpass-genai-") as tmp:
         rewritten = Path(tmp) / "rewritten"
         folder.rewrite_folder(source, rewritten, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                              sliding_window_margin=sliding_window_margin)
+                              sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
         return genai.check_folders(source, rewritten, device=device)

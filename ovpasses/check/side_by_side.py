@@ -263,7 +263,8 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
                 config: dict | None = None, passes: str | Iterable[str] | None = None, prefill: int = 8,
                 atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0, core: ov.Core | None = None,
                 source: InputSource | None = None, kv_sharing: str = "keep", sliding_window: str = "full",
-                sliding_window_margin: int = 0, prefill_chunk: int | None = None) -> CheckReport:
+                sliding_window_margin: int = 0, prefill_chunk: int | None = None,
+                paged_heads: str = "keep") -> CheckReport:
     """Compile ``model`` and a rewritten clone on ``device``; run both on the same prefill + decode inputs.
 
     ``config`` defaults to :data:`EXACT_CPU_CONFIG` on CPU and to the device defaults elsewhere. Both
@@ -281,7 +282,8 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     cache or dynamic quantization, as the CPU defaults are), values beyond the tolerance are
     ``inconclusive``, naming the tolerance they would need: a correct rewrite differs there too.
     ``source`` says where inputs come from (the export's folder, ``--data-shape``). ``kv_sharing``,
-    ``sliding_window`` and ``sliding_window_margin`` are :func:`~ovpasses.pipeline.rewrite`'s; with
+    ``sliding_window``, ``sliding_window_margin`` and ``paged_heads`` are :func:`~ovpasses.pipeline.rewrite`'s
+    (a padded model gives the original's outputs: the padding is exact); with
     ``sliding_window="bounded"`` a ``prefill`` (plus ``steps``) beyond the window compares steps that read
     a bounded cache (the report says whether it did), and ``prefill_chunk`` splits the prefill into
     inferences of at most that many tokens, so that later chunks read a bounded cache too.
@@ -296,7 +298,7 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
         config = dict(EXACT_CPU_CONFIG) if device.split(".")[0] == "CPU" else {}
     rewritten_model = model.clone()
     summary = rewrite(rewritten_model, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                      sliding_window_margin=sliding_window_margin)
+                      sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
     try:
         feeds = make_feeds(model, steps, prefill, seed, source, prefill_chunk)
     except InputUnknownError as exc:   # nothing can run on inputs nobody knows: inconclusive, saying why

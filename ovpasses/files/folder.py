@@ -193,7 +193,7 @@ def _check_empty(target: Path, staging: Path | None = None) -> None:
 def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, runtime: str | None = None,
                    passes=None, in_place: bool = False, kv_sharing: str = "keep",
                    symlinks: str = "copy", sliding_window: str = "full",
-                   sliding_window_margin: int = 0) -> FolderSummary:
+                   sliding_window_margin: int = 0, paged_heads: str = "keep") -> FolderSummary:
     """Rewrite every IR of ``source`` that holds stateful attention and write the folder to ``target``.
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
@@ -205,8 +205,9 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
     ``../../blobs``); with ``symlinks="keep"`` a link that still points to the same file from the
     target stays a link. A link that points nowhere is an error, naming it.
     :class:`UnreadableOperationError`, naming the file, when an IR holds an operation the target
-    cannot read and ovpasses cannot replace. ``kv_sharing``, ``sliding_window`` and
-    ``sliding_window_margin`` are :func:`~ovpasses.pipeline.rewrite`'s, applied to each IR rewritten.
+    cannot read and ovpasses cannot replace. ``kv_sharing``, ``sliding_window``, ``sliding_window_margin``
+    and ``paged_heads`` are :func:`~ovpasses.pipeline.rewrite`'s, applied to each IR rewritten (in an
+    image-text-to-text export that is the language model: the embedding IRs hold no stateful attention).
 
     Where the folder goes: ``-o`` a new folder is created with ``mkdir``'s mode and appears whole
     (``RENAME_NOREPLACE``: one created meanwhile by another process is left alone and the rewrite
@@ -243,7 +244,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
             model = io.read_ir(source / name)
             try:
                 result = rewrite(model, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                                 sliding_window_margin=sliding_window_margin)
+                                 sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
             except UnreadableOperationError as exc:
                 raise UnreadableOperationError(f"{source / name}: {exc}") from None
             if staging is not None:

@@ -1,11 +1,15 @@
 """Run one exported LLM fixture one way, under whichever OpenVINO this interpreter has.
 
     python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|unshared|bounded|unshared-bounded|paged-pad|decomposed
-                                      --path core|stateful|paged
+                                      --path core|stateful|paged|default|batching [PATH ...]
                                       [--prompt default|long]
 
-prints one JSON object: the runtime, whether the tokens equal transformers' (reference.json), the
-error if it failed, and the fused SDPA count (core path). ``--prompt long`` uses the reference's
+prints one JSON object per path, in one process: the runtime, whether the tokens equal transformers'
+(reference.json), the error if it failed, and the fused SDPA count (core path); then leaves with
+``os._exit`` (openvino_genai 2026.0 - 2026.2.1 segfaults now and then when a pipeline is destroyed,
+after its work is done). Several paths in one process save a start-up each; run an IR that the paged
+path gets wrong on 2026.0 in a process of its own (its kernel corrupts the heap: the next pipeline of
+that process may crash). ``--prompt long`` uses the reference's
 ``long_prompt`` (a prompt longer than the sliding window; only fixtures exported with
 ``--long-prompt-length`` have one). ``bounded`` and ``unshared-bounded`` add
 ``sliding_window="bounded"``; ``paged-pad`` adds ``paged_heads="pad"`` (one head layout for the CPU
@@ -20,7 +24,9 @@ matrix's ``prepared`` mode).
 Paths: ``core`` is a greedy loop over ``ov.Core`` (compiled with f32 precision and an f32 KV cache,
 the settings under which CPU reproduces fp32 transformers); ``stateful`` and ``paged`` are
 openvino_genai's LLMPipeline with ``ATTENTION_BACKEND="SDPA"`` and with a ``SchedulerConfig``
-(continuous batching, where the runtime converts SDPA to PagedAttention), fed token ids. The genai
+(continuous batching, where the runtime converts SDPA to PagedAttention), fed token ids; ``default``
+is LLMPipeline with neither (its default backend), ``batching`` is ``ContinuousBatchingPipeline``
+itself (what OpenVINO Model Server runs); text exports only. The genai
 folder holds the model without the tokenizer: tokenizers converted by a newer openvino_tokenizers
 crash older genai releases when loaded (measured: genai 2026.0 segfaults on a 2026.4 tokenizer).
 """
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -89,18 +96,25 @@ def reference_tokens(fixture: Path, prompt: str = "default") -> tuple[list[int],
     return reference["prompt_ids"], reference["generated_ids"]
 
 
-def cell_in(python: Path, folder: Path, mode: str, path: str, prompt: str = "default", timeout: int = 600) -> dict:
-    """One cell run by ``python`` (a venv's interpreter, so under its runtime) in a process of its own:
-    this module's ``main`` on ``folder``; the JSON it printed. :class:`AssertionError` (for tests) when the
-    worker died, with its stderr's end."""
+def cells_in(python: Path, folder: Path, mode: str, paths: list[str], prompt: str = "default",
+             timeout: int = 600) -> dict[str, dict]:
+    """Cells run by ``python`` (a venv's interpreter, so under its runtime) in one process of their own:
+    this module's ``main`` on ``folder``, one cell per path; the JSON printed, by path.
+    :class:`AssertionError` (for tests) when the worker died, with its stderr's end."""
     import subprocess
 
-    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(folder), "--mode", mode, "--path", path,
+    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(folder), "--mode", mode, "--path", *paths,
                            "--prompt", prompt], capture_output=True, text=True, timeout=timeout,
                           cwd=Path(__file__).resolve().parents[2])
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
+    cells = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert proc.returncode == 0 and len(cells) == len(paths), \
+        f"worker died (exit {proc.returncode}) after {len(cells)} of {len(paths)} cells: {proc.stderr[-2000:]}"
+    return {cell["path"]: cell for cell in cells}
+
+
+def cell_in(python: Path, folder: Path, mode: str, path: str, prompt: str = "default", timeout: int = 600) -> dict:
+    """One cell in a process of its own (:func:`cells_in`)."""
+    return cells_in(python, folder, mode, [path], prompt, timeout)[path]
 
 
 def run_cell(fixture: Path, mode: str, path: str, prompt_kind: str = "default") -> dict:
@@ -172,32 +186,41 @@ def _genai(model: ov.Model, fixture: Path, path: str, prompt: list[int], steps: 
             if (fixture / name).exists():
                 shutil.copy(fixture / name, folder / name)
         ov.save_model(model, folder / "openvino_model.xml", compress_to_fp16=False)
-        kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
-        if path not in ("stateful", "paged"):
+        if path not in GENAI_PATHS:
             raise ValueError(f"unknown path {path!r}")
-        pipe = genai.LLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
         config = genai.GenerationConfig()
         config.max_new_tokens = steps
         config.min_new_tokens = steps
         config.do_sample = False
         ids = np.array([prompt], np.int64)
-        mask = np.ones_like(ids)
-        ids_tensor, mask_tensor = ov.Tensor(ids), ov.Tensor(mask)
-        result = pipe.generate(genai.TokenizedInputs(ids_tensor, mask_tensor), config)
-        tokens = [int(t) for t in result.tokens[0]]
+        if path == "batching":
+            pipe = genai.ContinuousBatchingPipeline(str(folder), genai.SchedulerConfig(), "CPU", EXACT_CPU_CONFIG)
+            tokens = [int(t) for t in pipe.generate([ov.Tensor(ids)], [config])[0].m_generation_ids[0]]
+        else:
+            kwargs = {"stateful": {"ATTENTION_BACKEND": "SDPA"}, "default": {},
+                      "paged": {"scheduler_config": genai.SchedulerConfig()}}[path]
+            pipe = genai.LLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
+            result = pipe.generate(genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config)
+            tokens = [int(t) for t in result.tokens[0]]
         del pipe
         return tokens
+
+
+GENAI_PATHS = ("stateful", "paged", "default", "batching")
+PATHS = ("core", *GENAI_PATHS)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fixture", type=Path)
     parser.add_argument("--mode", choices=MODES, required=True)
-    parser.add_argument("--path", choices=["core", "stateful", "paged"], required=True)
+    parser.add_argument("--path", choices=PATHS, nargs="+", required=True)
     parser.add_argument("--prompt", choices=PROMPTS, default="default")
     args = parser.parse_args(argv)
-    print(json.dumps(run_cell(args.fixture, args.mode, args.path, args.prompt)), flush=True)
-    return 0
+    for path in args.path:
+        print(json.dumps(run_cell(args.fixture, args.mode, path, args.prompt)), flush=True)
+    sys.stderr.flush()
+    os._exit(0)   # see the module's docstring: genai's teardown may crash after the results are out
 
 
 if __name__ == "__main__":
