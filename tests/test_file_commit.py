@@ -47,8 +47,8 @@ pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not
 
 def ovpass(*args, strace: list[str] | None = None, process: bool = False, **kwargs):
     """``ovpass ARGS``: in this process (``ovpasses.testing.cli.run_main``) where that is safe, else the
-    console script: under strace, in the trial threads (main() redirects this process's stdout), and where
-    ``process`` asks for a fresh process (a rewrite's bytes hold node names that count up per process)."""
+    console script: under strace, outside the main thread (main() redirects this process's stdout), and
+    where ``process`` asks for a fresh process (a rewrite's bytes hold node names that count up per process)."""
     if not process and strace is None and not kwargs and threading.current_thread() is threading.main_thread():
         return run_main(*args)
     command = [str(OVPASS), *map(str, args)]
@@ -457,15 +457,22 @@ def commit_steps(scenario: Scenario, root: Path, extra: list[str]) -> tuple[list
     return steps, old, new
 
 
-def run_trial(scenario: Scenario, root: Path, step: tuple, signal_name: str, old, new, extra: list[str]) -> str:
-    """Deliver ``signal_name`` at ``step``, check what the run says and leaves, then what the next command
-    makes of it. Returns "old" or "new": the state the trial ended in."""
-    syscall, nth, line = step
+def deliver(scenario: Scenario, root: Path, step: tuple, signal_name: str,
+            extra: list[str]) -> subprocess.CompletedProcess:
+    """A fresh ``root`` for ``scenario``, and its ovpass run with ``signal_name`` delivered at ``step``."""
+    syscall, nth, _line = step
     scenario.fresh(root)
     injected = [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}{',renameat2' if extra else ''}",
                 "-e", f"inject={syscall}:signal={signal_name}:when={nth}", *extra, str(OVPASS),
                 *map(str, scenario.args(root))]
-    run = subprocess.run(injected, capture_output=True, text=True, timeout=120, env=ENV)
+    return subprocess.run(injected, capture_output=True, text=True, timeout=120, env=ENV)
+
+
+def judge_trial(scenario: Scenario, root: Path, step: tuple, signal_name: str, run: subprocess.CompletedProcess,
+                old, new) -> str:
+    """Check what the run :func:`deliver` made says and leaves, then what the next command (``ovpass
+    inspect``, in this process) makes of it. Returns "old" or "new": the state the trial ended in."""
+    line = step[2]
     where = f"{scenario.name}, SIG{signal_name} at {line}"
     assert run.returncode in SIGNALS[signal_name], (where, run.returncode, run.stderr)
     state = snapshot(scenario.target(root))
@@ -538,9 +545,11 @@ def test_a_signal_at_any_step_of_a_commit_loses_nothing(ir_versions, tmp_path, n
     assert chosen, f"{name}: no step is left for '{which}'"
     trials = [(step, sig) for step in chosen for sig in SIGNALS]
     from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        outcomes = list(pool.map(lambda i_trial: run_trial(scenario, tmp_path / f"t{i_trial[0]}", *i_trial[1],
-                                                           old, new, extra), enumerate(trials)))
+    with ThreadPoolExecutor(max_workers=2) as pool:   # the signalled runs, two at a time, each in its own root
+        runs = list(pool.map(lambda i_trial: deliver(scenario, tmp_path / f"t{i_trial[0]}", *i_trial[1], extra),
+                             enumerate(trials)))
+    outcomes = [judge_trial(scenario, tmp_path / f"t{i}", step, sig, run, old, new)
+                for i, ((step, sig), run) in enumerate(zip(trials, runs))]
     if which != "the others":   # the others add to "each kind", which has both outcomes already
         assert set(outcomes) == {"old", "new"}, "signals must fall both before and after the commit point"
     print(f"{name} ({'fallback' if fallback else 'renameat2'}, {which}): {len(trials)} trials, {len(steps)} steps")
