@@ -89,18 +89,18 @@ class Greedy:
     def state_lengths(self) -> dict[str, int]:
         return {s.name: s.state.shape[2] for s in self.request.query_state()}
 
+    def trim(self, count: int) -> None:
+        """What openvino_genai's trim_kv_cache does: every state loses its last ``count`` positions."""
+        for state in self.request.query_state():
+            data = state.state.data
+            state.state = ov.Tensor(np.ascontiguousarray(data[:, :, :data.shape[2] - count]))
+
 
 @functools.cache
 def baseline_run(prompt: tuple[int, ...], chunk: int, steps: int) -> tuple[list[int], np.ndarray]:
     """:meth:`Greedy.run` on :func:`baseline`, once per prompt, chunk and steps (every kv_sharing mode is
     compared with the same run)."""
     return Greedy(baseline()).run(list(prompt), chunk, steps)
-
-    def trim(self, count: int) -> None:
-        """What openvino_genai's trim_kv_cache does: every state loses its last ``count`` positions."""
-        for state in self.request.query_state():
-            data = state.state.data
-            state.state = ov.Tensor(np.ascontiguousarray(data[:, :, :data.shape[2] - count]))
 
 
 def by_name(model: ov.Model) -> dict[str, ov.Node]:
