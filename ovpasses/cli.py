@@ -8,11 +8,13 @@ The work is done by :mod:`ovpasses.pipeline` (the passes and the rewrite), :mod:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import openvino as ov
@@ -342,12 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_OK
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s") if args.debug
-                         else _OneLineFormatter())
-    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, handlers=[handler])
     try:
-        with signals.raising():
+        with signals.raising(), _log_to_stderr(args.debug):
             if getattr(args, "input", None) is not None:
                 commit.settle(Path(args.input))   # what an interrupted commit left, before the input is judged
             return COMMANDS[args.command](args)
@@ -380,6 +378,25 @@ def _interrupted(exc: KeyboardInterrupt) -> str:
         return f"interrupted {name}; nothing was written"
     written = ", ".join(str(path) for path in kept)
     return f"interrupted {name} after the rewrite was written: the new version is in {written}"
+
+
+@contextlib.contextmanager
+def _log_to_stderr(debug: bool) -> Iterator[None]:
+    """ovpasses' log records on stderr for one command: one line each (``--debug``: every record, with its
+    logger's name). Undone after it, so that main() can run again in the same process (the tests do)."""
+    logger = logging.getLogger("ovpasses")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s") if debug else _OneLineFormatter())
+    before = logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG if debug else logging.WARNING)
+    logger.propagate = False
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(before[0])
+        logger.propagate = before[1]
 
 
 class _OneLineFormatter(logging.Formatter):

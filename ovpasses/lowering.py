@@ -2,7 +2,8 @@
 
 Operations newer than the target reads (:mod:`ovpasses.analysis.op_versions`) are constant-folded or
 converted into older operations by the lowering passes (:data:`LOWERING_PASSES`); what is left is
-refused, with the reason of the pass whose pattern did not take it. :func:`lower_op_versions` runs them
+refused, with the reason the pattern of its pass gave (the pass's ``refused``, filled by the predicate
+its pattern uses). :func:`lower_op_versions` runs them
 alone (an IR of an export folder without stateful attention); the pipeline runs the same passes as its
 last steps (:data:`ovpasses.pipeline.STEPS`) and records the outcome with :func:`outcomes`.
 """
@@ -25,6 +26,8 @@ from ovpasses.step import PassReport, run_step
 # Passes that replace operations the target cannot read, each by the (type, opset) it replaces
 LOWERING_PASSES: tuple[type, ...] = (ErfInvConstantFolding, ConvertOneHot16ToOneHot1)
 NO_LOWERING = "ovpasses has no constant folding or exact decomposition into older operations for it"
+# Per lowering pass that ran (its NAME), what its pattern refused: friendly name -> reason (its ``refused``)
+Refusals = dict[str, dict[str, str]]
 
 
 @dataclass(frozen=True)
@@ -101,9 +104,10 @@ def lowering_target(pass_class: type, before: OpVersionAnalysis | None, target: 
 
 
 def outcomes(model: ov.Model, target: Version, before: OpVersionAnalysis | None,
-             selected: frozenset[str]) -> list[OpVersionAction]:
+             selected: frozenset[str], refused: Refusals) -> list[OpVersionAction]:
     """Per operation ``target`` could not read before the lowering passes ran, what became of it. The truth
-    is what is left: an operation still there was refused, whatever the passes reported."""
+    is what is left: an operation still there was refused, whatever the passes reported; the reason is
+    the one its pass's pattern gave (``refused``)."""
     if before is None:
         return []
     left = {(op.name, op.type, op.opset, op.where) for op in analyze_op_versions(model, target).unreadable}
@@ -118,7 +122,8 @@ def outcomes(model: ov.Model, target: Version, before: OpVersionAnalysis | None,
         elif owner.NAME not in selected:
             actions.append(OpVersionAction(op, Lowered.REFUSED, f"pass {owner.NAME} not selected", owner.NAME))
         else:
-            actions.append(OpVersionAction(op, Lowered.REFUSED, owner.why_not(op), owner.NAME))
+            reason = refused.get(owner.NAME, {}).get(op.name, f"pass {owner.NAME} did not take it")
+            actions.append(OpVersionAction(op, Lowered.REFUSED, reason, owner.NAME))
     return actions
 
 
@@ -128,15 +133,18 @@ def lower_op_versions(model: ov.Model, target: Version, selected: frozenset[str]
     holds an operation it replaces that ``target`` cannot read, and only on such operations.
 
     Returns, per operation ``target`` could not read as exported, what was done, or why it was refused
-    (the reason comes from the pass whose pattern did not take it). Raises nothing: :func:`ovpasses.rewrite`
+    (the reason comes from the predicate of the pattern that did not take it). Raises nothing: :func:`ovpasses.rewrite`
     turns refusals into :class:`UnreadableOperationError`.
     """
     selected = frozenset(p.NAME for p in LOWERING_PASSES) if selected is None else selected
     lowering = OpVersionLowering(target)
     before = unreadable_before(model, target)
+    refused: Refusals = {}
     for pass_class in LOWERING_PASSES:
         nodes = lowering_target(pass_class, before, target)
         if nodes is not None and pass_class.NAME in selected:
-            lowering.passes.append(run_step(model, pass_class, (nodes,))[1])
-    lowering.actions = outcomes(model, target, before, selected)
+            pass_, report = run_step(model, pass_class, (nodes,))
+            lowering.passes.append(report)
+            refused[pass_class.NAME] = pass_.refused
+    lowering.actions = outcomes(model, target, before, selected, refused)
     return lowering

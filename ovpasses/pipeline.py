@@ -181,9 +181,10 @@ def run_pipeline(model: ov.Model, runtime: str | None = None, passes: str | Iter
         step.targets.done(run, pass_)
     if SharedKVCacheDetection.NAME in run.selected:
         _annotate(run)   # an SDPA the decomposition replaced is out of the model: harmless
+    lowered = outcomes(model, run.profile.version, run.op_before, run.selected, run.op_refused)
     summary = RewriteSummary(
         run.profile, run.detected, run.decisions, run.passes, run.masks, run.mask_actions, run.masks_not_applied,
-        run.warnings, run.kinds, run.findings, outcomes(model, run.profile.version, run.op_before, run.selected),
+        run.warnings, run.kinds, run.findings, lowered,
         kv_sharing, run.unshared, run.kept_shared, run.analysis if run.analysis is not run.detected else None,
         sliding_window, run.caches, run.heads, run.eager, run.recovered, run.eager_not_applied)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))

@@ -1,4 +1,7 @@
-"""The ``ovpass`` console script, run as installed (a subprocess), on the tiny8 Gemma 4 fixture.
+"""The ``ovpass`` command on the tiny8 Gemma 4 fixture: in this process (``ovpasses.cli.main``, through
+``ovpasses.testing.cli.run_main``) where a process of its own adds nothing, and as the installed console
+script (a subprocess) for the console script itself, a traceback that ends the process, and another
+runtime's virtual environment (``AFFECTED_OVPASS``).
 
 Every bad input must give one ``ovpass: error: ...`` line, exit 2, no traceback, no output file
 (temporary files included) and an input that is byte-for-byte unchanged.
@@ -20,9 +23,11 @@ import pytest
 from ovpasses import analyze_kv_sharing
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
+from ovpasses.report.text import fusion_text
 from ovpasses.pipeline import PASSES
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import installed_version
+from ovpasses.testing.cli import run_main
 from ovpasses.testing.fixture_variants import compress_weights, fill_weight, variant_folder
 from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 
@@ -46,7 +51,11 @@ pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not
                                                             "pip install -e . in this environment")
 
 
-def ovpass(*args, exe: Path = OVPASS, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def ovpass(*args, exe: Path = OVPASS, cwd: Path | None = None, process: bool = False):
+    """``ovpass ARGS``: in this process, unless ``exe`` is another runtime's console script or ``process``
+    asks for the installed one (a ``subprocess.CompletedProcess``, or a ``CliResult`` read the same way)."""
+    if exe == OVPASS and not process:
+        return run_main(*args, cwd=cwd)
     return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
@@ -67,12 +76,12 @@ def ir(tmp_path) -> Path:
 # ------------------------------------------------------------------------------------------ general
 
 def test_help_documents_commands_and_exit_codes():
-    result = ovpass("--help")
+    result = ovpass("--help", process=True)   # the console script itself
     assert result.returncode == 0
     for text in ("rewrite", "inspect", "check", "passes", "exit codes", "  0 ", "  1 ", "  2 ", "  3 ", "  4 "):
         assert text in result.stdout
     assert ovpass().returncode == 0
-    assert ovpass("--version").stdout.startswith("ovpass ")
+    assert ovpass("--version", process=True).stdout.startswith("ovpass ")
     check_help = ovpass("check", "--help").stdout
     assert all(key in check_help for key in EXACT_CPU_CONFIG)
 
@@ -435,7 +444,8 @@ def test_bad_runtime_is_refused(ir, runtime, message):
 
 
 def test_a_runtime_newer_than_every_known_release_warns_in_one_line(ir):
-    result = ovpass("inspect", ir, "--runtime", "2099.1", "--format", "json")
+    # a process of its own: the warning comes once per process (plan.profiles), and this one may have given it
+    result = ovpass("inspect", ir, "--runtime", "2099.1", "--format", "json", process=True)
     assert result.returncode == 0, result.stderr
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("ovpass: warning: openvino 2099.1.0 is newer "
                                                                          "than every release"), result.stderr
@@ -445,9 +455,9 @@ def test_a_runtime_newer_than_every_known_release_warns_in_one_line(ir):
 
 def test_debug_shows_the_traceback(ir):
     _missing_bin(ir)
-    result = ovpass("--debug", "inspect", ir)
+    result = ovpass("--debug", "inspect", ir, process=True)   # the traceback ends the process
     assert result.returncode != 0 and "Traceback" in result.stderr
-    assert "Traceback" in ovpass("inspect", ir, "--debug").stderr
+    assert "Traceback" in ovpass("inspect", ir, "--debug", process=True).stderr
 
 
 # ------------------------------------------------------------------------------------------ inspect
@@ -506,12 +516,15 @@ def test_inspect_json_says_why_each_sdpa_is_fused(ir):
     assert by_layer[0]["kind"] == {"label": "sliding 16", "mask": "sliding", "window": 16, "head_size": 16,
                                    "v_head_size": 16, "causal": False}
     assert by_layer[3]["kind"]["label"] == "full" and by_layer[3]["kind"]["head_size"] == 32
-    assert by_layer[0]["fusion"] == {"expected": True, "reason": "fused after rewrite: the ShapeOf on its Concat "
-                                                                 "is computed from the inputs"}
+    # the verdict is a Fusion value, the reason apart; rendered, they make the sentence of the text report
+    assert by_layer[0]["fusion"] == {"expected": True, "outcome": "fused_after_rewrite",
+                                     "reason": "the ShapeOf on its Concat is computed from the inputs"}
+    assert fusion_text(by_layer[0]["fusion"]) == "fused after rewrite: the ShapeOf on its Concat is computed from the inputs"
     assert by_layer[0]["fusion_unmodified"]["expected"] is True
     assert "loses its state" in by_layer[0]["fusion_unmodified"]["reason"]
     assert by_layer[4]["fusion"] == by_layer[4]["fusion_unmodified"] == {
-        "expected": False, "reason": "not fused: its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)"}
+        "expected": False, "outcome": "not_fused", "reason": "its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)"}
+    assert fusion_text(by_layer[4]["fusion"]) == "not fused: its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)"
     assert by_layer[4]["reason"] == "its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)"
     assert report["fused_expected"] == report["fused_expected_unmodified"] == 2 and report["lint"] == []
 

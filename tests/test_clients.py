@@ -18,10 +18,10 @@ import openvino as ov
 import pytest
 
 from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
+from ovpasses.testing.cli import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
-OVPASS = Path(sys.executable).with_name("ovpass")
 EXPORT_PYTHON = ROOT / ".venvs" / "export" / "bin" / "python"
 TEXT_FIXTURES = ["gemma4/tiny8", "gemma3n/tiny8"]
 VLM = FIXTURES / "gemma4" / "vlm8"
@@ -32,8 +32,7 @@ genai = pytest.importorskip("openvino_genai", reason="openvino_genai is not inst
 
 def rewrite_folder(source: Path, parent: Path, *runtime: str) -> Path:
     target = parent / "fixed"
-    result = subprocess.run([str(OVPASS), "rewrite", str(source), "-o", str(target), *runtime], capture_output=True,
-                            text=True, timeout=300)
+    result = run_main("rewrite", source, "-o", target, *runtime)   # the CLI, in this process
     assert result.returncode == 0, result.stderr
     return target
 

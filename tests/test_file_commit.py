@@ -15,12 +15,14 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from ovpasses.files import commit, io
+from ovpasses.testing.cli import run_main
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
@@ -43,7 +45,12 @@ needs_strace = pytest.mark.skipif(not _ptrace_works() and not os.environ.get("CI
 pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not installed at {OVPASS}")
 
 
-def ovpass(*args, strace: list[str] | None = None, **kwargs) -> subprocess.CompletedProcess:
+def ovpass(*args, strace: list[str] | None = None, process: bool = False, **kwargs):
+    """``ovpass ARGS``: in this process (``ovpasses.testing.cli.run_main``) where that is safe, else the
+    console script: under strace, outside the main thread (main() redirects this process's stdout), and
+    where ``process`` asks for a fresh process (a rewrite's bytes hold node names that count up per process)."""
+    if not process and strace is None and not kwargs and threading.current_thread() is threading.main_thread():
+        return run_main(*args)
     command = [str(OVPASS), *map(str, args)]
     if strace is not None:
         command = [STRACE, "-f", "-qq", *strace, *command]
@@ -68,8 +75,9 @@ def ir_versions(tmp_path_factory) -> dict:
         shutil.copy(FIXTURE / f"openvino_model{suffix}", source.with_suffix(suffix))
     ref = root / "ref"
     ref.mkdir()
-    assert ovpass("rewrite", source, "-o", ref / "old.xml", "--runtime", "2026.4").returncode == 0
-    assert ovpass("rewrite", source, "-o", ref / "new.xml", "--runtime", "2026.0").returncode == 0
+    # fresh processes, as the rewrites compared with them run
+    assert ovpass("rewrite", source, "-o", ref / "old.xml", "--runtime", "2026.4", process=True).returncode == 0
+    assert ovpass("rewrite", source, "-o", ref / "new.xml", "--runtime", "2026.0", process=True).returncode == 0
     old, new = pair(ref / "old.xml"), pair(ref / "new.xml")
     assert old[0] != new[0], "the two versions must differ for a mixed pair to be visible"
     return {"source": source, "old": old, "new": new, "old_xml": ref / "old.xml"}
@@ -449,15 +457,22 @@ def commit_steps(scenario: Scenario, root: Path, extra: list[str]) -> tuple[list
     return steps, old, new
 
 
-def run_trial(scenario: Scenario, root: Path, step: tuple, signal_name: str, old, new, extra: list[str]) -> str:
-    """Deliver ``signal_name`` at ``step``, check what the run says and leaves, then what the next command
-    makes of it. Returns "old" or "new": the state the trial ended in."""
-    syscall, nth, line = step
+def deliver(scenario: Scenario, root: Path, step: tuple, signal_name: str,
+            extra: list[str]) -> subprocess.CompletedProcess:
+    """A fresh ``root`` for ``scenario``, and its ovpass run with ``signal_name`` delivered at ``step``."""
+    syscall, nth, _line = step
     scenario.fresh(root)
     injected = [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}{',renameat2' if extra else ''}",
                 "-e", f"inject={syscall}:signal={signal_name}:when={nth}", *extra, str(OVPASS),
                 *map(str, scenario.args(root))]
-    run = subprocess.run(injected, capture_output=True, text=True, timeout=120, env=ENV)
+    return subprocess.run(injected, capture_output=True, text=True, timeout=120, env=ENV)
+
+
+def judge_trial(scenario: Scenario, root: Path, step: tuple, signal_name: str, run: subprocess.CompletedProcess,
+                old, new) -> str:
+    """Check what the run :func:`deliver` made says and leaves, then what the next command (``ovpass
+    inspect``, in this process) makes of it. Returns "old" or "new": the state the trial ended in."""
+    line = step[2]
     where = f"{scenario.name}, SIG{signal_name} at {line}"
     assert run.returncode in SIGNALS[signal_name], (where, run.returncode, run.stderr)
     state = snapshot(scenario.target(root))
@@ -482,25 +497,62 @@ def run_trial(scenario: Scenario, root: Path, step: tuple, signal_name: str, old
     return "new" if state == new else "old"
 
 
+def step_kind(step: tuple[str, int, str]) -> tuple:
+    """What a step does, whichever file it does it to: the syscall, its flags (RENAME_EXCHANGE,
+    RENAME_NOREPLACE) and the name it makes (the journal, a backup, or a target)."""
+    syscall, _nth, line = step
+    role = "journal" if commit.JOURNAL_NAME in line else "backup" if commit.BACKUP_PREFIX in line else "target"
+    return syscall, role, tuple(re.findall(r"RENAME_\w+", line))
+
+
+def each_kind(steps: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
+    """The first and the last step of each kind (:func:`step_kind`), in commit order: the first fsync, the
+    journal's rename, the first and the last rename or link of each kind into place or into a backup, the
+    journal's deletion. The steps between (the same kind of rename, on the next file of a folder) are the
+    slow tier's."""
+    firsts, lasts = {}, {}
+    for index, step in enumerate(steps):
+        firsts.setdefault(step_kind(step), index)
+        lasts[step_kind(step)] = index
+    return [steps[i] for i in sorted({*firsts.values(), *lasts.values()})]
+
+
+SCENARIOS = ["file -o", "file --in-place", "folder --in-place", "folder -o new", "folder -o empty"]
+# (scenario, renameat2 answers EINVAL, which steps): the default run takes each kind of step of every
+# scenario with renameat2 (69 trials); the slow tier the steps between them ("folder -o empty" alone has
+# any: 27 trials) and every step of the journalled fallback (111 trials)
+TRIAL_SETS = [
+    *[pytest.param(name, False, "each kind", id=f"{name}-renameat2") for name in SCENARIOS],
+    pytest.param("folder -o empty", False, "the others", id="folder -o empty-renameat2-the others",
+                 marks=pytest.mark.slow),
+    *[pytest.param(name, True, "every step", id=f"{name}-no renameat2", marks=pytest.mark.slow) for name in SCENARIOS],
+]
+
+
 @needs_strace
-@pytest.mark.parametrize("fallback", [False, pytest.param(True, marks=pytest.mark.slow)],
-                         ids=["renameat2", "no renameat2"])
-@pytest.mark.parametrize("name", ["file -o", "file --in-place", "folder --in-place", "folder -o new",
-                                  "folder -o empty"])
-def test_a_signal_at_any_step_of_a_commit_loses_nothing(ir_versions, tmp_path, name, fallback):
+@pytest.mark.parametrize("name, fallback, which", TRIAL_SETS)
+def test_a_signal_at_any_step_of_a_commit_loses_nothing(ir_versions, tmp_path, name, fallback, which):
     """SIGINT, SIGTERM and SIGKILL at every step of the commit; with "no renameat2" the filesystem
-    answers EINVAL to renameat2 (as one without RENAME_EXCHANGE does) and the journalled fallback runs."""
+    answers EINVAL to renameat2 (as one without RENAME_EXCHANGE does) and the journalled fallback runs.
+    ``which`` steps: the first and last of each kind (:func:`each_kind`), the others, or every step."""
     scenario = scenarios(ir_versions)[name]
     extra = ["-e", "inject=renameat2:error=EINVAL"] if fallback else []
     steps, old, new = commit_steps(scenario, tmp_path / "trace", extra)
     assert sum(s[0].startswith(("rename", "link")) for s in steps) >= 2, steps
-    trials = [(step, sig) for step in steps for sig in SIGNALS]
+    kinds = each_kind(steps)
+    assert {step_kind(s) for s in kinds} == {step_kind(s) for s in steps}
+    chosen = {"each kind": kinds, "the others": [s for s in steps if s not in kinds], "every step": steps}[which]
+    assert chosen, f"{name}: no step is left for '{which}'"
+    trials = [(step, sig) for step in chosen for sig in SIGNALS]
     from concurrent.futures import ThreadPoolExecutor
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        outcomes = list(pool.map(lambda i_trial: run_trial(scenario, tmp_path / f"t{i_trial[0]}", *i_trial[1],
-                                                           old, new, extra), enumerate(trials)))
-    assert set(outcomes) == {"old", "new"}, "signals must fall both before and after the commit point"
-    print(f"{name} ({'fallback' if fallback else 'renameat2'}): {len(trials)} trials, {len(steps)} steps")
+    with ThreadPoolExecutor(max_workers=2) as pool:   # the signalled runs, two at a time, each in its own root
+        runs = list(pool.map(lambda i_trial: deliver(scenario, tmp_path / f"t{i_trial[0]}", *i_trial[1], extra),
+                             enumerate(trials)))
+    outcomes = [judge_trial(scenario, tmp_path / f"t{i}", step, sig, run, old, new)
+                for i, ((step, sig), run) in enumerate(zip(trials, runs))]
+    if which != "the others":   # the others add to "each kind", which has both outcomes already
+        assert set(outcomes) == {"old", "new"}, "signals must fall both before and after the commit point"
+    print(f"{name} ({'fallback' if fallback else 'renameat2'}, {which}): {len(trials)} trials, {len(steps)} steps")
 
 
 # --------------------------------------------------------------------------------------- a reader racing folder commits

@@ -41,6 +41,7 @@ WORKER = """
 import json, sys, openvino as ov, ovpasses
 from ovpasses.check import fused_sdpa_names
 from ovpasses.precision import EXACT_CPU_CONFIG
+from ovpasses.report.text import fusion_text
 from ovpasses.testing.graphs import *
 source = sys.argv[1]
 out = {"runtime": ov.get_version().split("-")[0]}
@@ -56,7 +57,7 @@ for mode in ("unmodified", "rewritten"):
     predicted = summary.fusion(unmodified=mode == "unmodified")
     out[mode] = {"fused": fused_sdpa_names(compiled, names),
                  "predicted": sorted(n for n, v in predicted.items() if v.expected),
-                 "reasons": {n: v.reason for n, v in predicted.items()}}
+                 "reasons": {n: fusion_text(v) for n, v in predicted.items()}}
 print(json.dumps(out))
 """
 

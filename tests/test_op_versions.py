@@ -27,10 +27,13 @@ from ovpasses.passes import ErfInvConstantFolding
 from ovpasses.passes.erfinv_constant_folding import erfinv
 import ovpasses.lowering
 from ovpasses.lowering import LOWERING_PASSES, lower_op_versions
+from ovpasses.plan.decisions import Lowered
 from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
 from ovpasses.plan.runtimes import OPS_FIRST_READ, installed_version, parse_release
 from ovpasses.testing.graphs import (
     NewerOpsSpec,
+    build_erfinv_in_if_body,
+    build_erfinv_of_a_converted_constant,
     build_newer_ops,
     erfinv_constant_values,
     newer_ops_inputs,
@@ -109,6 +112,20 @@ def test_the_folded_model_computes_the_reference():
     np.testing.assert_allclose(got[finite], want[finite], rtol=2 * 2**-24, atol=0)
 
 
+def test_an_erfinv_in_an_if_body_is_found_and_folded():
+    """Regression: the op-version walk asked an If for get_internal_subgraphs_size, which the Python If
+    lacks, so a model with an If raised AttributeError for any target older than the installed runtime."""
+    model = build_erfinv_in_if_body()
+    [op] = analyze_op_versions(model, parse_release(OLD)).unreadable
+    assert (op.type, op.name, op.where) == ("ErfInv", "erfinv", "body 0 of If 'if'")
+    summary = ovpasses.rewrite(model, runtime=OLD)
+    assert summary.readable and [a.action for a in summary.op_versions] == [Lowered.CONSTANT_FOLDED]
+    feed = {"cond": np.array(True), "x": np.array([1.0, 2.0], np.float32)}
+    got = ov.Core().compile_model(model, "CPU", EXACT)(feed)["y"].astype(np.float64)
+    want = np.array([1.0, 2.0]) + np.array([erfinv_reference(0.5), erfinv_reference(-0.25)])
+    np.testing.assert_allclose(got, want, rtol=2 * 2**-24, atol=0)   # one f32 rounding of the constant and one of the Add
+
+
 @pytest.mark.parametrize("runtime", [None, "2026.2.1", "2026.4"])
 def test_nothing_is_folded_for_a_target_that_reads_erfinv(runtime):
     model = build_newer_ops(NewerOpsSpec())
@@ -143,6 +160,23 @@ def test_inspect_reports_a_refusal_instead_of_raising():
     [op] = report["unreadable_ops"]
     assert (op["type"], op["opset"], op["first_read"], op["handled"]) == ("ErfInv", "opset17", "2026.2.1", False)
     assert op["action"] == "refused" and op["reason"].startswith("its input is not a Constant")
+
+
+@pytest.mark.parametrize(("constant_type", "erfinv_type", "reason"), [
+    (ov.Type.f32, ov.Type.bf16, "its element type bf16 is not one that ErfInvConstantFolding folds (f16, f32, f64)"),
+    (ov.Type.i32, ov.Type.f32, "its input is a Constant of i32, and ErfInvConstantFolding folds floating-point "
+                               "Constants only"),
+], ids=["bf16", "integer-constant"])
+def test_the_reason_of_a_refusal_is_the_one_the_pattern_gave(constant_type, erfinv_type, reason):
+    """The report's reason is what the predicate of the pass's pattern returned, not a second judgement."""
+    model = build_erfinv_of_a_converted_constant(constant_type, erfinv_type)
+    folding = ErfInvConstantFolding()
+    manager = ov.passes.Manager()
+    manager.register_pass(folding)
+    manager.run_passes(model)
+    assert folding.changed == [] and folding.refused == {"erfinv": reason}
+    [op] = inspect_model(model, OLD)["unreadable_ops"]
+    assert (op["action"], op["reason"], op["pass"]) == ("refused", reason, "ErfInvConstantFolding")
 
 
 def test_a_deselected_lowering_pass_is_a_refusal():
@@ -214,6 +248,7 @@ def test_lowering_reports_each_operation_once():
 
 RUN_UNDER = """
 import json, sys, numpy as np, openvino as ov
+from ovpasses.plan.decisions import Lowered
 from ovpasses.precision import EXACT_CPU_CONFIG
 feed = {k: np.array(v, dtype=t) for k, (v, t) in json.loads(sys.argv[2]).items()}
 try:

@@ -21,6 +21,7 @@ import numpy as np
 import openvino as ov
 import pytest
 
+from ovpasses.testing.cli import CliResult, run_main
 from ovpasses.testing.matrix import cell_in, cells_in
 from hypothesis import assume, given
 
@@ -254,9 +255,8 @@ def test_on_runtimes_that_lose_the_window_padding_leaves_one_line_saying_from_wh
     assert "ignores sliding windows" in warning and f"outgrow the window ({window})" in warning
 
 
-def ovpass(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([str(NEWEST.parent / "ovpass"), *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
+def ovpass(*args) -> CliResult:
+    return run_main(*args)   # in this process: a process of its own adds nothing here
 
 
 def test_cli_says_what_padding_costs_and_where_it_is_needed():

@@ -23,6 +23,7 @@ import ovpasses
 from ovpasses.check.genai import GenaiPathReport, GenaiRun
 from ovpasses.errors import OvpassesError
 from ovpasses.precision import EXACT_CPU_CONFIG
+from ovpasses.testing.cli import run_main
 from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference, run_heads_stack
 from ovpasses.testing.matrix import cell_in, cells_in
 
@@ -37,7 +38,11 @@ E2B_COST = "KV bytes per token (batch 1) 1152 -> 1920 (1.67x)"
 E2B_LAYERS = "layers: 8 query heads on 1x8 in 28 layers, 8 query heads on 1x16 in 7 layers"
 
 
-def ovpass(*args, bin_dir: Path = NEWEST.parent) -> subprocess.CompletedProcess:
+def ovpass(*args, bin_dir: Path = NEWEST.parent):
+    """``ovpass ARGS``: in this process (``ovpasses.testing.cli.run_main``) for the newest runtime, else the
+    console script of ``bin_dir``'s venv (a ``subprocess.CompletedProcess``, read the same way)."""
+    if bin_dir == NEWEST.parent:
+        return run_main(*args)
     return subprocess.run([str(bin_dir / "ovpass"), *map(str, args)], capture_output=True, text=True, timeout=600)
 
 

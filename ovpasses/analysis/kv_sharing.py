@@ -25,7 +25,7 @@ or whose body reads or writes the same variable (a ReadValue or Assign of its id
 so every SDPA that reads it is ``shared``. The walk still follows the operation's outputs, so an
 SDPA that reads cache data through a Loop is a reader of that cache. Each such operation, and each
 one whose body holds ReadValue, Assign or SDPA nodes, is reported in ``unhandled`` with the caches
-and SDPAs it affects.
+and SDPAs it affects (:mod:`ovpasses.analysis.subgraphs`).
 
     ReadValue(v) -> Concat(past, new) -> Assign(v)
                           |
@@ -55,6 +55,7 @@ import openvino as ov
 
 from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.cache_chain import variable_id
+from ovpasses.analysis.subgraphs import SUBGRAPH_OPS, body_contents, unhandled_messages
 from ovpasses.errors import UnsupportedModelError
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,6 @@ Status = Literal["exclusive", "shared", "stateless"]
 KEY_PORT, VALUE_PORT = 1, 2
 SHAPE_ONLY = {"ShapeOf"}
 STOP = {"Assign", "Result"}
-SUBGRAPH_OPS = {"Loop", "TensorIterator", "If"}
 # the friendly-name suffix of the Slice between a bounded cache's Concat and its Assign
 BOUND_SUFFIX = "/sliding_window_bound"
 
@@ -235,7 +235,7 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
                 source = source.input_value(0).get_node()
             anchors.setdefault(source, set()).add(vid)
         elif type_name in SUBGRAPH_OPS:
-            variables, attention = _body_contents(node)
+            variables, attention = body_contents(node)
             if variables or attention:
                 holds_state_or_attention.append(node)
             if variables:
@@ -358,7 +358,8 @@ def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns,
                               owner_of=tuple(owner_of.get(node, ())), order=order[node])
     layers = layer_indices(list(sdpa))
     sdpa = {name: replace(info, layer=layers[name]) for name, info in sdpa.items()}
-    unhandled = _unhandled_messages(opaque, holds_state_or_attention, caches, sdpa)
+    unhandled = unhandled_messages(opaque, holds_state_or_attention, {v: c.sdpa for v, c in caches.items()},
+                                   {n: s.order for n, s in sdpa.items()})
     for message in unhandled:
         log.warning("analyze_kv_sharing: %s", message)
     return KVSharingAnalysis(caches=caches, sdpa=sdpa, unhandled=unhandled)
@@ -383,28 +384,6 @@ def layer_indices(names: list[str]) -> dict[str, int]:
     return {name: index for index, name in enumerate(names)}
 
 
-def _unhandled_messages(opaque: dict[ov.Node, set[str]], holds_state_or_attention: list[ov.Node],
-                        caches: dict[str, CacheInfo], sdpa: dict[str, SDPAInfo]) -> list[str]:
-    """One message per sub-graph operation that the analysis does not look into: which caches it reads
-    and which SDPAs that keeps from being ``exclusive``."""
-    messages = []
-    holds = set(holds_state_or_attention)
-    for op in dict.fromkeys([*opaque, *holds_state_or_attention]):
-        what = f"{op.get_type_name()} '{op.get_friendly_name()}'"
-        read = sorted(v for v in opaque.get(op, ()) if v in caches)
-        if not read:
-            messages.append(f"{what} holds ReadValue, Assign or SDPA nodes in its body; caches and attention "
-                            "inside sub-graphs are not analysed")
-            continue
-        affected = sorted({name for v in read for name in caches[v].sdpa}, key=lambda n: sdpa[n].order)
-        messages.append(
-            f"{what} reads cache {', '.join(read)} in a body that is not analysed"
-            + (" (it holds ReadValue, Assign or SDPA nodes)" if op in holds else "")
-            + "; the cache counts as shared, so "
-            + (f"SDPA {', '.join(affected)} is not exclusive" if affected else "no SDPA is affected (none reads it)"))
-    return messages
-
-
 def _bounds_cache(node: ov.Node) -> bool:
     """The Slice with which SlidingWindowKVCacheBounding stores the last positions of a cache Concat."""
     return node.get_type_name() == "Slice" and node.get_friendly_name().endswith(BOUND_SUFFIX)
@@ -419,38 +398,3 @@ def _terminal(node: ov.Node) -> bool:
     type_name = node.get_type_name()
     return type_name == SDPA_TYPE or type_name in SHAPE_ONLY or type_name in STOP
 
-
-
-def _body_contents(node: ov.Node) -> tuple[set[str], bool]:
-    """The variable ids that ReadValue / Assign nodes in the bodies (and nested bodies) of a sub-graph
-    operation use, and whether those bodies hold an SDPA. Iterative."""
-    variables: set[str] = set()
-    attention = False
-    pending = [node]
-    while pending:
-        op = pending.pop()
-        for body in _bodies(op):
-            for inner in body.get_ordered_ops():
-                type_name = inner.get_type_name()
-                if type_name in ("ReadValue", "Assign"):
-                    variables.add(variable_id(inner))
-                elif type_name == SDPA_TYPE:
-                    attention = True
-                elif type_name in SUBGRAPH_OPS:
-                    pending.append(inner)
-    return variables, attention
-
-
-def _bodies(op: ov.Node) -> list[ov.Model]:
-    bodies = []
-    for getter in ("get_function", "get_then_body", "get_else_body"):
-        fn = getattr(op, getter, None)
-        if fn is None:
-            continue
-        try:
-            body = fn() if getter != "get_function" else fn(0)
-        except TypeError:
-            body = fn()
-        if body is not None:
-            bodies.append(body)
-    return bodies

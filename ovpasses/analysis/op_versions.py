@@ -28,6 +28,7 @@ from pathlib import Path
 
 import openvino as ov
 
+from ovpasses.analysis.subgraphs import SUBGRAPH_OPS, bodies
 from ovpasses.errors import UnsupportedRuntimeError
 from ovpasses.plan.runtimes import (
     Version,
@@ -38,7 +39,6 @@ from ovpasses.plan.runtimes import (
     version_string,
 )
 
-SUBGRAPH_OPS = {"Loop", "TensorIterator", "If"}
 _OPSET = re.compile(r"opset\d+")
 
 
@@ -95,13 +95,6 @@ def _constant_input(output: ov.Output) -> bool:
     return node.get_type_name() == "Constant"
 
 
-def _bodies(node: ov.Node) -> list[ov.Model]:
-    """The bodies of a Loop / TensorIterator (one) or an If (two)."""
-    if node.get_type_name() == "If":
-        return [node.get_function(i) for i in range(node.get_internal_subgraphs_size())]
-    return [node.get_function()]
-
-
 def analyze_op_versions(model: ov.Model, target: Version) -> OpVersionAnalysis:
     """The operations of ``model`` (bodies included) that release ``target`` cannot read from an IR file."""
     analysis = OpVersionAnalysis(target)
@@ -120,10 +113,10 @@ def analyze_op_versions(model: ov.Model, target: Version) -> OpVersionAnalysis:
                     all(_constant_input(v) for v in node.input_values()),
                     node.get_output_element_type(0).get_type_name() if node.get_output_size() else "", where))
             if type_name in SUBGRAPH_OPS:
-                bodies = _bodies(node)
-                for index, body in enumerate(bodies):
+                inner = bodies(node)
+                for index, body in enumerate(inner):
                     label = f"{type_name} '{node.get_friendly_name()}'"
-                    pending.append((body, f"{'body' if len(bodies) == 1 else f'body {index}'} of {label}"
+                    pending.append((body, f"{'body' if len(inner) == 1 else f'body {index}'} of {label}"
                                           + (f" ({where})" if where else "")))
     return analysis
 

@@ -30,19 +30,34 @@ compiled model disagrees with the prediction).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 
 
+class Fusion(Enum):
+    """What the CPU plugin is expected to do with one SDPA (the sentences: ``report.text.FUSION_TEXT``)."""
+
+    FUSED = "fused"
+    FUSED_AFTER_REWRITE = "fused_after_rewrite"   # fused because the rewrite took the ShapeOf off its Concat
+    FUSED_STATE_LOST = "fused_state_lost"         # fused, and a reader of its cache or the kernel loses state
+    NOT_FUSED = "not_fused"
+
+
 @dataclass(frozen=True)
 class FusionVerdict:
-    """Whether the CPU plugin is expected to fuse one SDPA into its stateful kernel, and why."""
+    """Whether the CPU plugin is expected to fuse one SDPA into its stateful kernel (``outcome``), and why
+    (``reason``, without the verdict: it is rendered with it only at the edge, ``report.text.fusion_text``)."""
 
-    expected: bool
+    outcome: Fusion
     reason: str
 
+    @property
+    def expected(self) -> bool:
+        return self.outcome != Fusion.NOT_FUSED
+
     def to_dict(self) -> dict:
-        return {"expected": self.expected, "reason": self.reason}
+        return {"expected": self.expected, "outcome": self.outcome.value, "reason": self.reason}
 
 
 def _layers(analysis: KVSharingAnalysis, names) -> str:
@@ -141,27 +156,27 @@ def predict_fusion(analysis: KVSharingAnalysis, name: str, *, barrier: bool = Fa
     fused kernel loses its state to such a ShapeOf: the affected profile).
     """
     if decomposed:
-        return FusionVerdict(False, "not fused: decomposed into MatMul/Softmax, because "
+        return FusionVerdict(Fusion.NOT_FUSED, "decomposed into MatMul/Softmax, because "
                              + (off_path_reader(analysis, name) or "it was planned for the fusion barrier"))
     if barrier:
-        return FusionVerdict(False, "not fused: fusion barrier (a reader off the Assign's path: "
+        return FusionVerdict(Fusion.NOT_FUSED, "fusion barrier (a reader off the Assign's path: "
                              + (off_path_reader(analysis, name) or "planned") + ")")
     for refuses in (reads_no_cache, unanalysed_reader, off_path_of_its_own, shared_concat, bounded_cache):
         reason = refuses(analysis, name)
         if reason:
-            return FusionVerdict(False, f"not fused: {reason}")
+            return FusionVerdict(Fusion.NOT_FUSED, reason)
     if not shapeof_moved and (reason := several_concat_shapeofs(analysis, name)):
-        return FusionVerdict(False, f"not fused: {reason}")
+        return FusionVerdict(Fusion.NOT_FUSED, reason)
     borrower_loses_state = off_path_reader(analysis, name)
     if borrower_loses_state:
-        return FusionVerdict(True, f"fused, but {borrower_loses_state}: that reader is left without state "
-                                   "('null input states')")
+        return FusionVerdict(Fusion.FUSED_STATE_LOST, f"{borrower_loses_state}: that reader is left without state "
+                                                      "('null input states')")
     shapeof = concat_shapeof(analysis, name)
     if shapeof and shapeof_moved:
-        return FusionVerdict(True, "fused after rewrite: the ShapeOf on its Concat is computed from the inputs")
+        return FusionVerdict(Fusion.FUSED_AFTER_REWRITE, "the ShapeOf on its Concat is computed from the inputs")
     if shapeof and shapeof_loses_state:
-        return FusionVerdict(True, f"fused, but {shapeof}: on this runtime the fused kernel then loses its state "
-                                   "('null input states')")
+        return FusionVerdict(Fusion.FUSED_STATE_LOST, f"{shapeof}: on this runtime the fused kernel then loses its "
+                                                      "state ('null input states')")
     if shapeof:
-        return FusionVerdict(True, "fused: exclusive cache; the one ShapeOf on its Concat is allowed")
-    return FusionVerdict(True, "fused: exclusive cache, its Concat has no other consumer")
+        return FusionVerdict(Fusion.FUSED, "exclusive cache; the one ShapeOf on its Concat is allowed")
+    return FusionVerdict(Fusion.FUSED, "exclusive cache, its Concat has no other consumer")

@@ -30,6 +30,7 @@ from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecompos
 from ovpasses.pipeline import rewrite
 from ovpasses.precision import EXACT_CPU_CONFIG, Precision, compiled_precision
 from ovpasses.plan.runtimes import installed_version, version_string
+from ovpasses.report.text import fusion_text
 from ovpasses.step import run_step
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def fusion_disagreements(predicted: dict, fused: list[str] | None) -> list[str]:
     if fused is None:
         return []
     got = set(fused)
-    return [f"{name}: predicted {'fused' if verdict.expected else 'not fused'} ({verdict.reason}), "
+    return [f"{name}: predicted {'fused' if verdict.expected else 'not fused'} ({fusion_text(verdict)}), "
             f"but the compiled model {'fused' if name in got else 'did not fuse'} it"
             for name, verdict in predicted.items() if verdict.expected != (name in got)]
 

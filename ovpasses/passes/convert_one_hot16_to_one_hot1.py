@@ -30,8 +30,8 @@ from openvino import opset1
 from openvino.passes import AnyInput, Matcher, MatcherPass, WrapType
 
 from ovpasses._ov import copy_runtime_info
-from ovpasses.analysis.op_versions import UnreadableOp
 from ovpasses.plan.decisions import Lowered
+from ovpasses.step import refusing
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +39,20 @@ NodePredicate = Callable[[ov.Node], bool]
 MODES = ("ignore_negative", "normalize")
 
 
+def refusal(one_hot: ov.Node) -> str | None:
+    """Why :class:`ConvertOneHot16ToOneHot1` does not convert the OneHot-16 ``one_hot``, or None when it
+    does: the predicate of its pattern. The pattern takes every mode the specification defines, so only
+    an unknown ``negative_indices_mode`` is refused."""
+    if one_hot.get_attributes().get("negative_indices_mode") in MODES:
+        return None
+    return f"its negative_indices_mode is not one of {', '.join(MODES)}"
+
+
 class ConvertOneHot16ToOneHot1(MatcherPass):
     """Replace each OneHot-16 by OneHot-1 (with the index normalisation of ``normalize`` mode in opset1 ops).
 
-    :param predicate: ``node -> bool`` choosing the OneHot-16 nodes to convert (default: all).
+    :param predicate: ``node -> bool`` choosing the OneHot-16 nodes to convert (default: all). ``refused``
+        maps each chosen OneHot-16 that the pattern refused (friendly name) to :func:`refusal`'s reason.
     """
 
     NAME = "ConvertOneHot16ToOneHot1"
@@ -52,24 +62,16 @@ class ConvertOneHot16ToOneHot1(MatcherPass):
     ACTION = Lowered.CONVERTED
     ACTION_REASON = "OneHot-1, which computes the same"
 
-    @staticmethod
-    def why_not(op: UnreadableOp) -> str:
-        """Why a OneHot-16 that the analysis found was not converted: the pattern takes every mode the
-        specification defines, so only an unknown ``negative_indices_mode`` is left."""
-        return f"its negative_indices_mode is not one of {', '.join(MODES)}"
-
     def __init__(self, predicate: NodePredicate | None = None) -> None:
         MatcherPass.__init__(self)
         self.changed: list[str] = []
+        self.refused: dict[str, str] = {}
 
-        def accepts(out: ov.Output) -> bool:
-            node = out.get_node()
-            return (node.get_type_info().version_id == "opset16"
-                    and node.get_attributes().get("negative_indices_mode") in MODES
-                    and (predicate is None or predicate(node)))
+        def chosen(node: ov.Node) -> bool:   # the type name matches OneHot-1 too: the version tells them apart
+            return node.get_type_info().version_id == "opset16" and (predicate is None or predicate(node))
 
         indices, depth, on, off = AnyInput(), AnyInput(), AnyInput(), AnyInput()
-        one_hot = WrapType("opset16.OneHot", [indices, depth, on, off], accepts)
+        one_hot = WrapType("opset16.OneHot", [indices, depth, on, off], refusing(refusal, self.refused, chosen))
 
         def callback(matcher: Matcher) -> bool:
             pvm = matcher.get_pattern_value_map()

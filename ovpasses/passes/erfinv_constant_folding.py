@@ -13,7 +13,9 @@ operation and the value is the one the specification defines.
 
 The input may reach the ErfInv through a Convert between floating-point types (the f16 decompression
 of ``save_model(compress_to_fp16=True)``). Element types f16, f32 and f64 are folded; another type
-(bf16, the f8 types) does not match, and the pipeline reports the ErfInv as one the target cannot read.
+(bf16, the f8 types) does not match. The pattern's predicate is :func:`refusal`: what it refuses, the
+pass lists in ``refused`` with the reason, and the pipeline reports the ErfInv as one the target cannot
+read, for that reason.
 
 The value follows the ErfInv-17 specification: ``erfinv(x)`` is the ``y`` with ``erf(y) = x`` on
 ``(-1, 1)``; ``erfinv(0) = 0``, ``erfinv(1) = +inf``, ``erfinv(-1) = -inf``, NaN for ``|x| > 1`` (and
@@ -31,11 +33,11 @@ from collections.abc import Callable
 import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
-from openvino.passes import Matcher, MatcherPass, Optional, WrapType
+from openvino.passes import AnyInput, Matcher, MatcherPass, WrapType
 
 from ovpasses._ov import copy_runtime_info
-from ovpasses.analysis.op_versions import UnreadableOp
 from ovpasses.plan.decisions import Lowered
+from ovpasses.step import refusing
 
 log = logging.getLogger(__name__)
 
@@ -77,19 +79,35 @@ def erfinv(x: np.ndarray) -> np.ndarray:
     return np.array([_erfinv_scalar(float(v)) for v in values.ravel()], np.float64).reshape(values.shape)
 
 
-def _folded_type(output: ov.Output) -> bool:
-    return output.get_element_type().get_type_name() in FOLDED_TYPES
+def _constant_source(erfinv_node: ov.Node) -> ov.Node | None:
+    """The Constant that ``erfinv_node`` reads, directly or through a Convert; None when it reads anything else."""
+    source = erfinv_node.input_value(0).get_node()
+    if source.get_type_name() == "Convert":
+        source = source.input_value(0).get_node()
+    return source if source.get_type_name() == "Constant" else None
 
 
-def _float_convert(output: ov.Output) -> bool:
-    node = output.get_node()
-    return _folded_type(output) and node.get_input_element_type(0).is_real()
+def refusal(erfinv_node: ov.Node) -> str | None:
+    """Why :class:`ErfInvConstantFolding` does not fold ``erfinv_node``, or None when it does: the predicate
+    of its pattern, so that a report says why with the words of the decision."""
+    constant = _constant_source(erfinv_node)
+    if constant is None:
+        return ("its input is not a Constant, and ErfInv has no exact decomposition into operations older "
+                "than opset17")
+    element_type = erfinv_node.get_output_element_type(0).get_type_name()
+    if element_type not in FOLDED_TYPES:
+        return f"its element type {element_type} is not one that {ErfInvConstantFolding.NAME} folds (f16, f32, f64)"
+    if not constant.get_output_element_type(0).is_real():
+        return (f"its input is a Constant of {constant.get_output_element_type(0).get_type_name()}, and "
+                f"{ErfInvConstantFolding.NAME} folds floating-point Constants only")
+    return None
 
 
 class ErfInvConstantFolding(MatcherPass):
     """Replace each ErfInv whose input is a Constant (possibly through a float Convert) by its value.
 
-    :param predicate: ``node -> bool`` choosing the ErfInv nodes to fold (default: all).
+    :param predicate: ``node -> bool`` choosing the ErfInv nodes to fold (default: all). ``refused``
+        maps each chosen ErfInv that the pattern refused (friendly name) to :func:`refusal`'s reason.
     """
 
     NAME = "ErfInvConstantFolding"
@@ -98,29 +116,18 @@ class ErfInvConstantFolding(MatcherPass):
     ACTION = Lowered.CONSTANT_FOLDED
     ACTION_REASON = "its input is a Constant"
 
-    @staticmethod
-    def why_not(op: UnreadableOp) -> str:
-        """Why an ErfInv that the analysis found was not folded: the reason the pattern refused it."""
-        if not op.constant_inputs:
-            return ("its input is not a Constant, and ErfInv has no exact decomposition into operations older "
-                    "than opset17")
-        return f"its element type {op.element_type} is not one that {ErfInvConstantFolding.NAME} folds (f16, f32, f64)"
-
     def __init__(self, predicate: NodePredicate | None = None) -> None:
         MatcherPass.__init__(self)
         self.changed: list[str] = []
+        self.refused: dict[str, str] = {}
 
-        constant = WrapType("opset1.Constant", lambda out: out.get_element_type().is_real())
-        source = Optional(["opset1.Convert"], constant.output(0), _float_convert)
         # the op exists from opset17 on: this pattern is only built where the runtime knows it, which
         # is the only place a model can hold one
-        accepts = (lambda out: _folded_type(out) and predicate(out.get_node())) if predicate else _folded_type
-        erfinv_node = WrapType("opset17.ErfInv", source.output(0), accepts)
+        erfinv_node = WrapType("opset17.ErfInv", [AnyInput()], refusing(refusal, self.refused, predicate))
 
         def callback(matcher: Matcher) -> bool:
-            pvm = matcher.get_pattern_value_map()
-            node = pvm[erfinv_node].get_node()
-            data = _value(pvm[constant].get_node())
+            node = matcher.get_pattern_value_map()[erfinv_node].get_node()
+            data = _value(_constant_source(node))
             # a Convert between the Constant and the ErfInv is applied as the runtime would: numpy's
             # round-to-nearest-even cast to its destination type
             dtype = FOLDED_TYPES[node.get_output_element_type(0).get_type_name()]

@@ -69,6 +69,7 @@ class Run:
     eager: list[EagerAttention] = field(default_factory=list)   # the eager attention subgraphs found
     recovered: list[str] = field(default_factory=list)         # ... that are SDPAs now
     eager_not_applied: str | None = None                       # the recovery pass, when passes= left it out
+    op_refused: dict[str, dict[str, str]] = field(default_factory=dict)   # lowering pass -> its ``refused``
 
     def redetect(self) -> None:
         """The KV-sharing analysis of the model as it is now; through SharedKVCacheDetection (which also
@@ -290,4 +291,8 @@ def _lowering(run: Run, cls) -> tuple | None:
     return None if nodes is None else (nodes,)
 
 
-lowering = Targets(_lowering)
+def _lowered(run: Run, pass_) -> None:
+    run.op_refused[pass_.NAME] = pass_.refused
+
+
+lowering = Targets(_lowering, _lowered)

@@ -1,5 +1,5 @@
 """``ovpass inspect``: the KV-sharing map of a model, what the rewrite does to each SDPA and whether the CPU
-plugin is expected to fuse it, as a plain report (the ``ovpass.inspect/2`` schema) and its text and
+plugin is expected to fuse it, as a plain report (the ``ovpass.inspect/3`` schema) and its text and
 Graphviz formats.
 
 The report reads the same objects the passes use (:class:`~ovpasses.analysis.KVSharingAnalysis` and the
@@ -10,7 +10,6 @@ prediction and the sharing lint); the formats only format it.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 import networkx as nx
@@ -24,7 +23,7 @@ from ovpasses.paged_padding import summary_lines
 from ovpasses.pipeline import run_pipeline
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
-from ovpasses.report.text import action_text, eager_lines, mask_action_text, op_action_text
+from ovpasses.report.text import action_text, eager_lines, fusion_text, fusion_why, mask_action_text, op_action_text
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
@@ -45,7 +44,7 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
 
     Runs the pipeline on a clone (the actions are the ones the rewrite really takes, including the
     fallback to decomposition and the refusal of an operation it cannot replace); ``model`` is not
-    changed. The result follows the schema documented in README.md (``"schema": "ovpass.inspect/2"``, :data:`ovpasses.report.schemas.INSPECT`).
+    changed. The result follows the schema documented in README.md (``"schema": "ovpass.inspect/3"``, :data:`ovpasses.report.schemas.INSPECT`).
     Per SDPA, ``fusion`` is whether the CPU plugin is expected to fuse it into its stateful kernel in the
     model as the rewrite leaves it, and ``fusion_unmodified`` the same for the model as it is, each with
     its reason. With ``sliding_window="bounded"``, per SDPA ``window`` (None: full attention) and
@@ -109,11 +108,6 @@ def folder_report(source: Path, reports: list[tuple[str | None, dict]]) -> dict:
 
 # ------------------------------------------------------------------------------------------------ text
 
-def _without_verdict(reason: str) -> str:
-    return re.sub(r"^(not fused|fused)(: | after rewrite: )", lambda m: "" if m[2] == ": " else "after rewrite: ",
-                  reason)
-
-
 def _reads(report_sdpa: dict, owners: dict[str, int | None]) -> str:
     """Whose caches an SDPA reads: ``own``, ``layer 2``, ``layer 0, own``, ``?`` (no owner) or ``-`` (none)."""
     sources = sorted({owners[v] for v in report_sdpa["kv_variables"]}, key=lambda x: (x is None, x))
@@ -146,7 +140,7 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         if kind["v_head_size"] != kind["head_size"]:
             head += f"/{'?' if kind['v_head_size'] is None else kind['v_head_size']}"
         rows.append((str(s["layer"]), kind["label"], head, s["status"], _reads(s, owners),
-                     "yes" if s["fusion"]["expected"] else "no", _without_verdict(s["fusion"]["reason"])))
+                     "yes" if s["fusion"]["expected"] else "no", fusion_why(s["fusion"])))
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     widths[1] = max(widths[1], kind_width)
     for index, row in enumerate(rows):
@@ -159,7 +153,7 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         if Action(s["action"]).changes or s["not_applied"]:
             lines.append(f"{indent}rewrite: {action_text(s['action'], s['not_applied'])}")
         if s["fusion_unmodified"] != s["fusion"]:
-            lines.append(f"{indent}unmodified: {s['fusion_unmodified']['reason']}")
+            lines.append(f"{indent}unmodified: {fusion_text(s['fusion_unmodified'])}")
         if verbose:
             lines.append(f"{indent}SDPA {s['name']}")
             lines.append(f"{indent}caches {', '.join(s['kv_variables']) or '-'}; action: {action_text(s['action'], s['not_applied'])}")
@@ -285,7 +279,7 @@ def inspect_dot(report: dict) -> str:
         entry = sdpa_nodes[("sdpa", name)]
         fused = entry["fusion"]["expected"]
         label = f"{entry['layer']} {entry['kind']['label']}\n{entry['status']}, {'fused' if fused else 'not fused'}"
-        tooltip = (f"{name}\n{entry['fusion']['reason']}\nunmodified: {entry['fusion_unmodified']['reason']}\n"
+        tooltip = (f"{name}\n{fusion_text(entry['fusion'])}\nunmodified: {fusion_text(entry['fusion_unmodified'])}\n"
                    f"action: {action_text(entry['action'], entry['not_applied'])}")
         container.node(ids[name], label, shape="box", style="rounded,filled",
                        fillcolor=STATUS_COLORS.get(entry["status"], "white"),

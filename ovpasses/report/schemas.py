@@ -6,9 +6,10 @@ mapping from each old id is in docs/architecture.md ("JSON schemas")."""
 REWRITE = "ovpass.rewrite/2"
 # ovpass rewrite DIR --format json: per IR its rewrite report
 REWRITE_FOLDER = "ovpass.rewrite-folder/2"
-# ovpass inspect --format json: per SDPA its action (an enum value), reason and fusion verdict
-INSPECT = "ovpass.inspect/2"
+# ovpass inspect --format json: per SDPA its action (an enum value), reason and fusion verdict. /3: the
+# fusion verdict's outcome is an enum value (analysis.stateful_fusion.Fusion), its reason without the verdict
+INSPECT = "ovpass.inspect/3"
 # ovpass inspect DIR --format json: a list of INSPECT reports
-INSPECT_FOLDER = "ovpass.inspect-folder/2"
+INSPECT_FOLDER = "ovpass.inspect-folder/3"
 # ovpass check DIR --format json: per IR its check report (no plan decisions in it: unchanged)
 CHECK_FOLDER = "ovpass.check-folder/1"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
 from ovpasses.plan.decisions import Action, Lowered, MaskAction
 from ovpasses.plan.runtimes import OPSETS_MEASURED_ON
 
@@ -33,6 +34,28 @@ MASK_ACTION_TEXT = {
     MaskAction.NATIVE: "none: this runtime's paged converter reads the window as it is",
     MaskAction.IGNORED: "none: this runtime's CPU PagedAttention ignores sliding windows (see the warning)",
 }
+
+
+FUSION_TEXT = {
+    Fusion.FUSED: "fused: ",
+    Fusion.FUSED_AFTER_REWRITE: "fused after rewrite: ",
+    Fusion.FUSED_STATE_LOST: "fused, but ",
+    Fusion.NOT_FUSED: "not fused: ",
+}
+# what a table whose own column says fused or not still has to say before the reason
+FUSION_WHY = {Fusion.FUSED_AFTER_REWRITE: "after rewrite: ", Fusion.FUSED_STATE_LOST: "fused, but "}
+
+
+def fusion_text(verdict: FusionVerdict | dict) -> str:
+    """A fusion verdict (a :class:`FusionVerdict` or its dict) as one sentence: the verdict, then why."""
+    outcome, reason = (verdict["outcome"], verdict["reason"]) if isinstance(verdict, dict) else \
+        (verdict.outcome, verdict.reason)
+    return FUSION_TEXT[Fusion(outcome)] + reason
+
+
+def fusion_why(verdict: dict) -> str:
+    """Why, for a table whose own column says whether the SDPA is fused (a verdict's dict)."""
+    return FUSION_WHY.get(Fusion(verdict["outcome"]), "") + verdict["reason"]
 
 
 def planned(text: str, not_applied: str | None) -> str:
@@ -101,7 +124,7 @@ def summary_text(summary: RewriteSummary) -> str:
         lines.append(f"not applied ({pass_} not selected): layer{'s' if len(names) > 1 else ''} {layers}; "
                      f"planned: {action_text(summary.decisions[names[0]].action)}")
         for name in names:
-            lines.append(f"  layer {summary.analysis.layer(name)} as left: {fusion[name].reason}")
+            lines.append(f"  layer {summary.analysis.layer(name)} as left: {fusion_text(fusion[name])}")
     for mask in summary.masks:   # the Select's name is in to_dict()
         text = mask_action_text(summary.mask_actions[mask.select], summary.masks_not_applied.get(mask.select))
         lines.append(f"sliding-window mask (window {mask.window}, "

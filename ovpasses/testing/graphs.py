@@ -1221,6 +1221,39 @@ def build_newer_ops(spec: NewerOpsSpec) -> ov.Model:
     return ov.Model(results, params, "newer_ops")
 
 
+def build_erfinv_of_a_converted_constant(constant_type: ov.Type, erfinv_type: ov.Type) -> ov.Model:
+    """``Convert(ErfInv(Convert(Constant [0.5, -0.25])))``: the Constant of ``constant_type``, the ErfInv
+    (named ``erfinv``) of ``erfinv_type``, the output f32. The types ErfInvConstantFolding refuses (a bf16
+    ErfInv, an integer Constant) are what it is for."""
+    from openvino import opset17  # noqa: PLC0415 - absent before 2026.2
+
+    values = np.array([0.5, -0.25], constant_type.to_dtype())
+    node = opset17.erfinv(ops.convert(ops.constant(values, constant_type), erfinv_type))
+    node.set_friendly_name("erfinv")
+    return ov.Model([ops.convert(node, ov.Type.f32)], [], "erfinv_of_a_converted_constant")
+
+
+def build_erfinv_in_if_body() -> ov.Model:
+    """``If(cond, x)`` (named ``if``): the then body ``x + ErfInv(Constant [0.5, -0.25])`` (the ErfInv named
+    ``erfinv``), the else body ``-x``; ``x`` f32 [2], output ``y``."""
+    from openvino import opset8, opset17  # noqa: PLC0415 - absent before 2026.2
+
+    cond, x = ops.parameter([], ov.Type.boolean, name="cond"), ops.parameter([2], ov.Type.f32, name="x")
+    then_x, else_x = ops.parameter([2], ov.Type.f32), ops.parameter([2], ov.Type.f32)
+    erfinv_node = opset17.erfinv(ops.constant(np.array([0.5, -0.25], np.float32)))
+    erfinv_node.set_friendly_name("erfinv")
+    then_body = ov.Model([ops.add(then_x, erfinv_node)], [then_x], "then")
+    else_body = ov.Model([ops.negative(else_x)], [else_x], "else")
+    node = opset8.if_op(cond)
+    node.set_friendly_name("if")
+    node.set_then_body(then_body)
+    node.set_else_body(else_body)
+    node.set_input(x.output(0), then_x, else_x)
+    out = node.set_output(then_body.get_results()[0], else_body.get_results()[0])
+    out.get_tensor().set_names({"y"})
+    return ov.Model([out], [cond, x], "erfinv_in_if_body")
+
+
 NUMPY_FLOAT = {"f32": np.float32, "f16": np.float16, "f64": np.float64}
 
 
