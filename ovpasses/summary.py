@@ -16,7 +16,7 @@ from ovpasses.analysis.sharing_lint import Finding
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches
 from ovpasses.paged_padding import PagedHeadsStep
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
-from ovpasses.analysis.stateful_fusion import FusionVerdict, predict_fusion
+from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
 from ovpasses.lowering import OpVersionAction
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
@@ -106,7 +106,7 @@ class RewriteSummary:
                 shapeof_moved=action == Action.SHAPEOF and shapeof_moved and not unmodified,
                 shapeof_loses_state=self.profile.decompose_cache_shapeof)
             if unmodified and name in self.recovered:   # measured: the plugin fuses no eager attention
-                verdicts[name] = FusionVerdict(False, "not fused: eager attention in the IR as it is (no SDPA)")
+                verdicts[name] = FusionVerdict(Fusion.NOT_FUSED, "eager attention in the IR as it is (no SDPA)")
         return verdicts
 
     @property
