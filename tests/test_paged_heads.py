@@ -13,8 +13,10 @@ mode ``paged-pad``).
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -429,7 +431,13 @@ def test_affected_genai_paged_decodes_the_large_layout_once_padded():
     def run(mode: str, path: str) -> subprocess.CompletedProcess:   # one process each: see above
         code = AFFECTED_GENAI_STACK % ((spec.layers,), spec.kv_source, spec.k_eq_v, spec.hidden, spec.seed,
                                        spec.scale, [5, 1, 3, 2, 6, 4], mode, path)
-        return subprocess.run([str(AFFECTED), "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+        proc = subprocess.run([str(AFFECTED), "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+        if proc.returncode == -signal.SIGSEGV and not proc.stdout:
+            # genai 2026.0 segfaulted once in a clean-clone run (keep, stateful) before any output, and in
+            # none of 24 runs of this test alone (2026-11-25): a crash that repeats still fails below
+            warnings.warn(f"openvino_genai 2026.0 segfaulted before any output ({mode}, {path}); ran it again")
+            proc = subprocess.run([str(AFFECTED), "-c", code], capture_output=True, text=True, timeout=600, cwd=ROOT)
+        return proc
 
     for mode, path in (("pad", "paged"), ("pad", "stateful"), ("keep", "stateful")):
         proc = run(mode, path)
