@@ -1,18 +1,23 @@
-"""Where a decode step's time goes, per form of the model (issue 22): the CPU plugin's per-node counters.
+"""Where a decode step's (or the prefill's) time goes, per form of the model (issue 22): the CPU plugin's
+per-node counters.
 
     .venvs/dev/bin/python benchmarks/sliding_window_profile.py --model out/e2b-wide-w512 --context 8192
-        [--chunk 1000] [--steps 8] [--forms unmodified,bounded] [--config default|exact] [--top 12]
+        [--chunk 1000] [--steps 8] [--phase decode|prefill] [--forms unmodified,bounded]
+        [--config default|exact] [--top 12]
 
 Each form is compiled with ``PERF_COUNT: YES`` (and the config's properties), filled with the
-``--context``-token prompt in ``--chunk``-token chunks, then ``--steps`` decode steps run; the
-counters of those steps (``request.profiling_info``: per executed node, its real time) are summed per
-node type and per node, and the step's wall time is recorded beside them. The SDPA counters say which
-layers run the fused stateful kernel. Writes ``benchmarks/results/sliding_window_profile-<name>.json``.
+``--context``-token prompt in ``--chunk``-token chunks, then ``--steps`` decode steps run. With
+``--phase decode`` the counters of those steps (``request.profiling_info``: per executed node, its real
+time) are summed per node type and per node, and the step's wall time is recorded beside them; with
+``--phase prefill`` the counters of every prefill chunk are (per chunk: ``"step"`` is a chunk, the
+decode steps are not profiled). The SDPA counters say which layers run the fused stateful kernel.
+Writes ``benchmarks/results/sliding_window_profile-<name>.json``.
 """
 
 from __future__ import annotations
 
 import collections
+import re
 import statistics
 import time
 from pathlib import Path
@@ -23,7 +28,33 @@ from common import markdown_table, model_parser, progress, stateful_feeder, writ
 from sliding_window import FORMS, configs
 
 
-def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, steps: int, margin: int) -> dict:
+def layers_of_nodes(compiled) -> dict[str, str]:
+    """Runtime node name -> the decoder layer it computes (``"-"``: none). A node's ``originalLayersNames``
+    name the IR's ops it runs (``...layers.N...``); the nodes the plugin makes itself (the MatMuls and
+    Softmax of an SDPA it decomposed) name none: they take the layer of their nearest named input."""
+    ops = compiled.get_runtime_model().get_ordered_ops()
+    named: dict[str, str] = {}
+    for op in ops:
+        info = op.get_rt_info()
+        names = info["originalLayersNames"].astype(str) if "originalLayersNames" in info else ""
+        found = re.search(r"layers\.(\d+)\.", names)
+        named[op.get_friendly_name()] = found.group(1) if found else "-"
+
+    def nearest(op, depth: int) -> str:
+        layer = named.get(op.get_friendly_name(), "-")
+        if layer != "-" or depth == 0:
+            return layer
+        for port in range(op.get_input_size()):
+            layer = nearest(op.input_value(port).get_node(), depth - 1)
+            if layer != "-":
+                return layer
+        return "-"
+
+    return {op.get_friendly_name(): nearest(op, 6) for op in ops}
+
+
+def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, steps: int, margin: int,
+            phase: str = "decode") -> dict:
     import openvino as ov
 
     import ovpasses
@@ -41,16 +72,18 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
     def feed(ids):
         return int(np.argmax(feed_logits(ids)))
 
-    prompt = np.random.default_rng(0).integers(4, 4000, context)
-    for begin in range(0, context, chunk):
-        token = feed(prompt[begin:begin + chunk])
+    layer_of = layers_of_nodes(compiled)
+    by_layer: collections.Counter = collections.Counter()   # (layer, "FullyConnected" | "other")
     by_type: collections.Counter = collections.Counter()
     by_node: collections.Counter = collections.Counter()
     node_type: dict[str, str] = {}
     walls = []
-    for _ in range(steps):
+
+    def timed(ids, count: bool) -> int:
         start = time.perf_counter()
-        token = feed([token])
+        token = feed(ids)
+        if not count:
+            return token
         walls.append(time.perf_counter() - start)
         # the counters are the last inference's (measured on 2026.4.1: a decode step after a prefill reads
         # less than the prefill); their sum can exceed the step's wall time, so they rank nodes, no more
@@ -59,13 +92,29 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
                 kind = f"{info.node_type} ({info.exec_type})"
                 us = info.real_time.total_seconds() * 1e6
                 by_type[info.node_type] += us
+                part = "FullyConnected" if info.node_type == "FullyConnected" else "other"
+                by_layer[(layer_of.get(info.node_name, "-"), part)] += us
                 by_node[f"{info.node_name} [{kind}]"] += us
                 node_type[f"{info.node_name} [{kind}]"] = kind
+        return token
+
+    prompt = np.random.default_rng(0).integers(4, 4000, context)
+    for begin in range(0, context, chunk):
+        token = timed(prompt[begin:begin + chunk], phase == "prefill")
+    for _ in range(steps):
+        token = timed([token], phase == "decode")
+    steps = len(walls)
     total = sum(by_type.values())
-    return {"form": form, "fused_sdpa": count_fused_sdpa(compiled), "context": context,
+    return {"form": form, "phase": phase, "fused_sdpa": count_fused_sdpa(compiled), "context": context,
+            "steps": steps, "wall_s": round(sum(walls), 3),
             "step_ms_median": round(1000 * statistics.median(walls), 2),
             "counted_ms_per_step": round(total / steps / 1000, 2),
             "by_type_ms_per_step": {k: round(v / steps / 1000, 3) for k, v in by_type.most_common()},
+            # per decoder layer ("-": embeddings, final norm, lm head): FullyConnected (projections, MLP)
+            # and the rest (attention: SDPA or the plugin's decomposition of it, norms, RoPE, masks)
+            "by_layer_ms_per_step": {layer: {part: round(by_layer[(layer, part)] / steps / 1000, 3)
+                                             for part in ("FullyConnected", "other")}
+                                     for layer in sorted({k[0] for k in by_layer}, key=lambda x: (len(x), x))},
             "top_nodes_ms_per_step": [{"node": k, "type": node_type[k], "ms": round(v / steps / 1000, 3)}
                                       for k, v in by_node.most_common(40)]}
 
@@ -73,6 +122,7 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
 def main(argv=None) -> int:
     parser = model_parser(__doc__, 8192)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--phase", choices=("decode", "prefill"), default="decode")
     parser.add_argument("--forms", default="unmodified,bounded")
     parser.add_argument("--config", choices=("default", "exact"), default="default")
     parser.add_argument("--margin", type=int, default=0)
@@ -80,17 +130,22 @@ def main(argv=None) -> int:
     parser.add_argument("--name")
     args = parser.parse_args(argv)
     rows = []
-    name = args.name or f"sliding_window_profile-{args.model.name}-{args.context}-{args.config}"
+    phase = "" if args.phase == "decode" else "-prefill"
+    name = args.name or f"sliding_window_profile-{args.model.name}-{args.context}-{args.config}{phase}"
     for form in args.forms.split(","):
-        progress(f"profiling {form} at {args.context} ({args.config})")
+        progress(f"profiling {form}'s {args.phase} at {args.context} ({args.config})")
         rows.append(profile(args.model, form, configs()[args.config], args.context, args.chunk, args.steps,
-                            args.margin))
+                            args.margin, args.phase))
         write_record(name, rows, model=str(args.model), context=args.context, chunk=args.chunk, steps=args.steps,
+                     phase=args.phase,
                      config=configs()[args.config] or "CPU plugin defaults (no properties)", margin=args.margin)
         row = rows[-1]
-        print(f"\n{form}: step {row['step_ms_median']} ms (counters {row['counted_ms_per_step']} ms), "
+        print(f"\n{form} ({args.phase}, {row['wall_s']} s in all): step {row['step_ms_median']} ms (counters {row['counted_ms_per_step']} ms), "
               f"fused SDPA {row['fused_sdpa']}")
         print(markdown_table(["node type", "ms/step"], list(row["by_type_ms_per_step"].items())[:args.top]))
+        print(markdown_table(["layer", "FullyConnected ms/step", "other ms/step"],
+                             [[layer, parts["FullyConnected"], parts["other"]]
+                              for layer, parts in row["by_layer_ms_per_step"].items()]))
         print(markdown_table(["node", "type", "ms/step"],
                              [[n["node"][-60:], n["type"], n["ms"]] for n in row["top_nodes_ms_per_step"][:args.top]]),
               flush=True)

@@ -29,8 +29,11 @@ CASES = {
                                  "sliding_window_exactness-tiny8-40"),
     "sliding_window_expand_forms": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode",
                                      "2", "--config", "exact"], "sliding_window_expand_forms-tiny8-40"),
-    "sliding_window_profile": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
-                               "sliding_window_profile-tiny8-40"),
+    "sliding_window_profile": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2",
+                                "--phase", "prefill"], "sliding_window_profile-tiny8-40"),
+    # chunks of 19 > W = 16 in blocks of 4 (the last one padded), then 6 decode steps past W
+    "sliding_window_banded": (["--model", str(TINY8.parent), "--context", "45", "--chunk", "19", "--block", "4",
+                               "--decode", "6"], "sliding_window_banded-tiny8-45"),
 }
 
 
@@ -65,6 +68,14 @@ def test_benchmark_script_runs(script, tmp_path):
         assert {(row["config"], row["form"]) for row in data["rows"]} == {
             (c, f) for c in ("default", "exact") for f in ("unmodified", "bounded", "unshared", "unshared+bounded")}
         assert all(row["process_peak_rss_mib"] >= row["peak_rss_rise_mib"] > 0 for row in data["rows"])
+    if script == "sliding_window_profile":   # the prefill's counters, per decoder layer (tiny8: 8 layers)
+        row = data["rows"][0]
+        assert row["phase"] == "prefill" and row["steps"] == 3 and row["wall_s"] > 0
+        assert {str(n) for n in range(8)} <= set(row["by_layer_ms_per_step"])
+        assert all(parts["other"] > 0 for layer, parts in row["by_layer_ms_per_step"].items() if layer != "-")
+    if script == "sliding_window_banded":   # the banded form changes every bounded SDPA and no value
+        assert [row["form"] for row in data["rows"]] == ["unmodified", "bounded", "banded"] and data["banded_sdpas"] == 6
+        assert all(row["tokens_equal_unmodified"] and row["max_logit_diff"] < 1e-4 for row in data["rows"])
     if script == "sliding_window_expand_forms":   # tiny8 (2 KV heads): every form decodes the unmodified tokens
         assert [row["form"] for row in data["rows"]] == ["unmodified", "bounded-bidirectional", "bounded",
                                                          "bounded-grouped"]
