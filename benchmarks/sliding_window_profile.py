@@ -53,6 +53,18 @@ def layers_of_nodes(compiled) -> dict[str, str]:
     return {op.get_friendly_name(): nearest(op, 6) for op in ops}
 
 
+def layer_kinds(model_dir: Path) -> dict[str, str]:
+    """Decoder layer -> ``sliding`` or ``full`` (the config's ``layer_types``), ``+ borrower`` for the
+    last ``num_kv_shared_layers``; empty when the config does not say."""
+    import json
+    config = json.loads((model_dir / "config.json").read_text())
+    config = config.get("text_config", config)
+    types = config.get("layer_types") or []
+    shared = int(config.get("num_kv_shared_layers") or 0)
+    return {str(i): kind.replace("_attention", "") + (" borrower" if i >= len(types) - shared else "")
+            for i, kind in enumerate(types)}
+
+
 def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, steps: int, margin: int,
             phase: str = "decode") -> dict:
     import openvino as ov
@@ -143,8 +155,9 @@ def main(argv=None) -> int:
         print(f"\n{form} ({args.phase}, {row['wall_s']} s in all): step {row['step_ms_median']} ms (counters {row['counted_ms_per_step']} ms), "
               f"fused SDPA {row['fused_sdpa']}")
         print(markdown_table(["node type", "ms/step"], list(row["by_type_ms_per_step"].items())[:args.top]))
-        print(markdown_table(["layer", "FullyConnected ms/step", "other ms/step"],
-                             [[layer, parts["FullyConnected"], parts["other"]]
+        kinds = layer_kinds(args.model)
+        print(markdown_table(["layer", "kind", "FullyConnected ms/step", "other ms/step"],
+                             [[layer, kinds.get(layer, ""), parts["FullyConnected"], parts["other"]]
                               for layer, parts in row["by_layer_ms_per_step"].items()]))
         print(markdown_table(["node", "type", "ms/step"],
                              [[n["node"][-60:], n["type"], n["ms"]] for n in row["top_nodes_ms_per_step"][:args.top]]),
