@@ -15,7 +15,8 @@ queries' windows, which the mask already excluded, so the values are those of th
 A probe, not a pass (it is not in ``ovpasses``): each round compiles nothing new; per round, each form
 in turn (interleaved) gets a fresh request, the prompt in ``--chunk``-token chunks (prefill seconds),
 then ``--decode`` greedy tokens (median ms per token); tokens and the largest logit difference are
-compared with the unmodified form's. The window is the config's ``sliding_window``. Writes
+compared with the first form's (``--forms``, default all three, unmodified first). The window is the
+config's ``sliding_window``. Writes
 ``benchmarks/results/sliding_window_banded-<model folder>-<context>[-<config>].json``.
 """
 
@@ -125,13 +126,13 @@ def window_of(model_dir: Path) -> int:
     return int(config.get("text_config", config)["sliding_window"])
 
 
-def compiled_forms(model_dir: Path, config: dict, block: int) -> tuple[dict, int]:
+def compiled_forms(model_dir: Path, config: dict, block: int, names=FORMS) -> tuple[dict, int]:
     import openvino as ov
 
     import ovpasses
     core = ov.Core()
     forms, changed = {}, 0
-    for form in FORMS:
+    for form in names:
         model = core.read_model(model_dir / "openvino_model.xml")
         if form != "unmodified":
             ovpasses.rewrite(model, sliding_window="bounded")
@@ -166,10 +167,15 @@ def main(argv=None) -> int:
     parser.add_argument("--decode", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--config", choices=("default", "exact"), default="exact")
+    parser.add_argument("--forms", default=",".join(FORMS),
+                        help="comma-separated, in this order; the first is the reference of tokens and logits")
     parser.add_argument("--name")
     args = parser.parse_args(argv)
+    names = args.forms.split(",")
+    if not set(names) <= set(FORMS):
+        parser.error(f"--forms takes {', '.join(FORMS)}")
     name = args.name or f"sliding_window_banded-{args.model.name}-{args.context}-{args.config}"
-    forms, changed = compiled_forms(args.model, configs()[args.config], args.block)
+    forms, changed = compiled_forms(args.model, configs()[args.config], args.block, names)
     prompt = np.random.default_rng(0).integers(4, 4000, args.context)
     rows = []
     for round_ in range(1, args.rounds + 1):
@@ -179,20 +185,20 @@ def main(argv=None) -> int:
             result = measure(compiled, prompt, args.chunk, args.decode)
             logits = result.pop("logits")
             reference = reference or (result["tokens"], logits)
-            result.update(form=form, round=round_, tokens_equal_unmodified=result["tokens"] == reference[0],
+            result.update(form=form, round=round_, tokens_equal_reference=result["tokens"] == reference[0],
                           max_logit_diff=max(float(np.max(np.abs(a - b))) for a, b in zip(logits, reference[1])))
             rows.append(result)
             write_record(name, rows, model=str(args.model), context=args.context, chunk=args.chunk,
                          block=args.block, window=window_of(args.model), banded_sdpas=changed, decode=args.decode,
                          config=configs()[args.config] or "CPU plugin defaults (no properties)")
     table = []
-    base = statistics.median(r["prefill_s"] for r in rows if r["form"] == "unmodified")
-    for form in FORMS:
+    base = statistics.median(r["prefill_s"] for r in rows if r["form"] == names[0])
+    for form in names:
         mine = [r for r in rows if r["form"] == form]
         prefill = statistics.median(r["prefill_s"] for r in mine)
         table.append([form, round(prefill, 2), round(prefill / base, 3), statistics.median(r["decode_ms"] for r in mine),
-                      all(r["tokens_equal_unmodified"] for r in mine), max(r["max_logit_diff"] for r in mine)])
-    print(markdown_table(["form", "prefill s (median)", "prefill x", "decode ms/token", "tokens = unmodified",
+                      all(r["tokens_equal_reference"] for r in mine), max(r["max_logit_diff"] for r in mine)])
+    print(markdown_table(["form", "prefill s (median)", f"prefill x {names[0]}", "decode ms/token", f"tokens = {names[0]}",
                           "max logit diff"], table))
     return 0
 
