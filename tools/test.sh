@@ -14,5 +14,6 @@ fi
 bash tools/venv.sh dev
 # an affected runtime for the runtime-matrix tests (the newest is the dev venv itself)
 bash tools/venv.sh ov 2026.0.0
-# one pytest-xdist worker per core: one worker left a 2-core machine's second core idle about half the time
-exec .venvs/dev/bin/python -m pytest -q -n auto "$@"
+# one pytest-xdist worker per core (one process left a 2-core machine's second core idle about half the
+# time); --dist loadgroup keeps the tests of one xdist_group (runtime cells that share a process) on one worker
+exec .venvs/dev/bin/python -m pytest -q -n auto --dist loadgroup "$@"
