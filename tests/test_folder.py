@@ -346,27 +346,27 @@ def test_a_target_made_by_another_process_meanwhile_is_left_alone(export, tmp_pa
 def test_two_rewrites_into_one_new_folder_one_fails(export, tmp_path, tmp_path_factory):
     """Both check that OUT is new, both prepare, then both commit: one wins, the other says so.
 
-    Each is stopped where it opens the commit's lock file, before it takes the lock; once both are there
-    (both have found OUT new and prepared), one goes on and commits, then the other. (This replaced a
-    1.5 s delay of each one's first fsync, which a start delayed on a loaded machine outran: the late
-    one, waiting for the lock that the other held to commit, then found OUT already there.)"""
+    The first is stopped where it opens its commit's lock file, before it takes the lock (it has found OUT
+    new and prepared); the second runs meanwhile, finds OUT new, prepares and commits; then the first goes
+    on. (This replaced a 1.5 s delay of each one's first fsync, which a start delayed on a loaded machine
+    outran: the late one, waiting for the lock that the other held to commit, then found OUT already there.
+    Stopping both where they open the lock is no cure: a run that meets the other's lock polls it, opens
+    it again, and may stop before its check.)"""
     out, lock = tmp_path / "out", tmp_path / commit.LOCK_NAME
     logs = tmp_path_factory.mktemp("trace")
-    args = {runtime: [export, "-o", out, "--runtime", runtime, "--format", "json"] for runtime in (AFFECTED, "2026.4")}
-    opens = {}
-    for runtime in args:   # a traced run of each alone: which open of the lock file is its commit's
-        opens[runtime] = lock_opens_before_commit(logs / f"{runtime}.probe", lock, *args[runtime])
-        shutil.rmtree(out)
-    runs = {runtime: paused_rewrite(logs / f"{runtime}.trace",
-                                    ["-P", str(lock), "-e", "trace=openat",
-                                     "-e", f"inject=openat:signal=STOP:when={opens[runtime]}"], *args[runtime])
-            for runtime in args}
-    wait_until(lambda: all(paused(logs / f"{runtime}.trace") for runtime in runs), list(runs.values()),
-               "both ovpass runs stopped before their commits")
-    first, second = runs.values()
-    resume(first)
-    first.wait(timeout=120)
-    resume(second)
+    first, second = AFFECTED, "2026.4"
+    args = {runtime: [export, "-o", out, "--runtime", runtime, "--format", "json"] for runtime in (first, second)}
+    # a traced run of the first alone: which of its opens of the lock file is its commit's
+    opens = lock_opens_before_commit(logs / "probe.trace", lock, *args[first])
+    shutil.rmtree(out)
+    runs = {first: paused_rewrite(logs / "first.trace", ["-P", str(lock), "-e", "trace=openat",
+                                                         "-e", f"inject=openat:signal=STOP:when={opens}"],
+                                  *args[first])}
+    wait_until(lambda: paused(logs / "first.trace"), list(runs.values()), "the first ovpass stopped before its commit")
+    runs[second] = subprocess.Popen([str(OVPASS), "rewrite", *map(str, args[second])], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+    runs[second].wait(timeout=120)
+    resume(runs[first])
     results = {runtime: (p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for runtime, p in runs.items()}
     codes = sorted(code for code, _, _ in results.values())
     assert codes == [0, 2], results
