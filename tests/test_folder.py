@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -262,26 +263,77 @@ def test_an_empty_mount_point_is_filled(export, tmp_path):
         subprocess.run(["umount", str(mount)], check=True)
 
 
+AT_FIRST_FSYNC = ["-e", "trace=fsync", "-e", "inject=fsync:signal=STOP:when=1"]
+
+
+def paused_rewrite(log: Path, stop: list[str], *args) -> subprocess.Popen:
+    """``ovpass rewrite ARGS`` under strace, which stops it (SIGSTOP) at the system call that ``stop`` (strace's
+    filter and its ``inject=...:signal=STOP``) names, when that call returns (:data:`AT_FIRST_FSYNC`: the
+    commit's first step, the rewritten folder written and checked, nothing committed yet). It stays stopped
+    until :func:`resume`; ``log`` is strace's, which :func:`paused` reads."""
+    return subprocess.Popen([STRACE, "-f", "-qq", "-o", str(log), *stop, str(OVPASS), "rewrite", *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def lock_opens_before_commit(log: Path, lock: Path, *args) -> int:
+    """How often ``ovpass rewrite ARGS`` opens ``lock`` before its commit's first fsync (a run of its own,
+    traced): the last of those opens is the commit's, which takes the lock."""
+    run = subprocess.run([STRACE, "-f", "-qq", "-o", str(log), "-e", "trace=openat,fsync", str(OVPASS), "rewrite",
+                          *map(str, args)], capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr
+    lines = log.read_text().splitlines()
+    before = lines[:next(i for i, line in enumerate(lines) if "fsync(" in line)]
+    return sum("openat(" in line and f'"{lock}"' in line for line in before)
+
+
+def paused(log: Path) -> bool:
+    return log.exists() and "--- stopped by SIGSTOP ---" in log.read_text()
+
+
+def _ovpass_of(run: subprocess.Popen) -> list[int]:
+    """The process that strace (``run``) started, if it still runs."""
+    children = Path(f"/proc/{run.pid}/task/{run.pid}/children")
+    return [int(pid) for pid in children.read_text().split()] if children.exists() else []
+
+
+def resume(run: subprocess.Popen) -> None:
+    """SIGCONT to the ovpass process that strace (``run``) started."""
+    (ovpass_pid,) = _ovpass_of(run)
+    os.kill(ovpass_pid, signal.SIGCONT)
+
+
+def wait_until(condition, runs: list[subprocess.Popen], what: str, seconds: float = 120) -> None:
+    """Poll ``condition``; fail after ``seconds`` or when one of ``runs`` ends first, killing them (the
+    stopped ovpass processes first: they hold the pipes that the failure message reads)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline or any(run.poll() is not None for run in runs):
+            for run in runs:
+                for pid in _ovpass_of(run):
+                    os.kill(pid, signal.SIGKILL)
+                run.kill()
+            pytest.fail(f"{what}: not within {seconds:.0f} s, or an ovpass run ended first: "
+                        f"{[(run.wait(), run.stderr.read()) for run in runs]}")
+        time.sleep(0.01)
+
+
 @needs_strace
 @pytest.mark.parametrize("existing", [False, True], ids=["new -o", "empty -o"])
-def test_a_target_made_by_another_process_meanwhile_is_left_alone(export, tmp_path, existing):
+def test_a_target_made_by_another_process_meanwhile_is_left_alone(export, tmp_path, tmp_path_factory, existing):
     """Another process creates OUT, or a file of the rewrite's in the empty OUT, after ovpass checked it.
 
-    The first fsync is the commit's (the rewritten folder is written, it has been checked under the
-    lock, nothing is committed yet): it waits 2 s, and the other process comes meanwhile."""
+    ovpass is stopped after the commit's first fsync (the rewritten folder is written, it has been checked
+    under the lock, nothing is committed yet), and the other process comes meanwhile. (The stop replaced a
+    2 s delay of that fsync and a 0.8 s sleep of this test's, which a loaded machine could outrun.)"""
     out = tmp_path / "out"
     if existing:
         out.mkdir()
-    rewrite = subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync",
-                                "-e", "inject=fsync:delay_enter=2000000:when=1", str(OVPASS), "rewrite", str(export),
-                                "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    staging_in = out if existing else tmp_path
-    deadline = time.monotonic() + 60
-    while not any(n.startswith(commit.TEMP_PREFIX) for n in os.listdir(staging_in)) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.8)   # the folder is written and checked: ovpass waits in its first fsync
+    log = tmp_path_factory.mktemp("trace") / "rewrite.trace"
+    rewrite = paused_rewrite(log, AT_FIRST_FSYNC, export, "-o", out)
+    wait_until(lambda: paused(log), [rewrite], "ovpass stopped at its first fsync")
     out.mkdir(exist_ok=True)
     (out / "config.json").write_text("another process")
+    resume(rewrite)
     code, stderr = rewrite.wait(timeout=120), rewrite.stderr.read()
     assert code == 2, (stderr, tree(out).get("config.json"), sorted(os.listdir(out)))
     assert stderr.startswith("ovpass: error: ") and stderr.count("\n") == 1, stderr
@@ -291,14 +343,30 @@ def test_a_target_made_by_another_process_meanwhile_is_left_alone(export, tmp_pa
 
 
 @needs_strace
-def test_two_rewrites_into_one_new_folder_one_fails(export, tmp_path):
-    """Both check that OUT is new, both prepare, then both commit: one wins, the other says so."""
-    out = tmp_path / "out"
-    runs = {runtime: subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", "trace=fsync",
-                                       "-e", "inject=fsync:delay_enter=1500000:when=1", str(OVPASS), "rewrite",
-                                       str(export), "-o", str(out), "--runtime", runtime, "--format", "json"],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for runtime in (AFFECTED, "2026.4")}
+def test_two_rewrites_into_one_new_folder_one_fails(export, tmp_path, tmp_path_factory):
+    """Both check that OUT is new, both prepare, then both commit: one wins, the other says so.
+
+    The first is stopped where it opens its commit's lock file, before it takes the lock (it has found OUT
+    new and prepared); the second runs meanwhile, finds OUT new, prepares and commits; then the first goes
+    on. (This replaced a 1.5 s delay of each one's first fsync, which a start delayed on a loaded machine
+    outran: the late one, waiting for the lock that the other held to commit, then found OUT already there.
+    Stopping both where they open the lock is no cure: a run that meets the other's lock polls it, opens
+    it again, and may stop before its check.)"""
+    out, lock = tmp_path / "out", tmp_path / commit.LOCK_NAME
+    logs = tmp_path_factory.mktemp("trace")
+    first, second = AFFECTED, "2026.4"
+    args = {runtime: [export, "-o", out, "--runtime", runtime, "--format", "json"] for runtime in (first, second)}
+    # a traced run of the first alone: which of its opens of the lock file is its commit's
+    opens = lock_opens_before_commit(logs / "probe.trace", lock, *args[first])
+    shutil.rmtree(out)
+    runs = {first: paused_rewrite(logs / "first.trace", ["-P", str(lock), "-e", "trace=openat",
+                                                         "-e", f"inject=openat:signal=STOP:when={opens}"],
+                                  *args[first])}
+    wait_until(lambda: paused(logs / "first.trace"), list(runs.values()), "the first ovpass stopped before its commit")
+    runs[second] = subprocess.Popen([str(OVPASS), "rewrite", *map(str, args[second])], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+    runs[second].wait(timeout=120)
+    resume(runs[first])
     results = {runtime: (p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for runtime, p in runs.items()}
     codes = sorted(code for code, _, _ in results.values())
     assert codes == [0, 2], results

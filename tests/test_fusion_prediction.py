@@ -1,12 +1,14 @@
 """Issue 15: the fusion prediction (RewriteSummary.fusion, from the plan's own predicates) against what the
 CPU plugin really fuses, per SDPA, before and after the rewrite, on the newest runtime and on 2026.0.
 
-Each case runs in a subprocess under the runtime's own virtual environment (the dev venv's interpreter
-for the newest, .venvs/ov-2026.0.0 for the affected one), as tests/test_runtimes.py does: the worker
-compiles the model and maps the runtime model's fused SDPA kernels back to the IR's SDPA names through
-their ``originalLayersNames`` (ovpasses.check.fused_sdpa_names).
+The cases run in a subprocess under the runtime's own virtual environment (the dev venv's interpreter
+for the newest, .venvs/ov-2026.0.0 for the affected one), as tests/test_runtimes.py does, one process
+per runtime for every case (the tests are one xdist group: one pytest-xdist worker starts it once): the
+worker compiles each model and maps the runtime model's fused SDPA kernels back to the IR's SDPA names
+through their ``originalLayersNames`` (ovpasses.check.fused_sdpa_names).
 """
 
+import functools
 import json
 import subprocess
 import sys
@@ -43,30 +45,41 @@ from ovpasses.check import fused_sdpa_names
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.report.text import fusion_text
 from ovpasses.testing.graphs import *
-source = sys.argv[1]
-out = {"runtime": ov.get_version().split("-")[0]}
-for mode in ("unmodified", "rewritten"):
-    try:
-        model = ov.Core().read_model(source) if source.endswith(".xml") else eval(source)
-    except Exception as exc:
-        print(json.dumps({"read_error": str(exc)[-300:]}))
-        sys.exit(0)
-    names = [n.get_friendly_name() for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"]
-    summary = ovpasses.rewrite(model if mode == "rewritten" else model.clone())
-    compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
-    predicted = summary.fusion(unmodified=mode == "unmodified")
-    out[mode] = {"fused": fused_sdpa_names(compiled, names),
-                 "predicted": sorted(n for n, v in predicted.items() if v.expected),
-                 "reasons": {n: fusion_text(v) for n, v in predicted.items()}}
-print(json.dumps(out))
+for source in sys.argv[1:]:
+    out = {"source": source, "runtime": ov.get_version().split("-")[0]}
+    for mode in ("unmodified", "rewritten"):
+        try:
+            model = ov.Core().read_model(source) if source.endswith(".xml") else eval(source)
+        except Exception as exc:
+            out = {"source": source, "read_error": str(exc)[-300:]}
+            break
+        names = [n.get_friendly_name() for n in model.get_ordered_ops()
+                 if n.get_type_name() == "ScaledDotProductAttention"]
+        summary = ovpasses.rewrite(model if mode == "rewritten" else model.clone())
+        compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
+        predicted = summary.fusion(unmodified=mode == "unmodified")
+        out[mode] = {"fused": fused_sdpa_names(compiled, names),
+                     "predicted": sorted(n for n, v in predicted.items() if v.expected),
+                     "reasons": {n: fusion_text(v) for n, v in predicted.items()}}
+    print(json.dumps(out), flush=True)
 """
+SOURCES = [str(FIXTURES / ir) for ir in FIXTURE_IRS.values()] + list(SYNTHETIC.values())
+pytestmark = pytest.mark.xdist_group("fusion-prediction")
+
+
+@functools.cache
+def _measure_all(python: Path) -> dict[str, dict]:
+    """Every case of :data:`SOURCES` under ``python``'s runtime, in one process, by source."""
+    proc = subprocess.run([str(python), "-c", WORKER, *SOURCES], capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)
+    results = {r["source"]: r for r in (json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{"))}
+    assert proc.returncode == 0 and len(results) == len(SOURCES), \
+        f"worker died (exit {proc.returncode}) after {len(results)} of {len(SOURCES)} cases: {proc.stderr[-2000:]}"
+    return results
 
 
 def measure(python: Path, source: str) -> dict:
-    proc = subprocess.run([str(python), "-c", WORKER, source], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines, f"worker died (exit {proc.returncode}): {proc.stderr[-2000:]}"
-    return json.loads(lines[-1])
+    return _measure_all(python)[source]
 
 
 def _assert_prediction_equals_measurement(result: dict) -> None:

@@ -90,6 +90,9 @@ KNOWN_BUGS: dict = {}
 SEEN: Counter = Counter()
 JUDGED: Counter = Counter()
 MIN_JUDGED_SHARE = 0.5
+# the counters live in one process: under pytest-xdist (tools/test.sh) the properties that count and the
+# test that reads the counts are one group, which one worker runs in this module's order
+COUNTED = pytest.mark.xdist_group("properties-counted")
 
 
 def rewrite_or_known_bug(model: ov.Model, spec: StackSpec, runtime: str | None = None):
@@ -198,6 +201,7 @@ def test_detection_equals_ground_truth(spec):
 OFF_PATH_F16 = StackSpec(k_source=(0, 0), kv_heads=4, cache_type="f16", dtype="f16", borrow_path="own_concat")
 
 
+@COUNTED
 @pytest.mark.parametrize("runtime", [None, "2026.0"], ids=["installed", "affected_profile"])
 @given(spec=stack_specs(), counts=step_counts())
 @example(spec=OFF_PATH_F16, counts=(2, 1))
@@ -339,6 +343,7 @@ def _affected_runtime_property(spec: StackSpec, counts: tuple[int, int]) -> None
     assert max_error(got, expected) <= tol
 
 
+@COUNTED
 @pytest.mark.skipif(not AFFECTED, reason="runs under an affected runtime (2025.2 - 2026.1); "
                                          "test_affected_runtime_property_under_2026_0 starts it there")
 # mask="causal" is left out: measured on 2026.0.0 and 2026.4.1 alike, the plugin's fused stateful SDPA
@@ -380,6 +385,7 @@ UNSHARABLE = (stack_specs(cache_type="f32", dtype="f32", scale="none")
               | stack_specs(cache_type="f16", dtype="f16", mask=st.sampled_from(["bool", "float"])))
 
 
+@COUNTED
 @given(spec=stack_specs() | UNSHARABLE, counts=step_counts())
 @example(spec=OFF_PATH_F16, counts=(2, 1))
 @example(spec=StackSpec(k_source=sharing_layout(6, 3), gqa_form="bidirectional", mask="float", batch=2), counts=(3, 2))
@@ -450,6 +456,7 @@ def test_profiles_are_registered():
     assert sys.modules["ovpasses.testing.strategies"].PROFILE_ENV == "HYPOTHESIS_PROFILE"
 
 
+@COUNTED
 def test_properties_judge_most_examples():
     """Runs after the properties above (pytest keeps the order of a module): each property that was given
     examples in this session judged at least MIN_JUDGED_SHARE of them, so that rejecting the graphs the

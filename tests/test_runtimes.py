@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ovpasses.testing.matrix import cell_in
+from ovpasses.testing.matrix import cell_in, grid_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
@@ -37,10 +37,20 @@ def cell(python: Path, fixture: str | Path, mode: str, path: str, prompt: str = 
     return cell_in(python, fixture if isinstance(fixture, Path) else FIXTURES / fixture, mode, path, prompt)
 
 
+NEWEST_PATHS, AFFECTED_PATHS = ("core", "stateful", "paged"), ("core", "stateful")
+
+
+def path_of_grid(python: Path, fixture: str, mode: str, path: str, paths: tuple[str, ...]) -> dict:
+    """``path`` from one process that runs ``mode`` on every path of ``paths`` for ``fixture`` (each test
+    using it is an xdist group, so that one worker runs that process once); for cells expected to pass."""
+    return grid_cell(python, FIXTURES / fixture, mode, path, modes=(mode,), paths=paths)
+
+
+@pytest.mark.xdist_group("runtimes-newest-rewritten")
 @pytest.mark.parametrize("fixture", NATIVE_FUSED)
-@pytest.mark.parametrize("path", ["core", "stateful", "paged"])
+@pytest.mark.parametrize("path", NEWEST_PATHS)
 def test_newest_rewritten_decodes_like_transformers(fixture, path):
-    result = cell(NEWEST, fixture, "rewritten", path)
+    result = path_of_grid(NEWEST, fixture, "rewritten", path, NEWEST_PATHS)
     assert result["status"] == "ok", result
     if path == "core":
         assert result["fused_sdpa"] == NATIVE_FUSED[fixture]
@@ -62,10 +72,11 @@ def test_affected_unmodified_crashes(fixture):
 
 
 @needs_affected
+@pytest.mark.xdist_group("runtimes-affected-rewritten")
 @pytest.mark.parametrize("fixture", NATIVE_FUSED)
-@pytest.mark.parametrize("path", ["core", "stateful"])
+@pytest.mark.parametrize("path", AFFECTED_PATHS)
 def test_affected_rewritten_decodes_with_every_exclusive_cache_fused(fixture, path):
-    result = cell(AFFECTED, fixture, "rewritten", path)
+    result = path_of_grid(AFFECTED, fixture, "rewritten", path, AFFECTED_PATHS)
     assert result["status"] == "ok", result
     if path == "core":
         # not only "native minus the caches with extra consumers": every exclusive cache stays fused
@@ -101,13 +112,14 @@ def attention_layers(fixture: str) -> int:
     return json.loads((FIXTURES / fixture / "reference.json").read_text())["config"]["num_hidden_layers"]
 
 
+@pytest.mark.xdist_group("runtimes-newest-unshared")
 @pytest.mark.parametrize("fixture", UNSHARE_FIXTURES)
-@pytest.mark.parametrize("path", ["core", "stateful", "paged"])
+@pytest.mark.parametrize("path", NEWEST_PATHS)
 def test_newest_unshared_fuses_every_layer_and_decodes_like_transformers(fixture, path):
     """kv_sharing="unshare" (issue 12): every borrower reads a cache of its own, so the plugin fuses
     every attention layer, and ov.Core, genai stateful (SDPA backend) and genai paged still give
     transformers' tokens."""
-    result = cell(NEWEST, fixture, "unshared", path)
+    result = path_of_grid(NEWEST, fixture, "unshared", path, NEWEST_PATHS)
     assert result["status"] == "ok", result
     if path == "core":
         assert result["fused_sdpa"] == attention_layers(fixture) > NATIVE_FUSED[fixture]

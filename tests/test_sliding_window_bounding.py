@@ -20,7 +20,7 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from ovpasses.testing.matrix import cell_in
+from ovpasses.testing.matrix import grid_cell
 
 import ovpasses
 from ovpasses import OvpassesError, cli
@@ -506,28 +506,32 @@ def test_vlm_chat_equals_the_unmodified_folder(tmp_path, capsys):
             assert expected[0] == vlm_greedy(vlm8, first_turn, ANSWER, "CPU", EXACT_CPU_CONFIG)[0]
 
 
-def cell(python: Path, fixture: str | Path, mode: str, path: str, prompt: str = "default") -> dict:
-    return cell_in(python, fixture if isinstance(fixture, Path) else FIXTURES / fixture, mode, path, prompt)
-
-
 RUNTIMES = [pytest.param(Path(sys.executable), id="newest"),
             pytest.param(AFFECTED_PYTHON, id="2026.0", marks=needs_affected)]
 
 
+CLIENT_MODES, CLIENT_PATHS = ("bounded", "unshared-bounded"), ("core", "stateful", "paged")
+
+
+# the cells of one runtime and prompt run in one process (tiny8u has one head size: no path of 2026.0 gets
+# it wrong), and the group keeps them on one xdist worker
+@pytest.mark.xdist_group("sliding-window-client-cells")
 @pytest.mark.parametrize("python", RUNTIMES)
-@pytest.mark.parametrize("mode", ["bounded", "unshared-bounded"])
-@pytest.mark.parametrize("path", ["core", "stateful", "paged"])
+@pytest.mark.parametrize("mode", CLIENT_MODES)
+@pytest.mark.parametrize("path", CLIENT_PATHS)
 @pytest.mark.parametrize("prompt", ["default", "long"])   # 12 and 28 tokens, 20 generated: past W=16 twice or thrice
 def test_llm_clients_decode_like_transformers(python, mode, path, prompt):
     """ov.Core, genai stateful (SDPA backend) and genai paged (which never sees the bound: the converter
     removes the state, and still reads the window from the Slice(Select) the bounding leaves) on tiny8u."""
-    result = cell(python, "tiny8u", mode, path, prompt)
+    result = grid_cell(python, FIXTURES / "tiny8u", mode, path, prompt, modes=CLIENT_MODES, paths=CLIENT_PATHS)
     assert result["status"] == "ok", result
 
 
-@pytest.mark.parametrize("path", ["core", "stateful", "paged"])
+@pytest.mark.xdist_group("sliding-window-vlm-cells")
+@pytest.mark.parametrize("path", CLIENT_PATHS)
 def test_vlm_decodes_like_transformers(path):
     """The VLM export's language model: its exporter slices the mask to [0, past + n) itself; the bounding
     replaces that Slice by one on the Select (the paged converter reads the window only from Slice(Select))."""
-    result = cell(Path(sys.executable), "vlm8", "bounded", path)
+    result = grid_cell(Path(sys.executable), FIXTURES / "vlm8", "bounded", path, modes=("bounded",),
+                       paths=CLIENT_PATHS)
     assert result["status"] == "ok", result

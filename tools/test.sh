@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up what the test suite needs and run it. Extra arguments go to pytest (e.g. --runslow).
+# Set up what the test suite needs and run it. Extra arguments go to pytest (e.g. --runslow; -n 0 runs
+# the tests in this process, one after another).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # strace delivers the signals and faults of the file-layer tests (tests/test_file_commit.py)
@@ -13,4 +14,6 @@ fi
 bash tools/venv.sh dev
 # an affected runtime for the runtime-matrix tests (the newest is the dev venv itself)
 bash tools/venv.sh ov 2026.0.0
-exec .venvs/dev/bin/python -m pytest -q "$@"
+# one pytest-xdist worker per core (one process left a 2-core machine's second core idle about half the
+# time); --dist loadgroup keeps the tests of one xdist_group (runtime cells that share a process) on one worker
+exec .venvs/dev/bin/python -m pytest -q -n auto --dist loadgroup "$@"

@@ -68,6 +68,8 @@ LOCK_NAME = ".ovpass.lock"
 TEMP_PREFIX = ".ovpass-tmp-"
 BACKUP_PREFIX = ".ovpass-backup-"
 LOCK_TIMEOUT_S = 120.0
+#: how often a process waiting for a lock tries it again (filelock's default; a test of the race sets it lower)
+LOCK_POLL_S = 0.05
 
 #: the final names this process has committed (so a message after an interruption can say so)
 COMMITTED: list[Path] = []
@@ -139,7 +141,7 @@ def folder_lock(folder: Path, *, write: bool = True) -> Iterator[bool]:
         return
     lock = FileLock(lock_path, timeout=LOCK_TIMEOUT_S)
     try:
-        lock.acquire()
+        lock.acquire(poll_interval=LOCK_POLL_S)
     except Timeout:
         raise CommitError(f"{folder}: another ovpass process has held {LOCK_NAME} for {LOCK_TIMEOUT_S:.0f} s; "
                           "wait for it to finish and run again") from None

@@ -37,6 +37,7 @@ crash older genai releases when loaded (measured: genai 2026.0 segfaults on a 20
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -123,6 +124,23 @@ def cells_in(python: Path, folder: Path, mode: str, paths: list[str], prompt: st
              timeout: int = 600) -> dict[str, dict]:
     """One mode on several paths in one process (:func:`grid_in`), by path."""
     return {cell["path"]: cell for cell in grid_in(python, folder, [mode], paths, prompt, timeout)}
+
+
+@functools.cache
+def _grid(python: Path, folder: Path, modes: tuple[str, ...], paths: tuple[str, ...], prompt: str) -> dict:
+    return {(cell["mode"], cell["path"]): cell for cell in grid_in(python, folder, list(modes), list(paths), prompt)}
+
+
+def grid_cell(python: Path, folder: Path, mode: str, path: str, prompt: str = "default", *,
+              modes: tuple[str, ...], paths: tuple[str, ...]) -> dict:
+    """``mode`` on ``path`` (one of ``modes`` and ``paths``), from the grid of ``modes`` x ``paths`` that
+    ``python`` runs in one process (:func:`grid_in`) the first time a caller of this process asks for
+    one of its cells: the tests of one grid share one start-up. Make those tests one ``xdist_group``
+    (``--dist loadgroup``), so that one pytest-xdist worker runs them all. Only for IRs that no path
+    of the grid gets wrong in a way that corrupts the heap (see the module's note)."""
+    if mode not in modes or path not in paths:
+        raise ValueError(f"{mode} on {path} is not in the grid of {modes} x {paths}")
+    return _grid(python, folder, tuple(modes), tuple(paths), prompt)[(mode, path)]
 
 
 def cell_in(python: Path, folder: Path, mode: str, path: str, prompt: str = "default", timeout: int = 600) -> dict:
