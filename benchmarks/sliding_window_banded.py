@@ -51,6 +51,12 @@ def banded(model, window: int, block: int) -> int:
     def arange(stop):   # 0 .. stop-1 of a one-element i64 tensor
         return ops.range(ops.constant(np.int64(0)), ops.squeeze(stop, i64([0])), ops.constant(np.int64(1)), "i64")
 
+    def pad(x, axis: int, front, back, value: float):   # a rank-4 ``x`` padded on ``axis`` with ``value``
+        zero = i64([0])
+        begins = ops.concat([front if a == axis else zero for a in range(4)], 0)
+        ends = ops.concat([back if a == axis else zero for a in range(4)], 0)
+        return ops.pad(x, begins, ends, "constant", ops.constant(np.array(value, np.float32)))
+
     changed = 0
     for sdpa in model.get_ordered_ops():
         if sdpa.get_type_name() != "ScaledDotProductAttention" or sdpa.get_input_size() < 4:
@@ -70,18 +76,12 @@ def banded(model, window: int, block: int) -> int:
         band = ops.add(b, i64([window - 1]))
         batch = dim(q, 0)
 
-        def pad_seq(x, front, back, value):
-            zero = i64([0])
-            begins = ops.concat([zero, zero, front, zero], 0)
-            ends = ops.concat([zero, zero, back, zero], 0)
-            return ops.pad(x, begins, ends, "constant", ops.constant(np.array(value, np.float32)))
-
         # keys and values: W-1 zero rows in front, tail rows at the end; block j reads rows [j*b + P, +band)
         starts = ops.add(ops.multiply(arange(nb), b), past)                          # [nb]
         idx = ops.add(ops.unsqueeze(starts, i64([1])), ops.unsqueeze(arange(band), i64([0])))   # [nb, band]
 
         def blocks_kv(x):
-            padded = pad_seq(x, i64([window - 1]), tail, 0.0)
+            padded = pad(x, 2, i64([window - 1]), tail, 0.0)
             g = ops.gather(padded, idx, i64(2))                       # [B, Hkv, nb, band, D]
             g = ops.transpose(g, i64([0, 2, 1, 3, 4]))                # [B, nb, Hkv, band, D]
             shape = ops.concat([ops.multiply(batch, nb), dim(x, 1), band, dim(x, 3)], 0)
@@ -89,21 +89,17 @@ def banded(model, window: int, block: int) -> int:
 
         kb, vb = blocks_kv(k), blocks_kv(v)
         # queries: tail rows at the end, [B, H, nb, b, D] -> [B*nb, H, b, D]
-        qp = pad_seq(q, i64([0]), tail, 0.0)
+        qp = pad(q, 2, i64([0]), tail, 0.0)
         qb = ops.reshape(qp, ops.concat([batch, dim(q, 1), nb, b, dim(q, 3)], 0), False)
         qb = ops.transpose(qb, i64([0, 2, 1, 3, 4]))
         qb = ops.reshape(qb, ops.concat([ops.multiply(batch, nb), dim(q, 1), b, dim(q, 3)], 0), False)
         # mask [B|1, 1, n, P+n]: broadcast to batch B, rows padded with 0 (kept finite), columns like the keys
         mask_b = ops.broadcast(mask, ops.concat([batch, i64([1]), n, length], 0), "bidirectional")
-        mask_rows = pad_seq(mask_b, i64([0]), tail, 0.0)
-        zero = i64([0])
-        neg = float(np.finfo(np.float32).min)
-        mask_cols = ops.pad(mask_rows, ops.concat([zero, zero, zero, i64([window - 1])], 0),
-                            ops.concat([zero, zero, zero, tail], 0), "constant",
-                            ops.constant(np.array(neg, np.float32)))
+        mask_rows = pad(mask_b, 2, i64([0]), tail, 0.0)
+        mask_cols = pad(mask_rows, 3, i64([window - 1]), tail, float(np.finfo(np.float32).min))
         columns = ops.add(length, ops.add(tail, i64([window - 1])))
         mr = ops.reshape(mask_cols, ops.concat([batch, nb, b, columns], 0), False)
-        # per block j: rows of block j, columns idx[j]: Gather with batch_dims over (B?, nb)
+        # per block j: its b rows, columns idx[j] (a Gather over the last axis, batch_dims B, nb, b)
         idx_b = ops.broadcast(ops.unsqueeze(ops.unsqueeze(idx, i64([0])), i64([2])),
                               ops.concat([batch, nb, b, band], 0))            # [B, nb, b, band]
         mg = ops.gather(mr, idx_b, i64(3), 3)                                   # [B, nb, b, band]

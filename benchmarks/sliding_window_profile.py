@@ -144,6 +144,7 @@ def main(argv=None) -> int:
     rows = []
     phase = "" if args.phase == "decode" else "-prefill"
     name = args.name or f"sliding_window_profile-{args.model.name}-{args.context}-{args.config}{phase}"
+    kinds = layer_kinds(args.model)
     for form in args.forms.split(","):
         progress(f"profiling {form}'s {args.phase} at {args.context} ({args.config})")
         rows.append(profile(args.model, form, configs()[args.config], args.context, args.chunk, args.steps,
@@ -155,7 +156,6 @@ def main(argv=None) -> int:
         print(f"\n{form} ({args.phase}, {row['wall_s']} s in all): step {row['step_ms_median']} ms (counters {row['counted_ms_per_step']} ms), "
               f"fused SDPA {row['fused_sdpa']}")
         print(markdown_table(["node type", "ms/step"], list(row["by_type_ms_per_step"].items())[:args.top]))
-        kinds = layer_kinds(args.model)
         print(markdown_table(["layer", "kind", "FullyConnected ms/step", "other ms/step"],
                              [[layer, kinds.get(layer, ""), parts["FullyConnected"], parts["other"]]
                               for layer, parts in row["by_layer_ms_per_step"].items()]))
