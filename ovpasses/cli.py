@@ -27,9 +27,12 @@ from ovpasses.files import commit, folder, io, signals
 from ovpasses.plan import runtimes
 from ovpasses.report import inspect as inspect_report
 from ovpasses.report import schemas
-from ovpasses.errors import OvpassesError
+from ovpasses.report import text as report_text
+from ovpasses.errors import ErrorCode, OvpassesError
 from ovpasses.paged_padding import PAGED_HEADS_MODES
 from ovpasses.pipeline import KV_SHARING_MODES, SLIDING_WINDOW_MODES
+
+log = logging.getLogger("ovpasses.cli")
 
 EXIT_OK = 0
 EXIT_WORSE = 1
@@ -65,7 +68,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``ovpass: error: <message> (see 'ovpass ... --help')``."""
 
     def error(self, message: str):  # noqa: D401 - argparse hook
-        sys.stderr.write(f"ovpass: error: {message} (see '{self.prog} --help')\n")
+        line = f"{message} (see '{self.prog} --help')"
+        if _JSON_ERRORS:
+            _print_json_error(ErrorCode.USAGE, line)
+        sys.stderr.write(f"ovpass: error: {line}\n")
         sys.exit(EXIT_USAGE)
 
 
@@ -251,20 +257,27 @@ def cmd_rewrite(args) -> int:
     summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing,
                                sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin,
                                paged_heads=args.paged_heads)
+    replaced = False
     if not args.dry_run:
+        replaced = any(os.path.lexists(path) for path in io.ir_files(target))
+        if replaced and not args.in_place and (export := io.export_folder_of(target, source)) is not None:
+            log.warning("%s: replaced an IR of the export folder %s, whose config.json and other files stay as they "
+                        "were; if IN is another model's IR, rewrite its folder instead (ovpass rewrite DIR -o NEW_DIR)",
+                        target, export)
         io.write_ir(model, target)
     if args.format == "json":
         data = summary.to_dict()
         data["input"] = str(source)
         data["output"] = None if args.dry_run else str(target)
+        data["replaced"] = replaced
         data["changed"] = summary.changed
         print(json.dumps(data, indent=2))
     else:
-        print(summary)
+        print(report_text.fit(str(summary)))
         if args.dry_run:
             print("dry run: nothing written")
         else:
-            print(f"wrote {target} and {io.weights_path(target).name}")
+            print(f"{'replaced' if replaced else 'wrote'} {target} and {io.weights_path(target).name}")
     return EXIT_OK
 
 
@@ -281,26 +294,29 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
     if args.format == "json":
         print(json.dumps(summary.to_dict(), indent=2))
     else:
-        print(summary)
-        print("dry run: nothing written" if target is None else f"wrote {target}")
+        print(report_text.fit(str(summary)))
+        print(report_text.fit("dry run: nothing written" if target is None else f"wrote {target}"))
     return EXIT_OK
 
 
 def cmd_inspect(args) -> int:
     runtime = _runtime(args)
     source = Path(args.input)
-    reports = inspect_report.inspect_path(source, runtime, kv_sharing=args.kv_sharing,
-                                          sliding_window=args.sliding_window,
-                                          paged_heads=args.paged_heads)
+    result = inspect_report.inspect_path(source, runtime, kv_sharing=args.kv_sharing,
+                                         sliding_window=args.sliding_window, paged_heads=args.paged_heads)
     if args.format == "json":
-        data = reports[0][1] if reports[0][0] is None else inspect_report.folder_report(source, reports)
-        print(json.dumps(data, indent=2))
+        print(json.dumps(result.to_dict(), indent=2))
         return EXIT_OK
-    for index, (name, report) in enumerate(reports):
-        if name is not None and args.format == "text":
+    if args.format == "dot":
+        for _name, report in result.reports:
+            sys.stdout.write(inspect_report.inspect_dot(report))
+        return EXIT_OK
+    for index, (name, report) in enumerate(result.reports):
+        if name is not None:
             print(f"{'' if index == 0 else chr(10)}== {name} ==")
-        sys.stdout.write(inspect_report.inspect_dot(report) if args.format == "dot" else
-                         inspect_report.inspect_text(report, verbose=args.verbose))
+        sys.stdout.write(report_text.fit(inspect_report.inspect_text(report, verbose=args.verbose)))
+    if result.skipped:
+        print(report_text.fit(f"\n{inspect_report.skipped_text(result.skipped)}"))
     return EXIT_OK
 
 
@@ -320,9 +336,11 @@ def cmd_check(args) -> int:
         for index, (name, report) in enumerate(result.reports):
             if result.is_folder:
                 print(f"{'' if index == 0 else chr(10)}== {name} ==")
-            print(report)
+            print(report_text.fit(str(report)))
         for report in result.genai:
-            print(report)
+            print(report_text.fit(str(report)))
+        if result.skipped:
+            print(report_text.fit(f"\n{inspect_report.skipped_text(result.skipped)}"))
         if result.is_folder:
             print(f"\nfolder verdict: {result.verdict.upper()}")
     return CHECK_EXIT[result.verdict]
@@ -331,7 +349,7 @@ def cmd_check(args) -> int:
 def cmd_passes(args) -> int:
     width = max(map(len, pipeline.PASSES))
     for name, (_cls, line) in pipeline.PASSES.items():
-        print(f"{name:<{width}}  {line}")
+        print(report_text.fit(f"{name:<{width}}  {line}", hanging=width + 2))
     return EXIT_OK
 
 
@@ -339,6 +357,9 @@ COMMANDS = {"rewrite": cmd_rewrite, "inspect": cmd_inspect, "check": cmd_check, 
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _JSON_ERRORS
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _JSON_ERRORS = _wants_json(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -350,23 +371,44 @@ def main(argv: list[str] | None = None) -> int:
                 commit.settle(Path(args.input))   # what an interrupted commit left, before the input is judged
             return COMMANDS[args.command](args)
     except OvpassesError as exc:
-        if args.debug:
-            raise
-        sys.stderr.write(f"ovpass: error: {_one_line(str(exc))}\n")
-        return EXIT_USAGE
+        return _fail(args, EXIT_USAGE, exc.code, str(exc))
     except BrokenPipeError:  # the reader of stdout went away (e.g. '| head'): not an error of ours
-        import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except KeyboardInterrupt as exc:   # signals.Interrupted included
-        sys.stderr.write(f"ovpass: error: {_interrupted(exc)}\n")
-        return exc.exit_code if isinstance(exc, signals.Interrupted) else 128 + signal.SIGINT
+        code = exc.exit_code if isinstance(exc, signals.Interrupted) else 128 + signal.SIGINT
+        return _fail(args, code, ErrorCode.INTERRUPTED, _interrupted(exc), traceback=False)
     except Exception as exc:  # noqa: BLE001 - the shell turns every failure into one line
-        if args.debug:
-            raise
-        sys.stderr.write(f"ovpass: error: unexpected {type(exc).__name__}: {_one_line(str(exc))} "
-                         "(rerun with --debug for the traceback)\n")
-        return EXIT_INTERNAL
+        return _fail(args, EXIT_INTERNAL, ErrorCode.INTERNAL, f"unexpected {type(exc).__name__}: {exc}"
+                     + ("" if args.debug else " (rerun with --debug for the traceback)"))
+
+
+# whether this run's errors are also a JSON object on stdout (--format json); set by main() from its argv,
+# so that argparse's errors, raised before the arguments are parsed, follow it too
+_JSON_ERRORS = False
+
+
+def _wants_json(argv: list[str]) -> bool:
+    return any(a == "--format=json" or a == "--format" and b == "json" for a, b in zip(argv, argv[1:] + [""]))
+
+
+def _fail(args, exit_code: int, code: ErrorCode, message: str, traceback: bool = True) -> int:
+    """Report a failure: its traceback first with ``--debug``, then the error (one line on stderr, and the
+    ``ovpass.error/1`` object on stdout under ``--format json``); the exit code is the same either way."""
+    if args.debug and traceback:
+        import traceback as tb
+        tb.print_exc(file=sys.stderr)
+    line = _one_line(message)
+    if _JSON_ERRORS:
+        _print_json_error(code, line)
+    sys.stderr.write(f"ovpass: error: {line}\n")
+    return exit_code
+
+
+def _print_json_error(code: ErrorCode, line: str) -> None:
+    with contextlib.suppress(BrokenPipeError):
+        print(json.dumps({"schema": schemas.ERROR, "error": {"code": ErrorCode(code).value, "message": line}},
+                         indent=2), flush=True)
 
 
 def _interrupted(exc: KeyboardInterrupt) -> str:

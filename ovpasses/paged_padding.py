@@ -19,6 +19,7 @@ from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.paged_heads import PagedHeads, analyze_paged_heads
 from ovpasses.errors import OvpassesError
+from ovpasses.report.text import size_text
 from ovpasses.passes.attention_head_padding import AttentionHeadPadding
 
 PAGED_HEADS_MODES = ("keep", "pad")
@@ -66,7 +67,7 @@ class PagedHeadsStep:
 def _cost(before: int | None, after: int | None) -> str:
     if not before or not after:
         return "KV bytes per token unknown (a dynamic dimension)"
-    return f"KV bytes per token (batch 1) {before} -> {after} ({after / before:.2f}x)"
+    return f"KV cache per token (batch 1) {size_text(before)} -> {size_text(after)} ({after / before:.2f}x)"
 
 
 def summary_lines(data: dict) -> list[str]:

@@ -10,6 +10,8 @@ prediction and the sharing lint); the formats only format it.
 from __future__ import annotations
 
 import os
+import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import networkx as nx
@@ -17,13 +19,13 @@ import openvino as ov
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.errors import OvpassesError
-from ovpasses.files.folder import stateful_irs
+from ovpasses.files.folder import scan_export
 from ovpasses.files.io import read_ir
 from ovpasses.paged_padding import summary_lines
 from ovpasses.pipeline import run_pipeline
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
-from ovpasses.report.text import action_text, eager_lines, fusion_text, fusion_why, mask_action_text, op_action_text
+from ovpasses.report.text import WIDTH, size_text, action_text, eager_lines, fusion_text, fusion_why, mask_action_text, op_action_text
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
@@ -88,22 +90,47 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
     }
 
 
+@dataclass
+class PathInspection:
+    """The reports of an IR file (one, named None) or of each IR of an export folder that holds stateful
+    attention (named by file), and the folder's other IRs with why each was not inspected."""
+
+    source: Path
+    reports: list[tuple[str | None, dict]]
+    skipped: list[dict] = field(default_factory=list)   # {"file", "reason": a folder.Skipped value}
+
+    @property
+    def is_folder(self) -> bool:
+        return self.reports[0][0] is not None
+
+    def to_dict(self) -> dict:
+        """The report of the file, or the folder's (schema :data:`ovpasses.report.schemas.INSPECT_FOLDER`)."""
+        if not self.is_folder:
+            return self.reports[0][1]
+        return {"schema": schemas.INSPECT_FOLDER, "folder": str(self.source),
+                "models": [{"file": name, "report": report} for name, report in self.reports],
+                "skipped": self.skipped}
+
+
 def inspect_path(source: Path, runtime: str | None = None, kv_sharing: str = "keep",
-                 sliding_window: str = "full", paged_heads: str = "keep") -> list[tuple[str | None, dict]]:
-    """The report of an IR file (named None), or of each IR of an export folder that holds stateful
-    attention (named by its file name)."""
+                 sliding_window: str = "full", paged_heads: str = "keep") -> PathInspection:
+    """The report of an IR file, or of each IR of an export folder that holds stateful attention."""
+    options = dict(kv_sharing=kv_sharing, sliding_window=sliding_window, paged_heads=paged_heads)
     if not os.path.isdir(source):
-        return [(None, inspect_model(read_ir(source), runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                                     paged_heads=paged_heads))]
-    return [(name, inspect_model(read_ir(source / name), runtime, kv_sharing=kv_sharing,
-                                 sliding_window=sliding_window, paged_heads=paged_heads))
-            for name in stateful_irs(source)]
+        return PathInspection(source, [(None, inspect_model(read_ir(source), runtime, **options))])
+    scan = scan_export(source)
+    return PathInspection(source, [(name, inspect_model(read_ir(source / name), runtime, **options))
+                                   for name in scan.stateful], scan.skipped_dicts())
 
 
-def folder_report(source: Path, reports: list[tuple[str | None, dict]]) -> dict:
-    """A folder's reports as one (schema :data:`ovpasses.report.schemas.INSPECT_FOLDER`)."""
-    return {"schema": schemas.INSPECT_FOLDER, "folder": str(source),
-            "models": [{"file": name, "report": report} for name, report in reports]}
+def skipped_text(skipped: list[dict]) -> str:
+    """The IRs of a folder that were not worked on, and why, as one line (empty when none)."""
+    if not skipped:
+        return ""
+    return "skipped: " + ", ".join(f"{s['file']} ({SKIPPED_TEXT[s['reason']]})" for s in skipped)
+
+
+SKIPPED_TEXT = {"no_stateful_attention": "no stateful attention", "not_an_ir": "XML, not an IR"}
 
 
 # ------------------------------------------------------------------------------------------------ text
@@ -144,8 +171,8 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     widths[1] = max(widths[1], kind_width)
     for index, row in enumerate(rows):
-        lines.append(f"{row[0]:>{widths[0]}}  " + "  ".join(f"{c:<{w}}" for c, w in zip(row[1:6], widths[1:]))
-                     + f"  {row[6]}")
+        cells = f"{row[0]:>{widths[0]}}  " + "  ".join(f"{c:<{w}}" for c, w in zip(row[1:6], widths[1:])) + "  "
+        lines += _column(cells, row[6])
         if index == 0:
             continue
         s = report["sdpa"][index - 1]
@@ -164,8 +191,8 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
                 lines.append(f"  layer {s['layer']}: " + ("full attention" if s["window"] is None else
                              f"window {s['window']}, cache {'bounded' if s['cache_bounded'] else 'whole'}"))
         kv = report["kv_bytes"]
-        lines.append(f"  KV bytes at batch 1: {kv['per_token']} per token; at {kv['context']} tokens "
-                     f"{kv['full']} as exported, {kv['bounded']} bounded")
+        lines.append(f"  KV cache at batch 1: {_size(kv['per_token'])} per token; at {kv['context']} tokens "
+                     f"{_size(kv['full'])} as exported, {_size(kv['bounded'])} bounded")
     shared = [v for v in report["variables"] if v["shared"]]
     if shared:
         lines += ["", "shared caches (owner: borrowers):"]
@@ -194,9 +221,9 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
     if report.get("kv_sharing", "keep") != "keep":
         extra = report["extra_cache_bytes_per_token"]
         lines += ["", f"kv sharing: {report['kv_sharing']}: {len(report['unshared'])} caches added, "
-                      f"{'unknown' if extra is None else extra} bytes per token of context (batch 1)"]
+                      f"{_size(extra)} per token of context (batch 1)"]
         lines += [f"  {u['variable_id']}: for layer {by_name[u['borrower']]['layer'] if u['borrower'] in by_name else u['borrower']}, "
-                  f"{u['bytes_per_token']} bytes/token" for u in report["unshared"]]
+                  f"{_size(u['bytes_per_token'])} per token" for u in report["unshared"]]
         lines += [f"  kept shared: {cache}: {reason}" for cache, reason in report["kept_shared"].items()]
     if report.get("paged_heads"):
         lines += summary_lines(report["paged_heads"])
@@ -215,6 +242,20 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
             lines.append(f"  {op['type']} ({op['opset']}, {first}) '{op['name']}'{where}")
             lines.append(f"    action: {op_action_text(op)}")
     return "\n".join(lines) + "\n"
+
+
+def _column(cells: str, text: str) -> list[str]:
+    """A table row whose last column, ``text``, wraps within :data:`~ovpasses.report.text.WIDTH` under its
+    own column (a column that starts too far right for that wraps under the row instead)."""
+    room = WIDTH - len(cells)
+    if len(cells) + len(text) <= WIDTH or room < 30:
+        return [cells + text]
+    first, *rest = textwrap.wrap(text, room, break_long_words=False, break_on_hyphens=False)
+    return [cells + first, *(" " * len(cells) + line for line in rest)]
+
+
+def _size(count: int | None) -> str:
+    return "an unknown number of bytes" if count is None else size_text(count)
 
 
 # ------------------------------------------------------------------------------------------------ dot

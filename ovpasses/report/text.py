@@ -6,6 +6,7 @@ become sentences. Nothing reads these sentences back.
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
@@ -86,8 +87,38 @@ def op_action_text(item: OpVersionAction | dict) -> str:
     return f"refused: {reason}"
 
 
+WIDTH = 100   # the widest line of text output
+
+
+def fit(text: str, width: int = WIDTH, hanging: int = 4) -> str:
+    """``text`` with every line wider than ``width`` wrapped at spaces, its continuation lines indented
+    ``hanging`` more than the line's own indent. A word wider than the room left (a long node name) stays
+    whole, on a line of its own: a name is for copying."""
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out += textwrap.wrap(line.strip(" "), width, initial_indent=indent, subsequent_indent=indent + " " * hanging,
+                             break_long_words=False, break_on_hyphens=False) or [line]
+    return "\n".join(out)
+
+
+def size_text(size: int | float) -> str:
+    """A byte count for a person: ``512 bytes``, ``1.5 KiB``, ``12.0 MiB``, ``2.25 GiB``, ``3.00 TiB``."""
+    if size < 1024:
+        return f"{size:g} bytes" if isinstance(size, float) else f"{size} bytes"
+    units = (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+    unit, scale = next((unit, scale) for unit, scale in units if size >= scale)
+    value = size / scale
+    if unit == "PiB" and value >= 1024:
+        return f"{value:.3g} PiB"
+    return f"{value:.2f} {unit}" if scale >= 2**30 else f"{value:.1f} {unit}"
+
+
 def _bytes(count: int | None) -> str:
-    return "an unknown number of bytes (a dynamic head dimension)" if count is None else f"{count} bytes"
+    return "an unknown number of bytes (a dynamic head dimension)" if count is None else size_text(count)
 
 
 def eager_lines(entries: list[dict]) -> list[str]:
