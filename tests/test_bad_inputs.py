@@ -82,6 +82,18 @@ def test_a_damaged_file_a_client_reads_refuses_the_folder(export, tmp_path, dama
     assert tree(export) == before and not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("command", ["inspect", "rewrite", "check"])
+def test_a_name_that_is_not_utf8_is_one_line_not_a_decode_error(export, tmp_path, command):
+    """Found by the fuzz test (seed 633): OpenVINO's reader takes any byte in a name, and the pipeline's first
+    get_friendly_name() raised UnicodeDecodeError (exit 3)."""
+    model = export / "openvino_model.xml"
+    data = model.read_bytes()
+    at = data.index(b'name="Constant_38855"') + len(b'name="Constant_3885')
+    model.write_bytes(data[:at] + b"\xf4" + data[at + 1:])
+    args = ["-o", tmp_path / "out.xml"] if command == "rewrite" else EXTRA[command]
+    one_error_line(run_main(command, model, *args), f"{model}: byte {at} is not UTF-8 text")
+
+
 def test_a_static_input_too_large_to_run_is_inconclusive_not_a_crash(export):
     """A damaged dim that OpenVINO reads: compiling a static attention_mask of 2**28 tokens took 4 GiB."""
     model = export / "openvino_model.xml"
