@@ -260,11 +260,11 @@ def cmd_rewrite(args) -> int:
     replaced = False
     if not args.dry_run:
         replaced = any(os.path.lexists(path) for path in io.ir_files(target))
+        io.write_ir(model, target)
         if replaced and not args.in_place and (export := io.export_folder_of(target, source)) is not None:
             log.warning("%s: replaced an IR of the export folder %s, whose config.json and other files stay as they "
                         "were; if IN is another model's IR, rewrite its folder instead (ovpass rewrite DIR -o NEW_DIR)",
                         target, export)
-        io.write_ir(model, target)
     if args.format == "json":
         data = summary.to_dict()
         data["input"] = str(source)

@@ -4,7 +4,7 @@ A seeded generator (case ``N`` is ``random.Random(N)``: a failure names its seed
 damages a copy of a fixture export in one of the classes a user meets — a truncated or bit-flipped
 ``.xml``, a ``.bin`` shorter than the IR says or with flipped bytes, a broken ``config.json``, a folder
 where a file should be, a dim or a constant's shape, offset or size that is negative, zero, huge or not
-a number, a file missing from the folder — and runs ``ovpass inspect``, ``rewrite`` or ``check`` on it,
+a number, an attribute that says another operation, type or edge, a file missing from the folder — and runs ``ovpass inspect``, ``rewrite`` or ``check`` on it,
 in each ``--format``, on the IR file or on the folder. Each case asserts:
 
 * the exit code is one a damaged input may give: 0 only where the damaged model really loads (OpenVINO
@@ -30,6 +30,7 @@ import re
 import shutil
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 DEFAULT_FIXTURES = ("gemma4/tiny8", "gemma4/vlm8")
 SLOW_FIXTURES = ("gemma4/tiny8", "gemma4/vlm8", "gemma3n/tiny8", "gemma4/tiny8e", "gemma4/tiny8u")
-DEFAULT_CASES = 240
+DEFAULT_CASES = 200
 SLOW_CASES = 3000
 CASE_SECONDS = 60
 # check's own arguments: the smallest run that still compiles both models and runs a decode step
@@ -200,11 +201,23 @@ def damage_for(rng: random.Random, files: dict[str, bytes], kind: str) -> Damage
             change = _replace_nth(rf'{where}="[^"]*"'.encode(), index, lambda m: where.encode() + b'="' + value + b'"')
         return Damage(kind, f"{xml}: a {where} set to {value!r} (match {index})",
                       (xml, xml[:-4] + ".bin"), _rewrite_file(xml, change), xml == model)
+    if kind == "xml_attribute":   # well-formed XML that says something else: an op, a type, an edge
+        xml = model if rng.random() < 0.85 else _xml_of(files, rng, model)
+        key = rng.choice(ATTRIBUTES)
+        values = sorted(set(re.findall(rf' {key}="([^"]*)"'.encode(), files[xml]))) or [b""]
+        value = rng.choice([*rng.sample(values, min(3, len(values))), b"", b"Frobnicate", b"-1", b"99999"])
+        index = rng.randrange(10**6)
+        change = _replace_nth(rf' {key}="[^"]*"'.encode(), index, lambda m: f' {key}="'.encode() + value + b'"')
+        return Damage(kind, f"{xml}: a {key} set to {value!r} (match {index})", (xml, xml[:-4] + ".bin"),
+                      _rewrite_file(xml, change), xml == model)
     raise ValueError(kind)
 
 
-KINDS = ("xml_truncated", "xml_bitflip", "bin_truncated", "bin_bitflip", "config_broken", "folder_for_file",
-         "missing", "dim")
+# the attributes an xml_attribute damage changes: what an operation is, its element types, the graph's edges
+ATTRIBUTES = ("type", "version", "element_type", "precision", "from-layer", "to-layer", "from-port", "to-port",
+              "variable_id", "axis", "special_zero", "destination_type")
+KINDS = ("xml_truncated", "xml_bitflip", "xml_attribute", "bin_truncated", "bin_bitflip", "config_broken",
+         "folder_for_file", "missing", "dim")
 
 
 # ------------------------------------------------------------------------------------------ cases
@@ -238,8 +251,9 @@ class CaseTimeout(BaseException):
     """Raised by the alarm inside the command (a BaseException: the CLI turns an Exception into exit 3)."""
 
 
-def run_case(case: Case, tmp: Path, core: ov.Core) -> list[str]:
-    """Run one case in ``tmp`` (empty); the list of what went wrong (empty: the case passed)."""
+def run_case(case: Case, tmp: Path, core: ov.Core) -> tuple[int | None, list[str]]:
+    """Run one case in ``tmp`` (empty): its exit code (None: the damage changed nothing, so nothing ran) and
+    what went wrong (empty: the case passed)."""
     source = tmp / "in"
     source.mkdir()
     files = dict(pristine(case.fixture))
@@ -247,6 +261,8 @@ def run_case(case: Case, tmp: Path, core: ov.Core) -> list[str]:
         (source / name).write_bytes(data)
     case.damage.apply(source)
     before = tree(source)
+    if before == {name: data for name, data in files.items()}:   # e.g. an attribute set to its own value
+        return None, []
     target = source / model_xml(files) if case.form == "file" else source
     args = [case.command, target, "--format", case.fmt]
     output = tmp / ("out.xml" if case.form == "file" else "out")
@@ -263,7 +279,7 @@ def run_case(case: Case, tmp: Path, core: ov.Core) -> list[str]:
     try:
         result = run_main(*args)
     except CaseTimeout as exc:
-        return [f"timed out: {exc}"]
+        return None, [f"timed out: {exc}"]
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
@@ -300,7 +316,7 @@ def run_case(case: Case, tmp: Path, core: ov.Core) -> list[str]:
             problems.append("exit 0 without an output")
     elif made:
         problems.append(f"left behind: {', '.join(made)}")
-    return [f"{p} [{said}]" for p in problems]
+    return result.returncode, [f"{p} [{said}]" for p in problems]
 
 
 def _json_error_problems(stdout: str, line: str) -> list[str]:
@@ -324,32 +340,44 @@ def _loads(core: ov.Core, xml: Path) -> bool:
     return True
 
 
-def run_cases(seeds, fixtures: tuple[str, ...], tmp: Path, core: ov.Core) -> tuple[list[str], dict]:
-    """Run the cases of ``seeds``; the failures (one line each) and counts by class and exit code."""
-    failures, counts = [], {}
+def run_cases(seeds, fixtures: tuple[str, ...], tmp: Path,
+              core: ov.Core) -> tuple[list[str], Counter[tuple[str, int | None]]]:
+    """Run the cases of ``seeds``; the failures (one line each) and the count of each (class, exit code)."""
+    failures, counts = [], Counter()
     for seed in seeds:
         case = make_case(seed, fixtures)
         folder = tmp / f"case{seed}"
         folder.mkdir()
-        problems = run_case(case, folder, core)
+        code, problems = run_case(case, folder, core)
         if problems:
             failures.append(f"{case}: {'; '.join(problems)}")
         shutil.rmtree(folder, ignore_errors=True)
-        key = (case.damage.kind, case.command)
-        counts[key] = counts.get(key, 0) + 1
+        counts[case.damage.kind, code] += 1
     return failures, counts
+
+
+def assert_every_class_was_tried(counts: Counter) -> None:
+    """A fuzz run that damaged nothing, or whose damage never reached ovpass, would pass without checking:
+    every class must have given exit 2 (refused), but flipped weights, which OpenVINO reads as any other
+    (an IR has no checksum), and which must then have run (exit 0)."""
+    refused = {kind for (kind, code) in counts if code == 2}
+    assert refused == set(KINDS) - {"bin_bitflip"}, f"exit 2 by class: {sorted(refused)}: {dict(counts)}"
+    assert counts["bin_bitflip", 0] > 0, dict(counts)
+    assert sum(n for (_, code), n in counts.items() if code is None) < sum(counts.values()) / 10, dict(counts)
 
 
 # ------------------------------------------------------------------------------------------ tests
 
 def test_damaged_inputs_never_end_in_an_internal_error(tmp_path, core):
-    failures, _ = run_cases(range(DEFAULT_CASES), DEFAULT_FIXTURES, tmp_path, core)
+    failures, counts = run_cases(range(DEFAULT_CASES), DEFAULT_FIXTURES, tmp_path, core)
     assert not failures, f"{len(failures)} of {DEFAULT_CASES} cases failed:\n" + "\n".join(failures[:40])
+    assert_every_class_was_tried(counts)
 
 
 @pytest.mark.slow
 def test_damaged_inputs_never_end_in_an_internal_error_slow(tmp_path, core):
     start = time.perf_counter()
-    failures, _ = run_cases(range(DEFAULT_CASES, DEFAULT_CASES + SLOW_CASES), SLOW_FIXTURES, tmp_path, core)
-    print(f"{SLOW_CASES} cases in {time.perf_counter() - start:.0f} s")
+    failures, counts = run_cases(range(DEFAULT_CASES, DEFAULT_CASES + SLOW_CASES), SLOW_FIXTURES, tmp_path, core)
+    print(f"{SLOW_CASES} cases in {time.perf_counter() - start:.0f} s; by class and exit code: {dict(counts)}")
     assert not failures, f"{len(failures)} of {SLOW_CASES} cases failed:\n" + "\n".join(failures[:60])
+    assert_every_class_was_tried(counts)
