@@ -49,7 +49,7 @@ def worker(xml: Path, mode: str, prefill: int, decode: int, repeats: int) -> dic
     import openvino as ov
 
     from ovpasses.check import count_fused_sdpa, make_feeds
-    from ovpasses.testing.matrix import apply_mode
+    from testkit.matrix import apply_mode
 
     core = ov.Core()
     model = apply_mode(core.read_model(xml), mode)

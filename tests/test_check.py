@@ -23,8 +23,8 @@ from ovpasses.check import (
 )
 from ovpasses.check.inputs import InputSource, make_feeds
 from ovpasses.precision import EXACT_CPU_CONFIG, Precision
-from ovpasses.testing.fixture_variants import scale_sdpa
-from ovpasses.testing.graphs import StackSpec, build_stack
+from testkit.fixture_variants import scale_sdpa
+from testkit.graphs import StackSpec, build_stack
 
 TINY8 = Path(__file__).resolve().parent / "fixtures" / "gemma4" / "tiny8"
 

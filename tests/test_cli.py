@@ -1,5 +1,5 @@
 """The ``ovpass`` command on the tiny8 Gemma 4 fixture: in this process (``ovpasses.cli.main``, through
-``ovpasses.testing.cli.run_main``) where a process of its own adds nothing, and as the installed console
+``testkit.cli.run_main``) where a process of its own adds nothing, and as the installed console
 script (a subprocess) for the console script itself, a traceback that ends the process, and another
 runtime's virtual environment (``AFFECTED_OVPASS``).
 
@@ -27,9 +27,9 @@ from ovpasses.report.text import fusion_text
 from ovpasses.pipeline import PASSES
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import installed_version
-from ovpasses.testing.cli import run_main
-from ovpasses.testing.fixture_variants import compress_weights, fill_weight, variant_folder
-from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
+from testkit.cli import run_main
+from testkit.fixture_variants import compress_weights, fill_weight, variant_folder
+from testkit.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 
 NATIVE, SHAPEOF = Action.NATIVE, Action.SHAPEOF
 
@@ -619,7 +619,7 @@ def test_rewrite_for_a_runtime_that_reads_erfinv_keeps_it(gemma3n, tmp_path):
 
 
 def test_rewrite_refuses_an_op_it_cannot_replace_in_one_line(tmp_path):
-    from ovpasses.testing.graphs import NewerOpsSpec, build_newer_ops
+    from testkit.graphs import NewerOpsSpec, build_newer_ops
     source = tmp_path / "erfinv.xml"
     ov.save_model(build_newer_ops(NewerOpsSpec(erfinv="parameter")), source, compress_to_fp16=False)
     before = snapshot(tmp_path)

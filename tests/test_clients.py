@@ -18,7 +18,7 @@ import openvino as ov
 import pytest
 
 from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
-from ovpasses.testing.cli import run_main
+from testkit.cli import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"

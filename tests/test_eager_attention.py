@@ -3,7 +3,7 @@ leaves alone and why, and the eager fixtures exported by tools/export_gemma4.py 
 
 The synthetic cases compare the recovered SDPA with a float64 reference from the SDPA-13 specification and
 with the eager graph's own output (ov.Core, EXACT_CPU_CONFIG). The fixtures run in one worker process per
-fixture and runtime (ovpasses.testing.matrix, every mode on every path).
+fixture and runtime (testkit.matrix, every mode on every path).
 """
 
 import itertools
@@ -20,14 +20,14 @@ import ovpasses
 from ovpasses import EagerAttentionToSDPA
 from ovpasses.analysis.eager_attention import find_eager_attention
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.testing.graphs import (
+from testkit.graphs import (
     EagerAttentionSpec,
     build_eager_attention,
     eager_attention_inputs,
     eager_attention_reference,
     round_to_bf16,
 )
-from ovpasses.testing.matrix import grid_in
+from testkit.matrix import grid_in
 
 ROOT = Path(__file__).resolve().parent.parent
 NEWEST = Path(sys.executable)

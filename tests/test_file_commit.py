@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from ovpasses.files import commit, io
-from ovpasses.testing.cli import run_main
+from testkit.cli import run_main
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
@@ -46,7 +46,7 @@ pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not
 
 
 def ovpass(*args, strace: list[str] | None = None, process: bool = False, **kwargs):
-    """``ovpass ARGS``: in this process (``ovpasses.testing.cli.run_main``) where that is safe, else the
+    """``ovpass ARGS``: in this process (``testkit.cli.run_main``) where that is safe, else the
     console script: under strace, outside the main thread (main() redirects this process's stdout), and
     where ``process`` asks for a fresh process (a rewrite's bytes hold node names that count up per process)."""
     if not process and strace is None and not kwargs and threading.current_thread() is threading.main_thread():

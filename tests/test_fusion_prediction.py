@@ -44,7 +44,7 @@ import json, sys, openvino as ov, ovpasses
 from ovpasses.check import fused_sdpa_names
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.report.text import fusion_text
-from ovpasses.testing.graphs import *
+from testkit.graphs import *
 for source in sys.argv[1:]:
     out = {"source": source, "runtime": ov.get_version().split("-")[0]}
     for mode in ("unmodified", "rewritten"):

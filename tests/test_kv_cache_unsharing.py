@@ -26,7 +26,7 @@ from ovpasses.passes.shared_kv_cache_unsharing import (
 )
 from ovpasses.plan.decisions import Action
 from ovpasses.check import count_fused_sdpa
-from ovpasses.testing.graphs import (
+from testkit.graphs import (
     CacheLoopSpec,
     StackSpec,
     build_cache_loop,

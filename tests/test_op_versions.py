@@ -1,8 +1,8 @@
 """Operations newer than the target runtime reads (issue 10): found, folded or converted where that is
 exact, refused otherwise; and what the target runtime itself does with the result.
 
-The graphs come from ``ovpasses.testing.graphs.build_newer_ops``; values are checked against the
-float64 references of ``ovpasses.testing.reference`` (ErfInv by bisection on ``math.erf``, OneHot
+The graphs come from ``testkit.graphs.build_newer_ops``; values are checked against the
+float64 references of ``testkit.reference`` (ErfInv by bisection on ``math.erf``, OneHot
 from the OneHot-16 specification). The runs under older runtimes are subprocesses in their venvs.
 """
 
@@ -30,7 +30,7 @@ from ovpasses.lowering import LOWERING_PASSES, lower_op_versions
 from ovpasses.plan.decisions import Lowered
 from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
 from ovpasses.plan.runtimes import OPS_FIRST_READ, installed_version, parse_release
-from ovpasses.testing.graphs import (
+from testkit.graphs import (
     NewerOpsSpec,
     build_erfinv_in_if_body,
     build_erfinv_of_a_converted_constant,
@@ -39,7 +39,7 @@ from ovpasses.testing.graphs import (
     newer_ops_inputs,
     newer_ops_reference,
 )
-from ovpasses.testing.reference import erfinv_reference
+from testkit.reference import erfinv_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD = "2026.0"          # reads opset16, not ErfInv (opset17)

@@ -9,7 +9,7 @@ from ovpasses.pipeline import PASSES, PIPELINE_PASSES, STEPS
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
-from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_steps
+from testkit.graphs import StackSpec, build_stack, run_stack, stack_steps
 
 from test_regressions import assert_matches_reference  # noqa: E402  (tests/ is on sys.path)
 

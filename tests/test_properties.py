@@ -1,6 +1,6 @@
 """Property tests of the pipeline over generated decoder stacks (hypothesis).
 
-Profiles (registered in :mod:`ovpasses.testing.strategies`): ``ci`` by default, ``thorough`` with
+Profiles (registered in :mod:`testkit.strategies`): ``ci`` by default, ``thorough`` with
 ``HYPOTHESIS_PROFILE=thorough`` (10,000 examples per property).
 
 Tolerances, absolute, scaled by ``max(1, max|expected|)`` (the hidden state grows with depth):
@@ -36,7 +36,7 @@ from ovpasses import OvpassesError, ScaledDotProductAttentionDecomposition, anal
 from ovpasses.passes.shared_kv_cache_unsharing import NO_INITIALISER, SCALAR_MASK
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
-from ovpasses.testing.graphs import (
+from testkit.graphs import (
     STACK_OUTPUT,
     StackSpec,
     build_stack,
@@ -45,8 +45,8 @@ from ovpasses.testing.graphs import (
     stack_reference,
     stack_steps,
 )
-from ovpasses.testing.matrix import apply_mode
-from ovpasses.testing.strategies import register_profiles, stack_specs, step_counts
+from testkit.matrix import apply_mode
+from testkit.strategies import register_profiles, stack_specs, step_counts
 
 import test_regressions  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-relative import)
 
@@ -453,7 +453,7 @@ def test_profiles_are_registered():
     from hypothesis import settings
     assert settings.get_profile("thorough").max_examples >= 10_000
     assert settings.get_profile("ci").deadline is None
-    assert sys.modules["ovpasses.testing.strategies"].PROFILE_ENV == "HYPOTHESIS_PROFILE"
+    assert sys.modules["testkit.strategies"].PROFILE_ENV == "HYPOTHESIS_PROFILE"
 
 
 @COUNTED

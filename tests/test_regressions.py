@@ -20,7 +20,7 @@ from ovpasses.pipeline import PIPELINE_PASSES
 from ovpasses.plan.decisions import Action
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
-from ovpasses.testing.graphs import (
+from testkit.graphs import (
     LOOP_SDPA,
     CacheLoopSpec,
     StackSpec,
@@ -33,7 +33,7 @@ from ovpasses.testing.graphs import (
     stack_reference,
     stack_steps,
 )
-from ovpasses.testing.matrix import apply_mode
+from testkit.matrix import apply_mode
 
 BARRIER, DECOMPOSE, NATIVE, SHAPEOF, UNANALYSED = (Action.BARRIER, Action.DECOMPOSE, Action.NATIVE, Action.SHAPEOF,
                                                   Action.UNANALYSED)

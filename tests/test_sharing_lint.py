@@ -11,7 +11,7 @@ import ovpasses
 from ovpasses.analysis import analyze_kv_sharing
 from ovpasses.analysis.attention_kinds import attention_kinds
 from ovpasses.analysis.sharing_lint import lint_kv_sharing
-from ovpasses.testing.graphs import LayerKindsSpec, StackSpec, build_layer_kinds, build_stack, sharing_layout
+from testkit.graphs import LayerKindsSpec, StackSpec, build_layer_kinds, build_stack, sharing_layout
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPORTS = {

@@ -2,7 +2,7 @@
 positions.
 
 Exactness is claimed against the unmodified IR's greedy tokens (on an affected runtime, where the unmodified IR
-cannot run, against ``rewrite()`` in the default mode) and, through ``ovpasses.testing.matrix``, against
+cannot run, against ``rewrite()`` in the default mode) and, through ``testkit.matrix``, against
 transformers' tokens in reference.json, on the tiny fixtures (window 16, so caches wrap within a few steps).
 Structure is asserted on the rewritten graph.
 """
@@ -20,7 +20,7 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from ovpasses.testing.matrix import grid_cell
+from testkit.matrix import grid_cell
 
 import ovpasses
 from ovpasses import OvpassesError, cli
@@ -30,7 +30,7 @@ from ovpasses.passes.sliding_window_cache_bounding import CHECK_SUFFIX, SlidingW
 from ovpasses.plan.decisions import Action
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
-from ovpasses.testing.graphs import StackSpec, build_stack
+from testkit.graphs import StackSpec, build_stack
 
 BOUNDED = Action.BOUNDED
 
@@ -492,7 +492,7 @@ def test_vlm_chat_equals_the_unmodified_folder(tmp_path, capsys):
     one the template says."""
     import openvino_genai as genai
 
-    from ovpasses.testing.greedy import vlm_greedy
+    from testkit.greedy import vlm_greedy
     vlm8 = FIXTURES / "vlm8"
     bounded = tmp_path / "bounded"
     assert cli.main(["rewrite", str(vlm8), "-o", str(bounded), "--sliding-window", "bounded"]) == 0

@@ -982,7 +982,7 @@ def ir_greedy_reference(xml: Path, prompt_ids: list[int], new_tokens: int) -> di
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from ovpasses.precision import EXACT_CPU_CONFIG
-    from ovpasses.testing.greedy import greedy_generate
+    from testkit.greedy import greedy_generate
 
     compiled = ov.Core().compile_model(xml, "CPU", EXACT_CPU_CONFIG)
     return {"generated_ids": greedy_generate(compiled, prompt_ids, new_tokens),
