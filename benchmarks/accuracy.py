@@ -35,7 +35,7 @@ import openvino as ov  # noqa: E402
 from openvino.passes import Manager  # noqa: E402
 
 from ovpasses import DisableStatefulSDPAFusion, ScaledDotProductAttentionDecomposition  # noqa: E402
-from ovpasses.check import count_fused_sdpa, count_layer_type  # noqa: E402
+from ovpasses.app.check import count_fused_sdpa, count_layer_type  # noqa: E402
 from ovpasses.precision import EXACT_CPU_CONFIG  # noqa: E402
 from testkit.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps  # noqa: E402
 

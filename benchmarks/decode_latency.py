@@ -48,7 +48,7 @@ def worker(xml: Path, mode: str, prefill: int, decode: int, repeats: int) -> dic
     import numpy as np
     import openvino as ov
 
-    from ovpasses.check import count_fused_sdpa, make_feeds
+    from ovpasses.app.check import count_fused_sdpa, make_feeds
     from testkit.matrix import apply_mode
 
     core = ov.Core()

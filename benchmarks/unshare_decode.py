@@ -90,7 +90,7 @@ def worker(xml: Path, what: str, context: int, decode: int, repeats: int) -> dic
     import numpy as np
     import openvino as ov
 
-    from ovpasses.check import count_fused_sdpa, make_feeds
+    from ovpasses.app.check import count_fused_sdpa, make_feeds
     from testkit.matrix import apply_mode
 
     core = ov.Core()

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from ovpasses.check import count_fused_sdpa
+from ovpasses.app.check import count_fused_sdpa
 from testkit.greedy import greedy_generate
 from ovpasses.precision import EXACT_CPU_CONFIG
 
@@ -205,7 +205,7 @@ def _vlm(fixture: Path, mode: str, path: str, prompt: list[int], steps: int, res
             return tokens
         import openvino_genai as genai
 
-        from ovpasses.check.genai import token_collector
+        from ovpasses.app.check.genai import token_collector
         kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
         pipe = genai.VLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
         config = genai.GenerationConfig()

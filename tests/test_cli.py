@@ -1,4 +1,4 @@
-"""The ``ovpass`` command on the tiny8 Gemma 4 fixture: in this process (``ovpasses.cli.main``, through
+"""The ``ovpass`` command on the tiny8 Gemma 4 fixture: in this process (``ovpasses.app.cli.main``, through
 ``testkit.cli.run_main``) where a process of its own adds nothing, and as the installed console
 script (a subprocess) for the console script itself, a traceback that ends the process, and another
 runtime's virtual environment (``AFFECTED_OVPASS``).
@@ -23,7 +23,7 @@ import pytest
 from ovpasses import analyze_kv_sharing
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
-from ovpasses.report.text import fusion_text
+from ovpasses.app.render.text import fusion_text
 from ovpasses.pipeline import PASSES
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import installed_version

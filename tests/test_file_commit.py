@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from ovpasses.files import commit, io
+from ovpasses.app.files import commit, io
 from testkit.cli import run_main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -285,7 +285,7 @@ def test_replace_all_changes_nothing_when_one_target_cannot_be_replaced(tmp_path
 def test_a_kill_at_any_step_of_a_folder_commit_is_recovered(tmp_path):
     """The same guarantee for a folder replaced with a file beside it (folder mode's commit)."""
     script = (
-        "import sys; from pathlib import Path; from ovpasses.files import commit\n"
+        "import sys; from pathlib import Path; from ovpasses.app.files import commit\n"
         "root = Path(sys.argv[1])\n"
         "reps = []\n"
         "for final, content in (('exp', {'m.xml': b'new xml', 'm.bin': b'new bin'}), ('note', b'new note')):\n"
@@ -560,7 +560,7 @@ def test_a_signal_at_any_step_of_a_commit_loses_nothing(ir_versions, tmp_path, n
 WRITER = """
 import sys, shutil, time
 from pathlib import Path
-from ovpasses.files import commit
+from ovpasses.app.files import commit
 parent, seconds = Path(sys.argv[1]), float(sys.argv[2])
 commit.LOCK_POLL_S = float(sys.argv[3])
 versions = [parent / "A", parent / "B"]

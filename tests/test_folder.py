@@ -19,8 +19,8 @@ from pathlib import Path
 import openvino as ov
 import pytest
 
-from ovpasses.files import commit
-from ovpasses.files.folder import holds_stateful_attention, ir_files_in, rewrite_folder
+from ovpasses.app.files import commit
+from ovpasses.app.folder import holds_stateful_attention, ir_files_in, rewrite_folder
 from ovpasses.report import schemas
 from testkit.cli import run_main
 

@@ -22,7 +22,8 @@ from ovpasses.analysis.sliding_window_masks import find_sliding_window_masks
 from ovpasses.plan.decisions import MaskAction
 from ovpasses.plan.profiles import profile_for
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.report.inspect import inspect_model, inspect_text
+from ovpasses.app.render.inspect import inspect_text
+from ovpasses.report.inspect import inspect_model
 from testkit.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
 from testkit.paged import heads_stack_paged_outputs, paged_attention_inputs, to_paged
 

@@ -27,6 +27,7 @@ from testkit.cli import CliResult, run_main
 from testkit.matrix import cell_in, cells_in
 from hypothesis import assume, given
 
+from ovpasses.app.render.text import summary_text
 import ovpasses
 from ovpasses.analysis.kv_sharing import analyze_kv_sharing
 from ovpasses.analysis.paged_heads import HeadsRefusal, analyze_paged_heads
@@ -208,7 +209,7 @@ def test_without_the_pass_selected_nothing_is_padded_and_the_plan_says_so():
     assert summary.paged_heads.plan.padded == ["past_key_values.0.keypresent.0.key",
                                                "past_key_values.0.valuepresent.0.value"]
     assert {v.get_info().data_shape[3].get_length() for v in model.get_variables()} == {8, 16}
-    assert "paged heads: not applied (pass AttentionHeadPadding not selected)" in str(summary)
+    assert "paged heads: not applied (pass AttentionHeadPadding not selected)" in summary_text(summary)
 
 
 def test_keep_changes_nothing_and_plans():

@@ -20,7 +20,7 @@ import openvino as ov
 import pytest
 
 import ovpasses
-from ovpasses.check.genai import GenaiPathReport, GenaiRun
+from ovpasses.app.check.genai import GenaiPathReport, GenaiRun
 from ovpasses.errors import OvpassesError
 from ovpasses.precision import EXACT_CPU_CONFIG
 from testkit.cli import run_main

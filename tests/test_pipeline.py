@@ -9,6 +9,7 @@ from ovpasses.pipeline import PASSES, PIPELINE_PASSES, STEPS
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
+from ovpasses.app.render.text import summary_text
 from testkit.graphs import StackSpec, build_stack, run_stack, stack_steps
 
 from test_regressions import assert_matches_reference  # noqa: E402  (tests/ is on sys.path)
@@ -147,4 +148,4 @@ def test_json_carries_enum_values_and_what_was_not_applied():
                                SPEC.sdpa_name(2): "barrier", SPEC.sdpa_name(3): "stateless"}
     assert data["not_applied"] == {"DisableStatefulSDPAFusion": [SPEC.sdpa_name(1), SPEC.sdpa_name(2)]}
     assert "not applied (DisableStatefulSDPAFusion not selected): layers 1, 2; planned: kept out of stateful " \
-           "fusion (no-op Reshape on K/V)" in str(summary)
+           "fusion (no-op Reshape on K/V)" in summary_text(summary)

@@ -36,6 +36,7 @@ from ovpasses import OvpassesError, ScaledDotProductAttentionDecomposition, anal
 from ovpasses.passes.shared_kv_cache_unsharing import NO_INITIALISER, SCALAR_MASK
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
+from ovpasses.app.render.text import summary_text
 from testkit.graphs import (
     STACK_OUTPUT,
     StackSpec,
@@ -214,7 +215,7 @@ def test_rewrite_is_numerically_equivalent_and_keeps_names(runtime, spec, counts
     before_names = io_names(original)
     rewritten = original.clone()
     summary = rewrite_or_known_bug(rewritten, spec, runtime)   # property 6: never raises on a valid model
-    note(str(summary))
+    note(summary_text(summary))
 
     # 5: tensor names of inputs and outputs, and friendly names of replaced outputs
     assert io_names(rewritten) == before_names
@@ -398,7 +399,7 @@ def test_unshare_keeps_outputs_and_leaves_every_sdpa_exclusive(spec, counts):
     steps = stack_steps(spec, *counts)
     model = build_stack(spec)
     summary = ovpasses.rewrite(model, kv_sharing="unshare")
-    note(str(summary))
+    note(summary_text(summary))
     shared = {vid: cache for vid, cache in summary.analysis.caches.items() if cache.shared}
     # a cache stays shared where the plugin could not run it exclusive: the builder gives a cache a
     # ReadValue without an initialiser exactly when its element type differs from the model's, and

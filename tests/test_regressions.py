@@ -13,8 +13,9 @@ import openvino as ov
 import pytest
 
 import ovpasses
-from ovpasses import OvpassesError, cli
-from ovpasses.check import count_fused_sdpa
+from ovpasses import OvpassesError
+from ovpasses.app import cli
+from ovpasses.app.check import count_fused_sdpa
 from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, is_fusion_barrier
 from ovpasses.pipeline import PIPELINE_PASSES
 from ovpasses.plan.decisions import Action

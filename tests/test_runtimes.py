@@ -136,7 +136,7 @@ def test_affected_unshared_fuses_every_layer_and_decodes_like_transformers(fixtu
 SYNTHETIC = """
 import json, numpy as np, openvino as ov, ovpasses
 from testkit.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
-from ovpasses.check import count_fused_sdpa
+from ovpasses.app.check import count_fused_sdpa
 from ovpasses.precision import EXACT_CPU_CONFIG
 spec = StackSpec(k_source=(0, 1, 2, 3), gqa_form="bidirectional", past_length_from=(0,), past_length_at="concat")
 steps = stack_steps(spec)
@@ -188,7 +188,7 @@ OLD_RUNTIMES = [old_runtime("2026.0.0", default=True), old_runtime("2025.2.0"), 
 def prepared(tmp_path_factory):
     """Gemma 3n rewritten by this (newest) runtime for an older one: ``ovpass rewrite DIR -o DIR2
     --runtime VERSION``, once per version."""
-    from ovpasses.files.folder import rewrite_folder
+    from ovpasses.app.folder import rewrite_folder
     folders: dict[str, Path] = {}
 
     def get(version: str) -> Path:

@@ -1099,7 +1099,7 @@ def verify(out_dir: Path, device: str = "CPU", precision: str = "exact") -> bool
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from ov_greedy import fixture_cases, run_core
-    from ovpasses.check.genai import token_collector
+    from ovpasses.app.check.genai import token_collector
     from ovpasses.precision import EXACT_CPU_CONFIG
 
     ref = json.loads((out_dir / "reference.json").read_text())

@@ -46,7 +46,7 @@ def run_core(folder: Path, case: dict, device: str = "CPU", config: dict | None 
     """One case of :func:`fixture_cases` through ov.Core: the tokens and the fused SDPA count."""
     import openvino as ov
 
-    from ovpasses.check import count_fused_sdpa
+    from ovpasses.app.check import count_fused_sdpa
     from testkit.greedy import greedy_generate
 
     steps = len(case["expected"])

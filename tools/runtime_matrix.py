@@ -83,7 +83,7 @@ def prepare(fixture: Path, runtime: str, folder: Path, timeout: int) -> dict | N
     version = subprocess.run([newest, "-c", "import openvino; print(openvino.get_version())"],
                              capture_output=True, text=True, check=True).stdout.split("-")[0].strip()
     target = version if runtime == "newest" else runtime
-    cmd = [str(venv_python("newest", False)), "-m", "ovpasses.cli", "rewrite", str(fixture), "-o", str(folder),
+    cmd = [str(venv_python("newest", False)), "-m", "ovpasses.app.cli", "rewrite", str(fixture), "-o", str(folder),
            "--runtime", target]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=ENV)
