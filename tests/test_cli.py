@@ -47,8 +47,15 @@ RUNTIMES = [pytest.param(OVPASS, id="installed"),
 EMBEDDINGS = "self.model.embed_tokens.weight"   # tiny8's token embedding, tied to its output projection
 LAYER0 = "__module.model.layers.0.self_attn/aten::scaled_dot_product_attention/ScaledDotProductAttention"
 
-pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not installed at {OVPASS}; "
-                                                            "pip install -e . in this environment")
+
+
+def test_the_console_script_is_installed():
+    """The tests of this file (and of test_folder.py and test_file_commit.py) run the console script;
+    without it they fail, never skip."""
+    assert OVPASS.exists(), f"console script not installed at {OVPASS}; pip install -e . in this environment"
+    assert "from ovpasses.app.cli import main" in OVPASS.read_text()
+    result = subprocess.run([str(OVPASS), "--version"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.startswith("ovpass "), result.stderr
 
 
 def ovpass(*args, exe: Path = OVPASS, cwd: Path | None = None, process: bool = False):
