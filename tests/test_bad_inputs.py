@@ -16,8 +16,8 @@ import pytest
 
 from ovpasses.errors import ErrorCode
 from ovpasses.report import schemas
-from ovpasses.report.text import size_text
-from ovpasses.testing.cli import run_main
+from ovpasses.units import size_text
+from testkit.cli import run_main
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -110,7 +110,7 @@ def test_a_static_input_too_large_to_run_is_inconclusive_not_a_crash(export):
 
 def test_debug_keeps_the_exit_code_of_an_internal_failure(monkeypatch):
     """Was: --debug re-raised, and Python's exit 1 read as 'check: WORSE'."""
-    from ovpasses import cli
+    from ovpasses.app import cli
 
     def broken(args):
         raise ValueError("a defect of ovpass")

@@ -38,7 +38,7 @@ from pathlib import Path
 import openvino as ov
 import pytest
 
-from ovpasses.testing.cli import run_main
+from testkit.cli import run_main
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"

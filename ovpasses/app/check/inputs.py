@@ -32,8 +32,8 @@ import numpy as np
 import openvino as ov
 
 from ovpasses.errors import InputError, OvpassesError
-from ovpasses.files import io
-from ovpasses.report.text import size_text
+from ovpasses.app.files import io
+from ovpasses.units import size_text
 
 log = logging.getLogger(__name__)
 

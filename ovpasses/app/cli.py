@@ -1,8 +1,10 @@
 """``ovpass``: a thin command-line shell over ovpasses (argument parsing, file I/O, exit codes).
 
-The work is done by :mod:`ovpasses.pipeline` (the passes and the rewrite), :mod:`ovpasses.report.inspect`
-(the KV-sharing report), :mod:`ovpasses.check.folder` (the side-by-side check of a file or a folder) and
-:mod:`ovpasses.files` (safe IR reading and writing, folders, commits); this module only wires arguments to them.
+The work is done by the application's flows over the library: :mod:`ovpasses.app.ir_file` and
+:mod:`ovpasses.app.folder` (``rewrite`` of an IR file and of an export folder), :mod:`ovpasses.app.inspect`
+(the KV-sharing report, :mod:`ovpasses.report.inspect`), :mod:`ovpasses.app.check.folder` (the side-by-side
+check of a file or a folder), :mod:`ovpasses.app.files` (safe IR reading and writing, commits) and
+:mod:`ovpasses.app.render` (text and DOT); this module only wires arguments to them and prints.
 """
 
 from __future__ import annotations
@@ -20,19 +22,20 @@ from pathlib import Path
 import openvino as ov
 
 import ovpasses
-from ovpasses import check, pipeline, precision
-from ovpasses.check import folder as check_folder
-from ovpasses.check import inputs as check_inputs
-from ovpasses.files import commit, folder, io, signals
-from ovpasses.plan import runtimes
-from ovpasses.report import inspect as inspect_report
-from ovpasses.report import schemas
-from ovpasses.report import text as report_text
+from ovpasses import pipeline, precision
+from ovpasses.app import check, folder, inspect, ir_file
+from ovpasses.app.check import folder as check_folder
+from ovpasses.app.check import inputs as check_inputs
+from ovpasses.app.files import commit, io, signals
+from ovpasses.app.render import inspect as render_inspect
+from ovpasses.app.render import text
 from ovpasses.errors import ErrorCode, OvpassesError
+from ovpasses.plan import runtimes
+from ovpasses.report import schemas
 from ovpasses.paged_padding import PAGED_HEADS_MODES
 from ovpasses.pipeline import KV_SHARING_MODES, SLIDING_WINDOW_MODES
 
-log = logging.getLogger("ovpasses.cli")
+log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_WORSE = 1
@@ -248,23 +251,11 @@ def cmd_rewrite(args) -> int:
     target = source if args.in_place else (Path(args.output) if args.output else None)
     if target is None and not args.dry_run:
         raise OvpassesError("say where to write: -o OUT.xml, --in-place, or --dry-run to write nothing")
-    io.check_ir_file(source)
-    if target is not None:
-        io.check_output_path(target)
-        if not args.in_place:
-            io.check_distinct_output(source, target)
-    model = io.read_ir(source)
-    summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing,
-                               sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin,
-                               paged_heads=args.paged_heads)
-    replaced = False
-    if not args.dry_run:
-        replaced = any(os.path.lexists(path) for path in io.ir_files(target))
-        io.write_ir(model, target)
-        if replaced and not args.in_place and (export := io.export_folder_of(target, source)) is not None:
-            log.warning("%s: replaced an IR of the export folder %s, whose config.json and other files stay as they "
-                        "were; if IN is another model's IR, rewrite its folder instead (ovpass rewrite DIR -o NEW_DIR)",
-                        target, export)
+    replaced = not args.dry_run and ir_file.replaces(target)
+    summary = ir_file.rewrite_file(source, target, runtime, passes, in_place=args.in_place, dry_run=args.dry_run,
+                                   kv_sharing=args.kv_sharing,
+                                   sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin,
+                                   paged_heads=args.paged_heads)
     if args.format == "json":
         data = summary.to_dict()
         data["input"] = str(source)
@@ -273,7 +264,7 @@ def cmd_rewrite(args) -> int:
         data["changed"] = summary.changed
         print(json.dumps(data, indent=2))
     else:
-        print(report_text.fit(str(summary)))
+        print(text.fit(text.summary_text(summary)))
         if args.dry_run:
             print("dry run: nothing written")
         else:
@@ -294,29 +285,29 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
     if args.format == "json":
         print(json.dumps(summary.to_dict(), indent=2))
     else:
-        print(report_text.fit(str(summary)))
-        print(report_text.fit("dry run: nothing written" if target is None else f"wrote {target}"))
+        print(text.fit(str(summary)))
+        print(text.fit("dry run: nothing written" if target is None else f"wrote {target}"))
     return EXIT_OK
 
 
 def cmd_inspect(args) -> int:
     runtime = _runtime(args)
     source = Path(args.input)
-    result = inspect_report.inspect_path(source, runtime, kv_sharing=args.kv_sharing,
-                                         sliding_window=args.sliding_window, paged_heads=args.paged_heads)
+    result = inspect.inspect_path(source, runtime, kv_sharing=args.kv_sharing, sliding_window=args.sliding_window,
+                                  paged_heads=args.paged_heads)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2))
         return EXIT_OK
     if args.format == "dot":
         for _name, report in result.reports:
-            sys.stdout.write(inspect_report.inspect_dot(report))
+            sys.stdout.write(render_inspect.inspect_dot(report))
         return EXIT_OK
     for index, (name, report) in enumerate(result.reports):
         if name is not None:
             print(f"{'' if index == 0 else chr(10)}== {name} ==")
-        sys.stdout.write(report_text.fit(inspect_report.inspect_text(report, verbose=args.verbose)))
+        sys.stdout.write(text.fit(render_inspect.inspect_text(report, verbose=args.verbose)))
     if result.skipped:
-        print(report_text.fit(f"\n{inspect_report.skipped_text(result.skipped)}"))
+        print(text.fit(f"\n{render_inspect.skipped_text(result.skipped)}"))
     return EXIT_OK
 
 
@@ -336,11 +327,11 @@ def cmd_check(args) -> int:
         for index, (name, report) in enumerate(result.reports):
             if result.is_folder:
                 print(f"{'' if index == 0 else chr(10)}== {name} ==")
-            print(report_text.fit(str(report)))
+            print(text.fit(str(report)))
         for report in result.genai:
-            print(report_text.fit(str(report)))
+            print(text.fit(str(report)))
         if result.skipped:
-            print(report_text.fit(f"\n{inspect_report.skipped_text(result.skipped)}"))
+            print(text.fit(f"\n{render_inspect.skipped_text(result.skipped)}"))
         if result.is_folder:
             print(f"\nfolder verdict: {result.verdict.upper()}")
     return CHECK_EXIT[result.verdict]
@@ -349,7 +340,7 @@ def cmd_check(args) -> int:
 def cmd_passes(args) -> int:
     width = max(map(len, pipeline.PASSES))
     for name, (_cls, line) in pipeline.PASSES.items():
-        print(report_text.fit(f"{name:<{width}}  {line}", hanging=width + 2))
+        print(text.fit(f"{name:<{width}}  {line}", hanging=width + 2))
     return EXIT_OK
 
 
@@ -412,7 +403,7 @@ def _print_json_error(code: ErrorCode, line: str) -> None:
 
 
 def _interrupted(exc: KeyboardInterrupt) -> str:
-    """What an interrupted run leaves, truly: signals wait while a commit renames (ovpasses.files.signals), so
+    """What an interrupted run leaves, truly: signals wait while a commit renames (ovpasses.app.files.signals), so
     a run stops either before its commit or after it."""
     name = f"by {exc.args[0]}" if isinstance(exc, signals.Interrupted) else "by SIGINT"
     kept = [path for path in dict.fromkeys(commit.COMMITTED) if os.path.lexists(path)]   # not temporary folders

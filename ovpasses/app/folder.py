@@ -1,11 +1,12 @@
-"""Export folders: the pipeline over every IR of an optimum-intel export, the folder as one artefact.
+"""The folder flow of ``ovpass rewrite``: the pipeline over every IR of an optimum-intel export, the folder as
+one artefact (the single-file flow, beside it, is :mod:`ovpasses.app.ir_file`).
 
 Users hold folders, not single IRs: ``optimum-cli export openvino --task text-generation-with-past``
 writes ``openvino_model.xml``; ``--task image-text-to-text`` writes ``openvino_language_model.xml``
 beside text, per-layer and vision embedding IRs; both add tokenizer and detokenizer IRs, configs and
 processor files. :func:`rewrite_folder` rewrites each IR that holds stateful attention (a ReadValue
 and a ScaledDotProductAttention, or a Softmax: eager attention), copies every other file byte for byte, and puts the new folder in
-place with :func:`ovpasses.files.commit.replace_all`: a new ``-o`` appears whole, an empty one is
+place with :func:`ovpasses.app.files.commit.replace_all`: a new ``-o`` appears whole, an empty one is
 filled under its lock, and ``--in-place`` swaps the folder with its rewritten copy (see
 :func:`rewrite_folder` and docs/file-guarantees.md).
 
@@ -33,14 +34,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from ovpasses.files import commit, io
 from ovpasses.analysis.op_versions import unreadable_versions
+from ovpasses.app.files import commit, io
+from ovpasses.app.render.text import op_action_text, summary_text
 from ovpasses.errors import ErrorCode, InputError, OvpassesError, UnreadableOperationError
 from ovpasses.lowering import OpVersionAction, lower_op_versions
 from ovpasses.pipeline import rewrite, selected_passes
 from ovpasses.plan.profiles import profile_for
 from ovpasses.report import schemas
-from ovpasses.report.text import op_action_text
 from ovpasses.summary import RewriteSummary
 from ovpasses.plan.runtimes import TOKENIZERS_CRASH_OLDER_GENAI, Version, parse_release, version_string
 
@@ -84,9 +85,9 @@ class ExportScan:
 
 
 def scan_export(folder: str | os.PathLike) -> ExportScan:
-    """Read what ``folder`` holds; :class:`~ovpasses.files.io.IRReadError` or :class:`FolderError` naming the
+    """Read what ``folder`` holds; :class:`~ovpasses.app.files.io.IRReadError` or :class:`FolderError` naming the
     file when one is damaged: an IR whose XML is malformed or truncated or whose ``.bin`` is missing or
-    shorter than the XML says (:func:`~ovpasses.files.io.scan_ir`, every IR of the folder: a client reads
+    shorter than the XML says (:func:`~ovpasses.app.files.io.scan_ir`, every IR of the folder: a client reads
     them all), an ``.xml`` that is a folder, the ``.bin`` of an IR whose ``.xml`` is missing, a JSON file
     that does not parse, a ``config.json`` that is not a JSON object. :class:`FolderError` when no IR
     holds stateful attention."""
@@ -220,7 +221,7 @@ class FolderSummary:
         for model in self.models:
             if model.summary is not None:
                 lines.append(f"{model.file}:")
-                lines += [f"  {line}" for line in str(model.summary).splitlines()]
+                lines += [f"  {line}" for line in summary_text(model.summary).splitlines()]
             for item in model.op_versions:
                 lines.append(f"{model.file}: cannot be read as exported: {item.op.describe()}: {op_action_text(item)}")
         rest = [m.file for m in self.models if m.summary is None and not m.op_versions] + self.copied

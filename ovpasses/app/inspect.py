@@ -1,0 +1,42 @@
+"""``ovpass inspect`` on files: the report of an IR file, or of each IR of an export folder that holds
+stateful attention (:func:`ovpasses.report.inspect.inspect_model` on each, read through the file layer), and
+what the folder holds that was not inspected."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ovpasses.app.files.io import read_ir
+from ovpasses.app.folder import scan_export
+from ovpasses.report.inspect import folder_report, inspect_model
+
+
+@dataclass
+class PathInspection:
+    """The reports of an IR file (one, named None) or of each IR of an export folder that holds stateful
+    attention (named by file), and the folder's other ``.xml`` files with why each was not inspected."""
+
+    source: Path
+    reports: list[tuple[str | None, dict]]
+    skipped: list[dict] = field(default_factory=list)   # {"file", "reason": an app.folder.Skipped value}
+
+    @property
+    def is_folder(self) -> bool:
+        return self.reports[0][0] is not None
+
+    def to_dict(self) -> dict:
+        """The report of the file, or the folder's (``ovpass.inspect-folder/3``)."""
+        return folder_report(self.source, self.reports, self.skipped) if self.is_folder else self.reports[0][1]
+
+
+def inspect_path(source: Path, runtime: str | None = None, kv_sharing: str = "keep",
+                 sliding_window: str = "full", paged_heads: str = "keep") -> PathInspection:
+    """The report of an IR file, or of each IR of an export folder that holds stateful attention."""
+    options = dict(kv_sharing=kv_sharing, sliding_window=sliding_window, paged_heads=paged_heads)
+    if not os.path.isdir(source):
+        return PathInspection(source, [(None, inspect_model(read_ir(source), runtime, **options))])
+    scan = scan_export(source)
+    return PathInspection(source, [(name, inspect_model(read_ir(source / name), runtime, **options))
+                                   for name in scan.stateful], scan.skipped_dicts())
