@@ -18,11 +18,8 @@ import openvino as ov
 from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.paged_heads import PagedHeads, analyze_paged_heads
-from ovpasses.errors import OvpassesError
+from ovpasses.options import PagedHeads
 from ovpasses.passes.attention_head_padding import AttentionHeadPadding
-
-PAGED_HEADS_MODES = ("keep", "pad")
-
 
 class PagedHeadsAction(str, enum.Enum):
     KEPT = "kept"                  # paged_heads="keep": nothing changed
@@ -36,7 +33,7 @@ class PagedHeadsAction(str, enum.Enum):
 class PagedHeadsStep:
     """What the step planned and did."""
 
-    mode: str
+    mode: PagedHeads
     action: PagedHeadsAction
     plan: PagedHeads
     needed: bool                 # the runtime's CPU PagedAttention needs one head layout
@@ -47,17 +44,17 @@ class PagedHeadsStep:
         return _cost(self.plan.bytes_per_token(), self.plan.bytes_per_token(padded=True) if self.plan.target else None)
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "action": self.action.value, "needed": self.needed,
+        return {"mode": self.mode.value, "action": self.action.value, "needed": self.needed,
                 "changed": list(self.changed), **self.plan.to_dict()}
 
     def lines(self) -> list[str]:
         return summary_lines(self.to_dict())
 
     def warnings(self) -> list[str]:
-        if self.mode == "pad" and not self.needed and self.plan.padded:
+        if self.mode is PagedHeads.PAD and not self.needed and self.plan.padded:
             return [f"--paged-heads pad is not needed on openvino {self.runtime}: its CPU PagedAttention keys "
                     f"its executors by head size and KV heads; the padding only costs memory ({self.cost()})"]
-        if self.mode == "pad" and self.action == PagedHeadsAction.REFUSED and self.needed:
+        if self.mode is PagedHeads.PAD and self.action == PagedHeadsAction.REFUSED and self.needed:
             return [f"--paged-heads pad could not pad this model ({self.plan.refusals[0].message}): the paged path "
                     f"on openvino {self.runtime} stays wrong where head layouts differ"]
         return []
@@ -107,19 +104,14 @@ def sdpa_by_name(model: ov.Model, names: set[str]) -> dict[str, ov.Node]:
             if n.get_type_name() == SDPA_TYPE and n.get_friendly_name() in names}
 
 
-def check_paged_heads(mode: str) -> None:
-    if mode not in PAGED_HEADS_MODES:
-        raise OvpassesError(f"paged_heads must be one of {', '.join(PAGED_HEADS_MODES)}, not {mode!r}")
-
-
-def paged_heads_plan(model: ov.Model, analysis: KVSharingAnalysis, mode: str, needed: bool,
+def paged_heads_plan(model: ov.Model, analysis: KVSharingAnalysis, mode: PagedHeads, needed: bool,
                      runtime: str) -> PagedHeadsStep:
     """Plan the padding of ``model`` (its KV-sharing ``analysis`` as it is now); the action says whether the
     pass has anything to do (:data:`PagedHeadsAction.KEPT` with ``mode="pad"``: it has)."""
     plan = analyze_paged_heads(model, analysis)
     step = PagedHeadsStep(mode, PagedHeadsAction.KEPT, plan, needed, runtime)
-    if mode == "pad" and plan.refusals:
+    if mode is PagedHeads.PAD and plan.refusals:
         step.action = PagedHeadsAction.REFUSED
-    elif mode == "pad" and not plan.padded:
+    elif mode is PagedHeads.PAD and not plan.padded:
         step.action = PagedHeadsAction.UNIFORM
     return step

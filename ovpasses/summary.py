@@ -18,6 +18,7 @@ from ovpasses.paged_padding import PagedHeadsStep
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
 from ovpasses.lowering import OpVersionAction
+from ovpasses.options import KVSharing, SlidingWindow
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache
@@ -43,12 +44,12 @@ class RewriteSummary:
     findings: list[Finding] = field(default_factory=list)            # the sharing lint's
     # operations the target could not read as exported (none for the installed runtime), and what was done
     op_versions: list[OpVersionAction] = field(default_factory=list)
-    kv_sharing: str = "keep"
+    kv_sharing: KVSharing = KVSharing.KEEP
     unshared: list[UnsharedCache] = field(default_factory=list)   # the variables kv_sharing="unshare" added
     kept_shared: dict[str, str] = field(default_factory=dict)     # cache (for a borrower) -> why not unshared
     # with kv_sharing="unshare": the analysis of the model as unsharing left it (``analysis`` is the input's)
     analysis_after: KVSharingAnalysis | None = None
-    sliding_window: str = "full"
+    sliding_window: SlidingWindow = SlidingWindow.FULL
     # with sliding_window="bounded": which caches are bounded, their windows, why the others are not
     sliding_window_caches: SlidingWindowCaches | None = None
     paged_heads: PagedHeadsStep | None = None   # the paged_heads step: the plan, what it padded, the cost
@@ -139,11 +140,11 @@ class RewriteSummary:
             "lint": [f.to_dict() for f in self.findings],
             "unreadable_ops": [a.to_dict() for a in self.op_versions],
             "readable": self.readable,
-            "kv_sharing": self.kv_sharing,
+            "kv_sharing": self.kv_sharing.value,
             "unshared": [asdict(u) for u in self.unshared],
             "kept_shared": dict(self.kept_shared),
             "extra_cache_bytes_per_token": self.extra_cache_bytes_per_token,
-            "sliding_window": self.sliding_window,
+            "sliding_window": self.sliding_window.value,
             "sliding_window_caches": (None if self.sliding_window_caches is None
                                       else self.sliding_window_caches.to_dict()),
             "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),

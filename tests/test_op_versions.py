@@ -23,6 +23,7 @@ import ovpasses
 from ovpasses.analysis.op_versions import analyze_op_versions, layer_versions, unreadable_versions
 from ovpasses.errors import UnreadableOperationError
 from ovpasses.report.inspect import inspect_model
+from ovpasses.options import RewriteOptions
 from ovpasses.passes import ErfInvConstantFolding
 from ovpasses.passes.erfinv_constant_folding import erfinv
 import ovpasses.lowering
@@ -155,7 +156,7 @@ def test_erfinv_of_an_input_is_refused_naming_the_op_its_opset_the_target_and_th
 
 
 def test_inspect_reports_a_refusal_instead_of_raising():
-    report = inspect_model(build_newer_ops(NewerOpsSpec(erfinv="parameter")), OLD)
+    report = inspect_model(build_newer_ops(NewerOpsSpec(erfinv="parameter")), RewriteOptions(runtime=OLD))
     assert report["readable"] is False
     [op] = report["unreadable_ops"]
     assert (op["type"], op["opset"], op["first_read"], op["handled"]) == ("ErfInv", "opset17", "2026.2.1", False)
@@ -175,7 +176,7 @@ def test_the_reason_of_a_refusal_is_the_one_the_pattern_gave(constant_type, erfi
     manager.register_pass(folding)
     manager.run_passes(model)
     assert folding.changed == [] and folding.refused == {"erfinv": reason}
-    [op] = inspect_model(model, OLD)["unreadable_ops"]
+    [op] = inspect_model(model, RewriteOptions(runtime=OLD))["unreadable_ops"]
     assert (op["action"], op["reason"], op["pass"]) == ("refused", reason, "ErfInvConstantFolding")
 
 

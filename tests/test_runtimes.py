@@ -189,12 +189,13 @@ def prepared(tmp_path_factory):
     """Gemma 3n rewritten by this (newest) runtime for an older one: ``ovpass rewrite DIR -o DIR2
     --runtime VERSION``, once per version."""
     from ovpasses.files.folder import rewrite_folder
+    from ovpasses.options import RewriteOptions
     folders: dict[str, Path] = {}
 
     def get(version: str) -> Path:
         if version not in folders:
             folder = tmp_path_factory.mktemp("prepared") / version
-            rewrite_folder(GEMMA3N, folder, runtime=version)
+            rewrite_folder(GEMMA3N, folder, RewriteOptions(runtime=version))
             folders[version] = folder
         return folders[version]
     return get

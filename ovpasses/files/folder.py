@@ -35,8 +35,8 @@ from ovpasses.files import commit, io
 from ovpasses.analysis.op_versions import unreadable_versions
 from ovpasses.errors import OvpassesError, UnreadableOperationError
 from ovpasses.lowering import OpVersionAction, lower_op_versions
-from ovpasses.pipeline import rewrite, selected_passes
-from ovpasses.plan.profiles import profile_for
+from ovpasses.options import RewriteOptions
+from ovpasses.pipeline import rewrite
 from ovpasses.report import schemas
 from ovpasses.report.text import op_action_text
 from ovpasses.summary import RewriteSummary
@@ -193,10 +193,9 @@ def _check_empty(target: Path, staging: Path | None = None) -> None:
                           "(or pass --in-place to rewrite the input folder)")
 
 
-def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, runtime: str | None = None,
-                   passes=None, in_place: bool = False, kv_sharing: str = "keep",
-                   symlinks: str = "copy", sliding_window: str = "full",
-                   sliding_window_margin: int = 0, paged_heads: str = "keep") -> FolderSummary:
+def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
+                   options: RewriteOptions | None = None, in_place: bool = False,
+                   symlinks: str = "copy") -> FolderSummary:
     """Rewrite every IR of ``source`` that holds stateful attention and write the folder to ``target``.
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
@@ -208,9 +207,9 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
     ``../../blobs``); with ``symlinks="keep"`` a link that still points to the same file from the
     target stays a link. A link that points nowhere is an error, naming it.
     :class:`UnreadableOperationError`, naming the file, when an IR holds an operation the target
-    cannot read and ovpasses cannot replace. ``kv_sharing``, ``sliding_window``, ``sliding_window_margin``
-    and ``paged_heads`` are :func:`~ovpasses.pipeline.rewrite`'s, applied to each IR rewritten (in an
-    image-text-to-text export that is the language model: the embedding IRs hold no stateful attention).
+    cannot read and ovpasses cannot replace. ``options`` (:class:`RewriteOptions`; default: every pass, for the
+    installed runtime) apply to each IR rewritten (in an image-text-to-text export that is the language model:
+    the embedding IRs hold no stateful attention).
 
     Where the folder goes: ``-o`` a new folder is created with ``mkdir``'s mode and appears whole
     (``RENAME_NOREPLACE``: one created meanwhile by another process is left alone and the rewrite
@@ -230,8 +229,8 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
     summary = FolderSummary(str(source), None if destination is None else str(destination))
     irs = {p.name for p in ir_files_in(source)}
     stateful = stateful_irs(source)
-    target = profile_for(runtime).version
-    selected = None if passes is None else selected_passes(passes)
+    options = options or RewriteOptions()
+    target = options.runtime.version
     _warn_newer_tokenizers(source, sorted(irs), target)
 
     fill = checked is not None and not in_place
@@ -246,8 +245,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
             start = time.perf_counter()
             model = io.read_ir(source / name)
             try:
-                result = rewrite(model, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                                 sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
+                result = rewrite(model, options=options)
             except UnreadableOperationError as exc:
                 raise UnreadableOperationError(f"{source / name}: {exc}") from None
             if staging is not None:
@@ -260,7 +258,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
                 continue
             start = time.perf_counter()
             model = io.read_ir(source / name)
-            lowering = lower_op_versions(model, target, selected)
+            lowering = lower_op_versions(model, target, options.passes)
             if lowering.refused:
                 raise UnreadableOperationError(f"{source / name}: {lowering.error_message()}")
             if staging is not None:

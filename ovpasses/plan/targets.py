@@ -26,6 +26,7 @@ from ovpasses.analysis.op_versions import OpVersionAnalysis
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches, analyze_sliding_window_caches
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask, find_sliding_window_masks
+from ovpasses.options import KVSharing, PagedHeads, RewriteOptions, SlidingWindow
 from ovpasses.lowering import lowering_target, unreadable_before
 from ovpasses.paged_padding import PagedHeadsAction, PagedHeadsStep, paged_heads_plan, sdpa_by_name
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
@@ -41,12 +42,7 @@ class Run:
     """One run of the pipeline on one model: what was detected, what is planned, what changed."""
 
     model: ov.Model
-    profile: RuntimeProfile
-    selected: frozenset[str]
-    kv_sharing: str = "keep"
-    sliding_window: str = "full"
-    sliding_window_margin: int = 0
-    paged_heads: str = "keep"
+    options: RewriteOptions
     passes: list[PassReport] = field(default_factory=list)
     detected: KVSharingAnalysis | None = None     # as the input was
     analysis: KVSharingAnalysis | None = None     # as the model is now
@@ -70,6 +66,14 @@ class Run:
     recovered: list[str] = field(default_factory=list)         # ... that are SDPAs now
     eager_not_applied: str | None = None                       # the recovery pass, when passes= left it out
     op_refused: dict[str, dict[str, str]] = field(default_factory=dict)   # lowering pass -> its ``refused``
+
+    @property
+    def profile(self) -> RuntimeProfile:
+        return self.options.runtime
+
+    @property
+    def selected(self) -> frozenset[str]:
+        return self.options.passes
 
     def redetect(self) -> None:
         """The KV-sharing analysis of the model as it is now; through SharedKVCacheDetection (which also
@@ -155,7 +159,7 @@ detection = Targets(lambda run, _cls: (), _detected, _detection_skipped)
 
 # ------------------------------------------------------------------------------ SharedKVCacheUnsharing
 def _unsharing(run: Run, _cls) -> tuple | None:
-    if run.kv_sharing != "unshare":
+    if run.options.kv_sharing is not KVSharing.UNSHARE:
         return None
     planned = plan_unsharing(run.analysis)
     run.kept_shared = dict(planned.refused)
@@ -185,9 +189,9 @@ unsharing = Targets(_unsharing, _unshared, _unsharing_skipped)
 def _head_padding(run: Run, _cls) -> tuple | None:
     """Planned in every mode, so that the reports can name the option and its price where the runtime
     needs it; pads with ``paged_heads="pad"`` only."""
-    run.heads = paged_heads_plan(run.model, run.analysis, run.paged_heads, run.profile.paged_cpu_one_head_size,
-                                 run.profile.version_string)
-    if run.paged_heads != "pad" or run.heads.action != PagedHeadsAction.KEPT:
+    run.heads = paged_heads_plan(run.model, run.analysis, run.options.paged_heads,
+                                 run.profile.paged_cpu_one_head_size, run.profile.version_string)
+    if run.options.paged_heads is not PagedHeads.PAD or run.heads.action != PagedHeadsAction.KEPT:
         run.warnings += run.heads.warnings()
         return None
     return (run.heads.plan,)
@@ -261,12 +265,12 @@ mask_slice = Targets(lambda run, _cls: () if MaskAction.SLICE in run.mask_action
 # ------------------------------------------------------------------------ SlidingWindowKVCacheBounding
 def _bounding(run: Run, _cls) -> tuple | None:
     """Last: it plans (:func:`analyze_sliding_window_caches`) on the model as the other passes left it."""
-    if run.sliding_window != "bounded":
+    if run.options.sliding_window is not SlidingWindow.BOUNDED:
         return None
     ordered = run.model.get_ordered_ops()
     analysis = analyze_kv_sharing(run.model, ordered)
     masks = find_sliding_window_masks(analysis.sdpa_nodes(ordered).values())
-    run.caches = analyze_sliding_window_caches(run.model, analysis, masks, run.sliding_window_margin)
+    run.caches = analyze_sliding_window_caches(run.model, analysis, masks, run.options.sliding_window_margin)
     return (run.caches,) if run.caches.bounded else None
 
 

@@ -19,6 +19,7 @@ from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.errors import OvpassesError
 from ovpasses.files.folder import stateful_irs
 from ovpasses.files.io import read_ir
+from ovpasses.options import RewriteOptions
 from ovpasses.paged_padding import summary_lines
 from ovpasses.pipeline import run_pipeline
 from ovpasses.plan.decisions import Action
@@ -37,22 +38,21 @@ SUMMARY_FIELDS = ("sliding_window_masks", "warnings", "lint", "unreadable_ops", 
 KV_BYTES_CONTEXT = 8192   # the context at which the report gives the KV-cache bytes
 
 
-def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str = "keep",
-                  sliding_window: str = "full", paged_heads: str = "keep") -> dict:
-    """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``,
-    and the operations ``runtime`` cannot read as exported with what the rewrite does about each.
+def inspect_model(model: ov.Model, options: RewriteOptions | None = None) -> dict:
+    """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA with ``options``
+    (default: every pass, the installed runtime), and the operations the target runtime cannot read as
+    exported with what the rewrite does about each.
 
     Runs the pipeline on a clone (the actions are the ones the rewrite really takes, including the
     fallback to decomposition and the refusal of an operation it cannot replace); ``model`` is not
     changed. The result follows the schema documented in README.md (``"schema": "ovpass.inspect/3"``, :data:`ovpasses.report.schemas.INSPECT`).
     Per SDPA, ``fusion`` is whether the CPU plugin is expected to fuse it into its stateful kernel in the
     model as the rewrite leaves it, and ``fusion_unmodified`` the same for the model as it is, each with
-    its reason. With ``sliding_window="bounded"``, per SDPA ``window`` (None: full attention) and
+    its reason. With ``sliding_window=bounded``, per SDPA ``window`` (None: full attention) and
     ``cache_bounded``, and ``kv_bytes``: KV-cache bytes per token and at :data:`KV_BYTES_CONTEXT` tokens
     of context (batch 1), as exported and as bounded.
     """
-    summary = run_pipeline(model.clone(), runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                           paged_heads=paged_heads)
+    summary = run_pipeline(model.clone(), options)
     caches = summary.sliding_window_caches
     data = summary.analysis.to_dict()
     fusion, unmodified = summary.fusion(), summary.fusion(unmodified=True)
@@ -88,16 +88,12 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
     }
 
 
-def inspect_path(source: Path, runtime: str | None = None, kv_sharing: str = "keep",
-                 sliding_window: str = "full", paged_heads: str = "keep") -> list[tuple[str | None, dict]]:
+def inspect_path(source: Path, options: RewriteOptions | None = None) -> list[tuple[str | None, dict]]:
     """The report of an IR file (named None), or of each IR of an export folder that holds stateful
     attention (named by its file name)."""
     if not os.path.isdir(source):
-        return [(None, inspect_model(read_ir(source), runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                                     paged_heads=paged_heads))]
-    return [(name, inspect_model(read_ir(source / name), runtime, kv_sharing=kv_sharing,
-                                 sliding_window=sliding_window, paged_heads=paged_heads))
-            for name in stateful_irs(source)]
+        return [(None, inspect_model(read_ir(source), options))]
+    return [(name, inspect_model(read_ir(source / name), options)) for name in stateful_irs(source)]
 
 
 def folder_report(source: Path, reports: list[tuple[str | None, dict]]) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
+from ovpasses.options import KVSharing, SlidingWindow
 from ovpasses.plan.decisions import Action, Lowered, MaskAction
 from ovpasses.plan.runtimes import OPSETS_MEASURED_ON
 
@@ -129,13 +130,13 @@ def summary_text(summary: RewriteSummary) -> str:
         text = mask_action_text(summary.mask_actions[mask.select], summary.masks_not_applied.get(mask.select))
         lines.append(f"sliding-window mask (window {mask.window}, "
                      f"{len(mask.sdpa_direct) + len(mask.sdpa_sliced)} SDPA): {text}")
-    if summary.kv_sharing != "keep":
+    if summary.kv_sharing is not KVSharing.KEEP:
         lines.append(f"kv sharing: {summary.kv_sharing}: {len(summary.unshared)} caches added, "
                      f"{_bytes(summary.extra_cache_bytes_per_token)} per token of context (batch 1)")
     for cache, reason in summary.kept_shared.items():
         lines.append(f"kept shared: {cache}: {reason}")
     bounded = summary.sliding_window_caches
-    if summary.sliding_window != "full" and bounded is not None:
+    if summary.sliding_window is not SlidingWindow.FULL and bounded is not None:
         lines.append(f"sliding window: {summary.sliding_window}: {len(bounded.bounded)} caches bounded"
                      + (f" (window {', '.join(map(str, sorted({b.window for b in bounded.bounded.values()})))}, "
                         f"past length from {bounded.reference})" if bounded.bounded else ""))

@@ -1,0 +1,107 @@
+"""RewriteOptions: one typed value for what a rewrite does, validated once where it is made, and taken by every
+entry point (rewrite, compile_model, inspect, check, the folder flow, the CLI)."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+import ovpasses
+from ovpasses import InvalidOptionError, KVSharing, PagedHeads, RewriteOptions, SlidingWindow, UnknownPassError
+from ovpasses.cli import build_parser
+from ovpasses.options import MODES, PASS_NAMES
+from ovpasses.passes import PIPELINE_ORDER
+from ovpasses.pipeline import STEPS
+from ovpasses.plan.profiles import profile_for
+from ovpasses.report.inspect import inspect_model
+from ovpasses.testing.cli import run_main
+from ovpasses.testing.graphs import StackSpec, build_stack
+
+TINY8 = Path(__file__).resolve().parent / "fixtures" / "gemma4" / "tiny8"
+WINDOW = 16   # tiny8's sliding window
+
+
+def test_modes_are_enums_and_strings_are_parsed_once():
+    options = RewriteOptions(runtime="2026.0", passes="DisableStatefulSDPAFusion", kv_sharing="unshare",
+                             sliding_window="bounded", paged_heads="pad", sliding_window_margin=3)
+    assert options.kv_sharing is KVSharing.UNSHARE and options.sliding_window is SlidingWindow.BOUNDED
+    assert options.paged_heads is PagedHeads.PAD and options.sliding_window_margin == 3
+    assert options.runtime == profile_for("2026.0") and options.profile is options.runtime
+    assert options.passes == frozenset({"DisableStatefulSDPAFusion"})
+    assert RewriteOptions().passes == frozenset(PASS_NAMES) and RewriteOptions().runtime == profile_for()
+    assert MODES == {"kv_sharing": KVSharing, "sliding_window": SlidingWindow, "paged_heads": PagedHeads}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.kv_sharing = KVSharing.KEEP
+    # a copy with one field changed is validated as well
+    assert dataclasses.replace(options, kv_sharing=KVSharing.KEEP).runtime == options.runtime
+    with pytest.raises(InvalidOptionError, match="kv_sharing must be one of keep, unshare, not 'nope'"):
+        dataclasses.replace(options, kv_sharing="nope")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("kv_sharing", "share", "kv_sharing must be one of keep, unshare, not 'share'"),
+    ("sliding_window", "half", "sliding_window must be one of full, bounded, not 'half'"),
+    ("paged_heads", None, "paged_heads must be one of keep, pad, not None"),
+    ("sliding_window_margin", -1, "sliding_window_margin must be a whole number of positions >= 0, not -1"),
+    ("sliding_window_margin", 1.5, "sliding_window_margin must be a whole number of positions >= 0, not 1.5"),
+    ("sliding_window_margin", True, "sliding_window_margin must be a whole number of positions >= 0, not True"),
+])
+def test_a_bad_value_is_an_invalid_option_error_that_names_what_is_valid(field, value, message):
+    with pytest.raises(InvalidOptionError) as raised:
+        RewriteOptions(**{field: value})
+    assert str(raised.value) == message
+
+
+def test_unknown_passes_and_runtimes_are_refused_at_construction():
+    with pytest.raises(UnknownPassError, match="unknown pass NoSuchPass; valid names: EagerAttentionToSDPA, "):
+        RewriteOptions(passes="NoSuchPass")
+    with pytest.raises(ovpasses.UnsupportedRuntimeError, match="is not an OpenVINO release"):
+        RewriteOptions(runtime="2026.x")
+    assert issubclass(UnknownPassError, InvalidOptionError) and issubclass(InvalidOptionError, ovpasses.OvpassesError)
+
+
+def test_the_pass_names_follow_the_pipeline():
+    assert PIPELINE_ORDER == tuple(step.pass_class for step in STEPS)
+    assert set(PIPELINE_ORDER) == {getattr(ovpasses.passes, name) for name in ovpasses.passes.__all__}
+
+
+def test_rewrite_takes_options_or_the_keywords_not_both():
+    by_keywords = ovpasses.rewrite(build_stack(StackSpec()), "2026.0", kv_sharing="unshare")
+    options = RewriteOptions(runtime="2026.0", kv_sharing=KVSharing.UNSHARE)
+    by_options = ovpasses.rewrite(build_stack(StackSpec()), options=options)
+
+    def without_times(summary):
+        return {k: v for k, v in summary.to_dict().items() if k != "passes"} | {
+            "passes": [(p.name, len(p.changed)) for p in summary.passes]}   # auto-made names differ per build
+
+    assert without_times(by_keywords) == without_times(by_options)
+    assert by_options.kv_sharing is KVSharing.UNSHARE and by_options.unshared
+    with pytest.raises(InvalidOptionError, match=r"either as options= or as keywords, not both \(got options= and "
+                                                 r"kv_sharing=\)"):
+        ovpasses.rewrite(build_stack(StackSpec()), options=options, kv_sharing="keep")
+    with pytest.raises(InvalidOptionError, match="options must be a RewriteOptions, not dict"):
+        ovpasses.rewrite(build_stack(StackSpec()), options={"kv_sharing": "unshare"})
+
+
+def test_inspect_honours_the_margin():
+    """inspect took kv_sharing, sliding_window and paged_heads but not sliding_window_margin: its report of a
+    bounded cache said W-1 where the rewrite keeps W-1+margin."""
+    model = ovpasses.files.io.read_ir(TINY8 / "openvino_model.xml")
+    report = inspect_model(model, RewriteOptions(sliding_window=SlidingWindow.BOUNDED, sliding_window_margin=5))
+    keeps = {b["keep"] for b in report["sliding_window_caches"]["bounded"]}
+    assert keeps == {WINDOW - 1 + 5}
+
+
+def test_the_cli_offers_every_member_of_every_mode():
+    """The CLI's choices and help come from the enums: a new member is an option value without a CLI edit."""
+    parser = build_parser()
+    rewrite = next(a for a in parser._subparsers._group_actions[0].choices["rewrite"]._actions
+                   if a.dest == "sliding_window")
+    assert rewrite.choices == [m.value for m in SlidingWindow] and rewrite.default == "full"
+    assert all(m.value in rewrite.help and m.description in rewrite.help for m in SlidingWindow)
+    result = run_main("inspect", TINY8, "--sliding-window", "bounded", "--sliding-window-margin", "2", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    keeps = {b["keep"] for m in report["models"] for b in m["report"]["sliding_window_caches"]["bounded"]}
+    assert keeps == {WINDOW - 1 + 2}
