@@ -27,6 +27,7 @@ from ovpasses.files import commit, folder, io, signals
 from ovpasses.plan import runtimes
 from ovpasses.report import inspect as inspect_report
 from ovpasses.report import schemas
+from ovpasses.report.text import option_flag
 from ovpasses.errors import OvpassesError
 from ovpasses.options import MODES, RewriteOptions
 
@@ -316,8 +317,9 @@ def cmd_check(args) -> int:
 
 def cmd_passes(args) -> int:
     width = max(map(len, pipeline.PASSES))
-    for name, (_cls, line) in pipeline.PASSES.items():
-        print(f"{name:<{width}}  {line}")
+    for name, (cls, line) in pipeline.PASSES.items():
+        only = getattr(cls, "ONLY_WITH", None)
+        print(f"{name:<{width}}  {'' if only is None else option_flag(only) + ' only: '}{line}")
     return EXIT_OK
 
 

@@ -2,69 +2,28 @@
 
 Every entry point (:func:`ovpasses.rewrite`, :func:`ovpasses.compile_model`, the inspect report, the check,
 the folder flow, the CLI) takes a :class:`RewriteOptions`; nothing below them sees a mode as a bare string.
-A mode is an enum (:class:`KVSharing`, :class:`SlidingWindow`, :class:`PagedHeads`) whose members carry a
-one-line description; the runtime is parsed once into its :class:`~ovpasses.plan.profiles.RuntimeProfile`,
+A mode is an enum (:class:`KVSharing`, :class:`SlidingWindow`, :class:`PagedHeads`, in :mod:`ovpasses.modes`)
+whose members carry a one-line description; the runtime is parsed once into its :class:`~ovpasses.plan.profiles.RuntimeProfile`,
 and ``passes`` into the set of pass names it selects.
 
-Adding a value to a mode is one member here (with its description), the code that carries it out in its
+Adding a value to a mode is one member in :mod:`ovpasses.modes` (with its description), the code that carries it out in its
 feature's home, and the line of the pipeline that runs it. The CLI's choices and help are made from the
 members (:data:`MODES`).
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import get_type_hints
 
 from ovpasses.errors import InvalidOptionError, UnknownPassError
+from ovpasses.modes import KVSharing, Mode, OptionChoice, PagedHeads, SlidingWindow  # noqa: F401 - re-exported
 from ovpasses.passes import PIPELINE_ORDER
 from ovpasses.plan.profiles import RuntimeProfile, profile_for
 
 # The pass names ``passes=`` takes, in the order the pipeline runs them.
 PASS_NAMES: tuple[str, ...] = tuple(p.NAME for p in PIPELINE_ORDER)
-
-
-class Mode(str, enum.Enum):
-    """A mode's value (what the CLI and the JSON reports spell) and a one-line description of it."""
-
-    def __new__(cls, value: str, description: str = ""):
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.description = description
-        return member
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
-
-class KVSharing(Mode):
-    """What the rewrite does with KV caches that several SDPAs read."""
-
-    KEEP = "keep", "shared KV caches stay shared"
-    UNSHARE = "unshare", ("give each borrower a cache of its own, so the plugin fuses every layer, at extra cache "
-                          "memory per token")
-
-
-class SlidingWindow(Mode):
-    """What the rewrite does with KV caches that only sliding-window attention reads."""
-
-    FULL = "full", "every KV cache holds the whole context"
-    BOUNDED = "bounded", ("a cache that only sliding-window attention reads keeps its last W-1 positions (the "
-                          "stateful path: ov.Core, optimum-intel, openvino_genai with ATTENTION_BACKEND=SDPA)")
-
-
-class PagedHeads(Mode):
-    """Whether the rewrite gives every KV cache and attention layer one head layout (for paged attention)."""
-
-    KEEP = "keep"
-    PAD = "pad", ("every KV cache and attention layer gets one KV-head count and head size (zero padding, "
-                  "repeated KV heads), which the CPU PagedAttention of openvino 2025.2 - 2026.2 needs "
-                  "(continuous batching, OVMS), at more KV memory per token")
 
 
 @dataclass(frozen=True)

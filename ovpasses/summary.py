@@ -18,13 +18,14 @@ from ovpasses.paged_padding import PagedHeadsStep
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
 from ovpasses.lowering import OpVersionAction
-from ovpasses.options import KVSharing, SlidingWindow
+from ovpasses.modes import KVSharing, SlidingWindow
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache
-from ovpasses.plan.decisions import Action, Decision, MaskAction
+from ovpasses.plan.decisions import Action, Decision, MaskAction, PagedWarning
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.report import schemas
+from ovpasses.report.text import paged_warning_text
 from ovpasses.step import PassReport
 
 
@@ -39,7 +40,7 @@ class RewriteSummary:
     masks: list[SlidingWindowMask] = field(default_factory=list)   # as found before the rewrite
     mask_actions: dict[str, MaskAction] = field(default_factory=dict)
     masks_not_applied: dict[str, str] = field(default_factory=dict)   # mask (Select) -> the pass not selected
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[PagedWarning] = field(default_factory=list)   # what no rewrite mends on the paged path
     kinds: dict[str, AttentionKind] = field(default_factory=dict)   # per SDPA, its attention kind
     findings: list[Finding] = field(default_factory=list)            # the sharing lint's
     # operations the target could not read as exported (none for the installed runtime), and what was done
@@ -136,7 +137,7 @@ class RewriteSummary:
                        for p in self.passes],
             "unhandled": list(self.analysis.unhandled),
             "sliding_window_masks": self.masks_to_dicts(),
-            "warnings": list(self.warnings),
+            "warnings": [paged_warning_text(w) for w in self.warnings],
             "lint": [f.to_dict() for f in self.findings],
             "unreadable_ops": [a.to_dict() for a in self.op_versions],
             "readable": self.readable,

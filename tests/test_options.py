@@ -1,6 +1,7 @@
 """RewriteOptions: one typed value for what a rewrite does, validated once where it is made, and taken by every
 entry point (rewrite, compile_model, inspect, check, the folder flow, the CLI)."""
 
+import ast
 import dataclasses
 import json
 from pathlib import Path
@@ -105,3 +106,48 @@ def test_the_cli_offers_every_member_of_every_mode():
     report = json.loads(result.stdout)
     keeps = {b["keep"] for m in report["models"] for b in m["report"]["sliding_window_caches"]["bounded"]}
     assert keeps == {WINDOW - 1 + 2}
+
+
+# the application: the modules that may spell an option as a flag (the CLI and the text it prints)
+APPLICATION = ("cli.py", "report/text.py", "app/", "testing/")
+
+
+def _strings_outside_docstrings(tree: ast.AST):
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)
+                  and isinstance(node.body[0].value, ast.Constant)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            yield node
+
+
+def test_the_library_writes_no_option_flag_text():
+    """The library says which option mends what as data (OptionChoice); the application renders the flag."""
+    root = Path(ovpasses.__file__).parent
+    flags = [f"--{name.replace('_', '-')}" for name in MODES] + ["--sliding-window-margin"]
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative.startswith(APPLICATION):
+            continue
+        for node in _strings_outside_docstrings(ast.parse(path.read_text())):
+            found += [f"{relative}:{node.lineno}: {flag}" for flag in flags if flag in node.value]
+    assert not found, found
+
+
+def test_paged_warnings_are_data_and_the_edge_renders_them():
+    """What no rewrite mends on the paged path is a risk, the option that mends it and the release that fixes it;
+    the sentence (with the flag) is rendered by report.text, and the JSON carries the sentence as before."""
+    from ovpasses.modes import OptionChoice
+    from ovpasses.plan.decisions import PagedRisk
+    from ovpasses.report.text import paged_warning_text
+
+    model = ovpasses.files.io.read_ir(TINY8.parent / "e2b35" / "openvino_model.xml")
+    summary = ovpasses.rewrite(model, "2026.0")
+    (warning,) = summary.warnings
+    assert warning.risk == PagedRisk.MIXED_HEAD_SIZES and warning.option == OptionChoice("paged_heads", PagedHeads.PAD)
+    assert warning.fixed_in == (2026, 3, 0) and warning.runtime == (2026, 0, 0)
+    text = paged_warning_text(warning)
+    assert "ovpass rewrite --paged-heads pad (paged_heads='pad') gives every layer one" in text
+    assert summary.to_dict()["warnings"] == [text] and f"warning: {text}" in str(summary)

@@ -233,7 +233,7 @@ def test_reports_say_what_no_rewrite_mends():
     assert old["sliding_window_masks"][0]["action"] == MASK_IGNORED
     for runtime in ("2026.3", None):
         assert inspect_model(read("tiny8"), RewriteOptions(runtime=runtime))["warnings"] == []
-    (heads_warning,) = ovpasses.rewrite(build_heads_stack(MIXED_QUERY_HEADS)).warnings
+    (heads_warning,) = ovpasses.rewrite(build_heads_stack(MIXED_QUERY_HEADS)).to_dict()["warnings"]
     assert "number of query heads differs" in heads_warning and "4x16 in 1 layer, 8x16 in 1 layer" in heads_warning
 
 

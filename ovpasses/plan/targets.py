@@ -32,7 +32,15 @@ from ovpasses.paged_padding import PagedHeadsAction, PagedHeadsStep, paged_heads
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
 from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache, plan_unsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
-from ovpasses.plan.decisions import Action, Decision, MaskAction, mask_plan, paged_warnings, plan_with_reasons
+from ovpasses.plan.decisions import (
+    Action,
+    Decision,
+    MaskAction,
+    PagedWarning,
+    mask_plan,
+    paged_warnings,
+    plan_with_reasons,
+)
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.step import PassReport, run_step
 
@@ -53,7 +61,7 @@ class Run:
     masks: list[SlidingWindowMask] = field(default_factory=list)
     mask_actions: dict[str, MaskAction] = field(default_factory=dict)
     masks_not_applied: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[PagedWarning] = field(default_factory=list)
     unshared: list[UnsharedCache] = field(default_factory=list)
     kept_shared: dict[str, str] = field(default_factory=dict)
     barrier: set[str] = field(default_factory=set)    # SDPAs planned for the barrier
@@ -190,7 +198,7 @@ def _head_padding(run: Run, _cls) -> tuple | None:
     """Planned in every mode, so that the reports can name the option and its price where the runtime
     needs it; pads with ``paged_heads="pad"`` only."""
     run.heads = paged_heads_plan(run.model, run.analysis, run.options.paged_heads,
-                                 run.profile.paged_cpu_one_head_size, run.profile.version_string)
+                                 run.profile.paged_cpu_one_head_size, run.profile.version)
     if run.options.paged_heads is not PagedHeads.PAD or run.heads.action != PagedHeadsAction.KEPT:
         run.warnings += run.heads.warnings()
         return None

@@ -20,11 +20,10 @@ from ovpasses.errors import OvpassesError
 from ovpasses.files.folder import stateful_irs
 from ovpasses.files.io import read_ir
 from ovpasses.options import RewriteOptions
-from ovpasses.paged_padding import summary_lines
 from ovpasses.pipeline import run_pipeline
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
-from ovpasses.report.text import action_text, eager_lines, fusion_text, fusion_why, mask_action_text, op_action_text
+from ovpasses.report.text import paged_heads_lines, action_text, eager_lines, fusion_text, fusion_why, mask_action_text, op_action_text
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
@@ -195,7 +194,7 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
                   f"{u['bytes_per_token']} bytes/token" for u in report["unshared"]]
         lines += [f"  kept shared: {cache}: {reason}" for cache, reason in report["kept_shared"].items()]
     if report.get("paged_heads"):
-        lines += summary_lines(report["paged_heads"])
+        lines += paged_heads_lines(report["paged_heads"])
     for message in report["unhandled"]:
         lines.append(f"not handled: {message}")
     for message in report.get("warnings", []):

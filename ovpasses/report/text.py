@@ -6,12 +6,15 @@ become sentences. Nothing reads these sentences back.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
-from ovpasses.options import KVSharing, SlidingWindow
-from ovpasses.plan.decisions import Action, Lowered, MaskAction
-from ovpasses.plan.runtimes import OPSETS_MEASURED_ON
+from ovpasses.modes import KVSharing, OptionChoice, PagedHeads, SlidingWindow
+from ovpasses.paged_padding import PagedHeadsAction
+from ovpasses.passes.attention_head_padding import AttentionHeadPadding
+from ovpasses.plan.decisions import Action, Lowered, MaskAction, PagedRisk, PagedWarning
+from ovpasses.plan.runtimes import OPSETS_MEASURED_ON, version_string
 
 if TYPE_CHECKING:
     from ovpasses.lowering import OpVersionAction
@@ -142,15 +145,102 @@ def summary_text(summary: RewriteSummary) -> str:
                         f"past length from {bounded.reference})" if bounded.bounded else ""))
         for vid, refusal in bounded.refused.items():
             lines.append(f"  not bounded: {vid}: {refusal.message}")
-    lines += summary.paged_heads.lines() if summary.paged_heads else []
+    lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []
     for message in summary.analysis.unhandled:
         lines.append(f"not handled: {message}")
     for finding in summary.findings:
         lines.append(f"warning: KV sharing: {finding.message}")
-    for message in summary.warnings:
-        lines.append(f"warning: {message}")
+    for warning in summary.warnings:
+        lines.append(f"warning: {paged_warning_text(warning)}")
     measured = summary.profile.version in OPSETS_MEASURED_ON
     for item in summary.op_versions:
         verb = "cannot read" if measured else "is not known to read"   # between measured releases
         lines.append(f"{summary.profile.version_string} {verb} {item.op.describe()}: {op_action_text(item)}")
     return "\n".join(lines)
+
+
+def option_flag(choice: OptionChoice) -> str:
+    """An option set to a value as ``ovpass`` spells it: ``--paged-heads pad``."""
+    return f"--{choice.option.replace('_', '-')} {choice.value}"
+
+
+def option_keyword(choice: OptionChoice) -> str:
+    """... and as :func:`ovpasses.rewrite` takes it: ``paged_heads='pad'``."""
+    return f"{choice.option}='{choice.value}'"
+
+
+def _release(version) -> str:
+    return ".".join(map(str, version[:2]))
+
+
+def _cost(before: int | None, after: int | None) -> str:
+    if not before or not after:
+        return "KV bytes per token unknown (a dynamic dimension)"
+    return f"KV bytes per token (batch 1) {before} -> {after} ({after / before:.2f}x)"
+
+
+def paged_warning_text(warning: PagedWarning) -> str:
+    """A :class:`PagedWarning` as the sentence a person reads: what goes wrong where, and the ways out."""
+    runtime = version_string(warning.runtime)
+    where = (f"paged attention on CPU (openvino_genai with a SchedulerConfig, OpenVINO Model Server) on "
+             f"openvino {runtime}")
+    stateful = 'use the stateful path (LLMPipeline(..., ATTENTION_BACKEND="SDPA"))'
+    layouts = ", ".join(f"{layout} in {count} layer{'s' if count > 1 else ''}" for layout, count in warning.layouts)
+    risk = warning.risk
+    if risk == PagedRisk.MIXED_HEAD_SIZES:
+        newer = f"{stateful} or openvino {_release(warning.fixed_in)} or newer" if warning.fixed_in else stateful
+        return (f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose head size "
+                f"differs, and these differ (heads x head size: {layouts}); ovpass rewrite "
+                f"{option_flag(warning.option)} ({option_keyword(warning.option)}) gives every layer one, at more "
+                f"KV memory; or {newer}")
+    if risk == PagedRisk.MIXED_QUERY_HEADS:
+        fixed = ("no release measured fixes it" if warning.fixed_in is None else
+                 f"openvino {_release(warning.fixed_in)} fixes it")
+        return (f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose number of "
+                f"query heads differs, and these differ (heads x head size: {layouts}); no rewrite changes that, "
+                f"and {fixed}; {stateful}")
+    if risk == PagedRisk.IGNORES_WINDOW:
+        newer = f" or openvino {_release(warning.fixed_in)} or newer" if warning.fixed_in else ""
+        return (f"{where} ignores sliding windows: tokens are wrong once prompt and output outgrow the window "
+                f"({', '.join(map(str, warning.windows))}) of this model's sliding layers; no rewrite changes that; "
+                f"{stateful}{newer}")
+    if risk == PagedRisk.PADDING_NOT_NEEDED:
+        return (f"{option_flag(warning.option)} is not needed on openvino {runtime}: its CPU PagedAttention keys "
+                f"its executors by head size and KV heads; the padding only costs memory "
+                f"({_cost(*warning.bytes_per_token)})")
+    return (f"{option_flag(warning.option)} could not pad this model ({warning.refusal.message}): the paged path "
+            f"on openvino {runtime} stays wrong where head layouts differ")
+
+
+def paged_heads_lines(data: dict) -> list[str]:
+    """The report lines of a :meth:`~ovpasses.paged_padding.PagedHeadsStep.to_dict` (rewrite and inspect print
+    the same); none when there is nothing to say (one layout, or padding neither asked for nor needed by the
+    runtime)."""
+    target = "x".join(map(str, data["target"])) if data["target"] else None
+    cost = _cost(data["bytes_per_token"], data["bytes_per_token_padded"])
+    action = PagedHeadsAction(data["action"])
+    if action == PagedHeadsAction.PADDED:
+        return [f"paged heads: pad: {len(data['changed'])} caches padded to {target} (KV heads x head size; were "
+                f"{data['layouts']})", f"  {cost}", f"  layers: {_layer_heads(data['layers'])}"]
+    if action == PagedHeadsAction.REFUSED:
+        return [f"paged heads: not padded: {r['message']}" for r in data["refusals"][:3]]
+    if action == PagedHeadsAction.NOT_SELECTED:
+        return [f"paged heads: not applied (pass {AttentionHeadPadding.NAME} not selected); planned: "
+                f"{len(data['padded'])} caches to {target}"]
+    if action == PagedHeadsAction.KEPT and data["padded"] and data["needed"]:
+        pad = OptionChoice("paged_heads", PagedHeads.PAD)
+        return [f"paged heads: {data['layouts']} (KV heads x head size)",
+                f"  {option_flag(pad)} would make every cache {target}: {cost}",
+                f"  layers: {_layer_heads(data['layers'])}"]
+    return []
+
+
+def _layer_heads(layers: list[dict]) -> str:
+    """``"8 query heads on 1x8 in 28 layers, ..."``: the layers' heads as exported (query heads on KV heads x
+    head size; ``/Ev`` where V's head size differs), grouped."""
+    def one(layer: dict) -> str:
+        v_size = "" if layer["v_head_size"] == layer["head_size"] else f"/{layer['v_head_size']}"
+        return f"{layer['q_heads']} query heads on {layer['kv_heads']}x{layer['head_size']}{v_size}"
+
+    counts = Counter(one(layer) for layer in layers)
+    return ", ".join(f"{heads} in {n} layer{'s' if n > 1 else ''}" for heads, n in counts.items())
