@@ -30,7 +30,7 @@ class PagedHeadsAction(str, enum.Enum):
     NOT_SELECTED = "not_selected"  # the pass is not among passes=
 
 
-@dataclass
+@dataclass(frozen=True)
 class PagedHeadsStep:
     """What the step planned and did."""
 
@@ -74,9 +74,9 @@ def paged_heads_plan(model: ov.Model, analysis: KVSharingAnalysis, mode: PagedHe
     """Plan the padding of ``model`` (its KV-sharing ``analysis`` as it is now); the action says whether the
     pass has anything to do (:data:`PagedHeadsAction.KEPT` with ``mode="pad"``: it has)."""
     plan = analyze_paged_heads(model, analysis)
-    step = PagedHeadsStep(mode, PagedHeadsAction.KEPT, plan, needed, runtime)
+    action = PagedHeadsAction.KEPT
     if mode is PagedHeads.PAD and plan.refusals:
-        step.action = PagedHeadsAction.REFUSED
+        action = PagedHeadsAction.REFUSED
     elif mode is PagedHeads.PAD and not plan.padded:
-        step.action = PagedHeadsAction.UNIFORM
-    return step
+        action = PagedHeadsAction.UNIFORM
+    return PagedHeadsStep(mode, action, plan, needed, runtime)

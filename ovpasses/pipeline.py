@@ -155,10 +155,13 @@ def run_pipeline(model: ov.Model, options: RewriteOptions | None = None) -> Rewr
         _annotate(run)   # an SDPA the decomposition replaced is out of the model: harmless
     lowered = outcomes(model, run.profile.version, run.op_before, run.selected, run.op_refused)
     summary = RewriteSummary(
-        run.profile, run.detected, run.decisions, run.passes, run.masks, run.mask_actions, run.masks_not_applied,
-        run.warnings, run.kinds, run.findings, lowered,
-        run.options.kv_sharing, run.unshared, run.kept_shared,
-        run.analysis if run.analysis is not run.detected else None, run.options.sliding_window, run.caches, run.heads, run.eager, run.recovered, run.eager_not_applied)
+        options=run.options, analysis=run.detected, decisions=run.decisions, passes=run.passes, kinds=run.kinds,
+        findings=run.findings, masks=run.masks, mask_actions=run.mask_actions,
+        masks_not_applied=run.masks_not_applied, warnings=run.warnings, op_versions=lowered,
+        unshared=run.unshared, kept_shared=run.kept_shared,
+        analysis_after=run.analysis if run.analysis is not run.detected else None,
+        sliding_window_caches=run.caches, paged_heads=run.heads, eager_attention=run.eager,
+        recovered=run.recovered, eager_not_applied=run.eager_not_applied)
     log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
     return summary
 

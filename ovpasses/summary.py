@@ -18,6 +18,7 @@ from ovpasses.paged_padding import PagedHeadsStep
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
 from ovpasses.lowering import OpVersionAction
+from ovpasses.options import RewriteOptions
 from ovpasses.modes import KVSharing, SlidingWindow
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
@@ -29,11 +30,12 @@ from ovpasses.report.text import paged_warning_text
 from ovpasses.step import PassReport
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class RewriteSummary:
-    """What :func:`ovpasses.rewrite` detected and changed, and why (per SDPA its :class:`Decision`)."""
+    """What :func:`ovpasses.rewrite` detected and changed, and why (per SDPA its :class:`Decision`), with the
+    options it ran with."""
 
-    profile: RuntimeProfile
+    options: RewriteOptions
     analysis: KVSharingAnalysis
     decisions: dict[str, Decision] = field(default_factory=dict)
     passes: list[PassReport] = field(default_factory=list)
@@ -45,18 +47,29 @@ class RewriteSummary:
     findings: list[Finding] = field(default_factory=list)            # the sharing lint's
     # operations the target could not read as exported (none for the installed runtime), and what was done
     op_versions: list[OpVersionAction] = field(default_factory=list)
-    kv_sharing: KVSharing = KVSharing.KEEP
     unshared: list[UnsharedCache] = field(default_factory=list)   # the variables kv_sharing="unshare" added
     kept_shared: dict[str, str] = field(default_factory=dict)     # cache (for a borrower) -> why not unshared
     # with kv_sharing="unshare": the analysis of the model as unsharing left it (``analysis`` is the input's)
     analysis_after: KVSharingAnalysis | None = None
-    sliding_window: SlidingWindow = SlidingWindow.FULL
     # with sliding_window="bounded": which caches are bounded, their windows, why the others are not
     sliding_window_caches: SlidingWindowCaches | None = None
     paged_heads: PagedHeadsStep | None = None   # the paged_heads step: the plan, what it padded, the cost
     eager_attention: list[EagerAttention] = field(default_factory=list)   # eager subgraphs found in the input
     recovered: list[str] = field(default_factory=list)        # ... that EagerAttentionToSDPA made SDPAs
     eager_not_applied: str | None = None                      # the recovery pass, when passes= left it out
+
+    @property
+    def profile(self) -> RuntimeProfile:
+        """The runtime profile the rewrite applied."""
+        return self.options.runtime
+
+    @property
+    def kv_sharing(self) -> KVSharing:
+        return self.options.kv_sharing
+
+    @property
+    def sliding_window(self) -> SlidingWindow:
+        return self.options.sliding_window
 
     @property
     def actions(self) -> dict[str, Action]:

@@ -13,8 +13,9 @@ The list of steps, one line per pass, is :data:`ovpasses.pipeline.STEPS`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 import openvino as ov
 
@@ -55,7 +56,10 @@ class Run:
     detected: KVSharingAnalysis | None = None     # as the input was
     analysis: KVSharingAnalysis | None = None     # as the model is now
     sdpa_nodes: dict[str, ov.Node] = field(default_factory=dict)
-    decisions: dict[str, Decision] = field(default_factory=dict)
+    # the plan of the model as last analysed (frozen: a re-analysis makes a new one), and what the steps did to
+    # its nodes since, in order; :attr:`decisions` is the plan with those records applied
+    plan: Mapping[str, Decision] = field(default_factory=lambda: MappingProxyType({}))
+    records: list[Carried] = field(default_factory=list)
     kinds: dict[str, AttentionKind] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     masks: list[SlidingWindowMask] = field(default_factory=list)
@@ -98,18 +102,46 @@ class Run:
         """Plan on the model as it is now (pure: reads the analysis only)."""
         self.kinds = attention_kinds(self.sdpa_nodes)
         self.findings = lint_kv_sharing(self.detected, self.kinds)
-        self.decisions = plan_with_reasons(self.analysis, self.profile)
+        self.plan = MappingProxyType(plan_with_reasons(self.analysis, self.profile))
+        self.records = []
         self.masks = find_sliding_window_masks(self.sdpa_nodes.values())
         self.mask_actions = mask_plan(self.masks, self.profile)
         self.warnings = paged_warnings(self.profile, self.analysis, attention_heads(self.sdpa_nodes), self.masks)
 
+    @property
+    def decisions(self) -> dict[str, Decision]:
+        """Per SDPA, what the pipeline did (or, for a step ``passes=`` left out, would have done) and why: the
+        plan, with what the steps recorded since. Computed; nothing changes the plan."""
+        return carried_out(self.plan, self.records)
+
     def decide(self, names, action: Action, not_applied: str | None = None) -> None:
-        for name in names:
-            old = self.decisions.get(name)
-            self.decisions[name] = Decision(action, old.reason if old else "", not_applied)
+        """Record that a step carried ``action`` out on ``names`` (or, ``not_applied``: that the pass which
+        carries it out was left out by ``passes=``)."""
+        self.records.append(Carried(tuple(names), action, not_applied))
 
     def not_applied(self, action: Action, pass_name: str) -> None:
         self.decide([n for n, d in self.decisions.items() if d.action == action], action, pass_name)
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What one step did to nodes of the plan: ``action`` on ``nodes`` (SDPA friendly names); with
+    ``not_applied`` (the pass), what it would have done had ``passes=`` named it."""
+
+    nodes: tuple[str, ...]
+    action: Action
+    not_applied: str | None = None
+
+
+def carried_out(plan: Mapping[str, Decision], records: list[Carried]) -> dict[str, Decision]:
+    """The plan with ``records`` applied in order: a node a step took gets the step's action and keeps the plan's
+    reason. Pure."""
+    decisions = dict(plan)
+    for record in records:
+        for name in record.nodes:
+            old = decisions.get(name)
+            decisions[name] = Decision(record.action, old.reason if old else "", record.not_applied)
+    return decisions
 
 
 def _nothing(*_args) -> None:
@@ -206,7 +238,7 @@ def _head_padding(run: Run, _cls) -> tuple | None:
 
 
 def _head_padded(run: Run, padding) -> None:
-    run.heads.action, run.heads.changed = PagedHeadsAction.PADDED, tuple(padding.changed)
+    run.heads = replace(run.heads, action=PagedHeadsAction.PADDED, changed=tuple(padding.changed))
     run.sdpa_nodes = sdpa_by_name(run.model, set(run.sdpa_nodes))   # an SDPA given a scale is a new node
     # the paged path's warnings, of the padded layers now
     run.warnings = paged_warnings(run.profile, run.analysis, attention_heads(run.sdpa_nodes), run.masks) \
@@ -214,7 +246,7 @@ def _head_padded(run: Run, padding) -> None:
 
 
 def _head_padding_skipped(run: Run, _cls, _args) -> None:
-    run.heads.action = PagedHeadsAction.NOT_SELECTED
+    run.heads = replace(run.heads, action=PagedHeadsAction.NOT_SELECTED)
 
 
 head_padding = Targets(_head_padding, _head_padded, _head_padding_skipped)
