@@ -27,7 +27,7 @@ from ovpasses.files import commit, folder, io, signals
 from ovpasses.plan import runtimes
 from ovpasses.report import inspect as inspect_report
 from ovpasses.report import schemas
-from ovpasses.report.text import option_flag
+from ovpasses.report.text import option_flag, with_warning_texts
 from ovpasses.errors import OvpassesError
 from ovpasses.options import MODES, RewriteOptions
 
@@ -248,7 +248,7 @@ def cmd_rewrite(args) -> int:
     if not args.dry_run:
         io.write_ir(model, target)
     if args.format == "json":
-        data = summary.to_dict()
+        data = with_warning_texts(summary.to_dict())
         data["input"] = str(source)
         data["output"] = None if args.dry_run else str(target)
         data["changed"] = summary.changed
@@ -283,6 +283,7 @@ def cmd_inspect(args) -> int:
     source = Path(args.input)
     reports = inspect_report.inspect_path(source, options)
     if args.format == "json":
+        reports = [(name, with_warning_texts(report)) for name, report in reports]
         data = reports[0][1] if reports[0][0] is None else inspect_report.folder_report(source, reports)
         print(json.dumps(data, indent=2))
         return EXIT_OK

@@ -26,7 +26,6 @@ from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache
 from ovpasses.plan.decisions import Action, Decision, MaskAction, PagedWarning
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.report import schemas
-from ovpasses.report.text import paged_warning_text
 from ovpasses.step import PassReport
 
 
@@ -150,7 +149,7 @@ class RewriteSummary:
                        for p in self.passes],
             "unhandled": list(self.analysis.unhandled),
             "sliding_window_masks": self.masks_to_dicts(),
-            "warnings": [paged_warning_text(w) for w in self.warnings],
+            "warnings": [w.to_dict() for w in self.warnings],   # ovpass renders each as its sentence
             "lint": [f.to_dict() for f in self.findings],
             "unreadable_ops": [a.to_dict() for a in self.op_versions],
             "readable": self.readable,

@@ -141,7 +141,7 @@ def test_paged_warnings_are_data_and_the_edge_renders_them():
     the sentence (with the flag) is rendered by report.text, and the JSON carries the sentence as before."""
     from ovpasses.modes import OptionChoice
     from ovpasses.plan.decisions import PagedRisk
-    from ovpasses.report.text import paged_warning_text
+    from ovpasses.report.text import paged_warning_text, with_warning_texts
 
     model = ovpasses.files.io.read_ir(TINY8.parent / "e2b35" / "openvino_model.xml")
     summary = ovpasses.rewrite(model, "2026.0")
@@ -150,4 +150,5 @@ def test_paged_warnings_are_data_and_the_edge_renders_them():
     assert warning.fixed_in == (2026, 3, 0) and warning.runtime == (2026, 0, 0)
     text = paged_warning_text(warning)
     assert "ovpass rewrite --paged-heads pad (paged_heads='pad') gives every layer one" in text
-    assert summary.to_dict()["warnings"] == [text] and f"warning: {text}" in str(summary)
+    assert summary.to_dict()["warnings"] == [warning.to_dict()] and f"warning: {text}" in str(summary)
+    assert with_warning_texts(summary.to_dict())["warnings"] == [text]   # what ovpass prints in JSON

@@ -24,6 +24,7 @@ from ovpasses.plan.decisions import MaskAction
 from ovpasses.plan.profiles import profile_for
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.report.inspect import inspect_model, inspect_text
+from ovpasses.report.text import paged_warning_text
 from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
 from ovpasses.testing.paged import heads_stack_paged_outputs, paged_attention_inputs, to_paged
 
@@ -220,7 +221,7 @@ def test_affected_paged_attention_needs_one_head_layout(spec):
 
 def test_reports_say_what_no_rewrite_mends():
     mixed = inspect_model(read("tiny8"), RewriteOptions(runtime="2026.0"))
-    (warning,) = mixed["warnings"]
+    (warning,) = [paged_warning_text(w) for w in mixed["warnings"]]   # the report carries data; ovpass the sentence
     assert "head size differs" in warning and "4x16 in 6 layers, 4x32 in 2 layers" in warning
     assert 'ATTENTION_BACKEND="SDPA"' in warning and "openvino 2026.3 or newer" in warning
     assert f"warning: {warning}" in inspect_text(mixed)
@@ -228,12 +229,12 @@ def test_reports_say_what_no_rewrite_mends():
 
     assert inspect_model(read("tiny8u"), RewriteOptions(runtime="2026.0"))["warnings"] == []
     old = inspect_model(read("tiny8u"), RewriteOptions(runtime="2025.4"))
-    (window_warning,) = old["warnings"]
+    (window_warning,) = [paged_warning_text(w) for w in old["warnings"]]
     assert "ignores sliding windows" in window_warning and "(16)" in window_warning
     assert old["sliding_window_masks"][0]["action"] == MASK_IGNORED
     for runtime in ("2026.3", None):
         assert inspect_model(read("tiny8"), RewriteOptions(runtime=runtime))["warnings"] == []
-    (heads_warning,) = ovpasses.rewrite(build_heads_stack(MIXED_QUERY_HEADS)).to_dict()["warnings"]
+    (heads_warning,) = map(paged_warning_text, ovpasses.rewrite(build_heads_stack(MIXED_QUERY_HEADS)).warnings)
     assert "number of query heads differs" in heads_warning and "4x16 in 1 layer, 8x16 in 1 layer" in heads_warning
 
 

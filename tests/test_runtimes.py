@@ -250,7 +250,8 @@ def test_gemma3n_paged_on_runtimes_whose_kernel_ignores_the_window_is_said(versi
 
     from ovpasses import rewrite
     summary = rewrite(ov.Core().read_model(GEMMA3N / "openvino_model.xml"), runtime=version)
-    warnings = summary.to_dict()["warnings"]
+    from ovpasses.report.text import paged_warning_text
+    warnings = [paged_warning_text(w) for w in summary.warnings]
     assert any("ignores sliding windows" in w and 'ATTENTION_BACKEND="SDPA"' in w for w in warnings), warnings
 
 

@@ -38,7 +38,7 @@ from ovpasses.lowering import OpVersionAction, lower_op_versions
 from ovpasses.options import RewriteOptions
 from ovpasses.pipeline import rewrite
 from ovpasses.report import schemas
-from ovpasses.report.text import op_action_text
+from ovpasses.report.text import op_action_text, with_warning_texts
 from ovpasses.summary import RewriteSummary
 from ovpasses.plan.runtimes import TOKENIZERS_CRASH_OLDER_GENAI, Version, parse_release, version_string
 
@@ -119,7 +119,7 @@ class FolderModel:
     def to_dict(self) -> dict:
         data = {"file": self.file, "rewritten": self.summary is not None, "seconds": round(self.seconds, 3)}
         if self.summary is not None:
-            data["summary"] = self.summary.to_dict()
+            data["summary"] = with_warning_texts(self.summary.to_dict())
             data["changed"] = self.summary.changed
         elif self.op_versions:
             data["unreadable_ops"] = [a.to_dict() for a in self.op_versions]

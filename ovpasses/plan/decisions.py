@@ -24,6 +24,7 @@ from ovpasses.plan.runtimes import (
     PAGED_CPU_NEEDS_ONE_HEAD_SIZE,
     PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT,
     Version,
+    version_string,
 )
 
 
@@ -165,6 +166,16 @@ class PagedWarning:
     fixed_in: Version | None = None
     bytes_per_token: tuple[int | None, int | None] | None = None   # KV bytes per token before, after padding
     refusal: PaddingRefusal | None = None       # why the padding refused the model
+
+    def to_dict(self) -> dict:
+        """Plain data (the library's reports carry it; the application renders the sentence)."""
+        return {"risk": self.risk.value, "runtime": version_string(self.runtime), "layouts": [list(l) for l in self.layouts],
+                "windows": list(self.windows),
+                "option": None if self.option is None else {"option": self.option.option,
+                                                            "value": self.option.value.value},
+                "fixed_in": None if self.fixed_in is None else version_string(self.fixed_in),
+                "bytes_per_token": None if self.bytes_per_token is None else list(self.bytes_per_token),
+                "refusal": None if self.refusal is None else self.refusal.to_dict()}
 
 
 def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: dict[str, AttentionHeads],

@@ -23,7 +23,7 @@ from ovpasses.options import RewriteOptions
 from ovpasses.pipeline import run_pipeline
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
-from ovpasses.report.text import paged_heads_lines, action_text, eager_lines, fusion_text, fusion_why, mask_action_text, op_action_text
+from ovpasses.report.text import paged_heads_lines, paged_warning_text, action_text, eager_lines, fusion_text, fusion_why, mask_action_text, op_action_text
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
@@ -197,8 +197,8 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         lines += paged_heads_lines(report["paged_heads"])
     for message in report["unhandled"]:
         lines.append(f"not handled: {message}")
-    for message in report.get("warnings", []):
-        lines.append(f"warning: {message}")
+    for warning in report.get("warnings", []):
+        lines.append(f"warning: {paged_warning_text(warning)}")
     ops = report.get("unreadable_ops", [])
     if ops:
         verdict = ("the rewritten IR is readable there" if report["readable"] else

@@ -169,47 +169,52 @@ def option_keyword(choice: OptionChoice) -> str:
     return f"{choice.option}='{choice.value}'"
 
 
-def _release(version) -> str:
-    return ".".join(map(str, version[:2]))
-
-
 def _cost(before: int | None, after: int | None) -> str:
     if not before or not after:
         return "KV bytes per token unknown (a dynamic dimension)"
     return f"KV bytes per token (batch 1) {before} -> {after} ({after / before:.2f}x)"
 
 
-def paged_warning_text(warning: PagedWarning) -> str:
-    """A :class:`PagedWarning` as the sentence a person reads: what goes wrong where, and the ways out."""
-    runtime = version_string(warning.runtime)
+def paged_warning_text(warning: PagedWarning | dict) -> str:
+    """A :class:`PagedWarning` (or its dict, as the reports carry it) as the sentence a person reads: what goes
+    wrong where, and the ways out."""
+    w = warning.to_dict() if isinstance(warning, PagedWarning) else warning
     where = (f"paged attention on CPU (openvino_genai with a SchedulerConfig, OpenVINO Model Server) on "
-             f"openvino {runtime}")
+             f"openvino {w['runtime']}")
     stateful = 'use the stateful path (LLMPipeline(..., ATTENTION_BACKEND="SDPA"))'
-    layouts = ", ".join(f"{layout} in {count} layer{'s' if count > 1 else ''}" for layout, count in warning.layouts)
-    risk = warning.risk
+    layouts = ", ".join(f"{layout} in {count} layer{'s' if count > 1 else ''}" for layout, count in w["layouts"])
+    option = None if w["option"] is None else OptionChoice(w["option"]["option"], w["option"]["value"])
+    fixed = None if w["fixed_in"] is None else ".".join(w["fixed_in"].split(".")[:2])
+    risk = PagedRisk(w["risk"])
     if risk == PagedRisk.MIXED_HEAD_SIZES:
-        newer = f"{stateful} or openvino {_release(warning.fixed_in)} or newer" if warning.fixed_in else stateful
+        newer = f"{stateful} or openvino {fixed} or newer" if fixed else stateful
         return (f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose head size "
                 f"differs, and these differ (heads x head size: {layouts}); ovpass rewrite "
-                f"{option_flag(warning.option)} ({option_keyword(warning.option)}) gives every layer one, at more "
+                f"{option_flag(option)} ({option_keyword(option)}) gives every layer one, at more "
                 f"KV memory; or {newer}")
     if risk == PagedRisk.MIXED_QUERY_HEADS:
-        fixed = ("no release measured fixes it" if warning.fixed_in is None else
-                 f"openvino {_release(warning.fixed_in)} fixes it")
+        fixes = "no release measured fixes it" if fixed is None else f"openvino {fixed} fixes it"
         return (f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose number of "
                 f"query heads differs, and these differ (heads x head size: {layouts}); no rewrite changes that, "
-                f"and {fixed}; {stateful}")
+                f"and {fixes}; {stateful}")
     if risk == PagedRisk.IGNORES_WINDOW:
-        newer = f" or openvino {_release(warning.fixed_in)} or newer" if warning.fixed_in else ""
+        newer = f" or openvino {fixed} or newer" if fixed else ""
         return (f"{where} ignores sliding windows: tokens are wrong once prompt and output outgrow the window "
-                f"({', '.join(map(str, warning.windows))}) of this model's sliding layers; no rewrite changes that; "
+                f"({', '.join(map(str, w['windows']))}) of this model's sliding layers; no rewrite changes that; "
                 f"{stateful}{newer}")
     if risk == PagedRisk.PADDING_NOT_NEEDED:
-        return (f"{option_flag(warning.option)} is not needed on openvino {runtime}: its CPU PagedAttention keys "
+        return (f"{option_flag(option)} is not needed on openvino {w['runtime']}: its CPU PagedAttention keys "
                 f"its executors by head size and KV heads; the padding only costs memory "
-                f"({_cost(*warning.bytes_per_token)})")
-    return (f"{option_flag(warning.option)} could not pad this model ({warning.refusal.message}): the paged path "
-            f"on openvino {runtime} stays wrong where head layouts differ")
+                f"({_cost(*w['bytes_per_token'])})")
+    return (f"{option_flag(option)} could not pad this model ({w['refusal']['message']}): the paged path "
+            f"on openvino {w['runtime']} stays wrong where head layouts differ")
+
+
+def with_warning_texts(data: dict) -> dict:
+    """A report (``RewriteSummary.to_dict()``, an inspect report) as ``ovpass`` prints it in JSON: its paged-path
+    warnings as their sentences."""
+    return {**data, "warnings": [paged_warning_text(w) for w in data.get("warnings", [])]} \
+        if "warnings" in data else data
 
 
 def paged_heads_lines(data: dict) -> list[str]:
