@@ -27,7 +27,7 @@ from ovpasses.files import commit, folder, io, signals
 from ovpasses.plan import runtimes
 from ovpasses.report import inspect as inspect_report
 from ovpasses.report import schemas
-from ovpasses.report.text import option_flag, with_warning_texts
+from ovpasses.report.text import error_text, option_flag, with_warning_texts
 from ovpasses.errors import OvpassesError
 from ovpasses.options import MODES, RewriteOptions
 
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     except OvpassesError as exc:
         if args.debug:
             raise
-        sys.stderr.write(f"ovpass: error: {_one_line(str(exc))}\n")
+        sys.stderr.write(f"ovpass: error: {_one_line(error_text(exc))}\n")
         return EXIT_USAGE
     except BrokenPipeError:  # the reader of stdout went away (e.g. '| head'): not an error of ours
         import os

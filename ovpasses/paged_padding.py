@@ -17,7 +17,8 @@ import openvino as ov
 
 from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
-from ovpasses.analysis.paged_heads import PagedHeads, analyze_paged_heads
+from ovpasses.analysis import paged_heads as heads_analysis
+from ovpasses.analysis.paged_heads import analyze_paged_heads
 from ovpasses.modes import OptionChoice, PagedHeads
 from ovpasses.plan.decisions import PagedRisk, PagedWarning
 from ovpasses.plan.runtimes import Version
@@ -36,7 +37,7 @@ class PagedHeadsStep:
 
     mode: PagedHeads
     action: PagedHeadsAction
-    plan: PagedHeads
+    plan: heads_analysis.PagedHeads   # the padding plan (not the mode of the same name)
     needed: bool                 # the runtime's CPU PagedAttention needs one head layout
     runtime: Version
     changed: tuple[str, ...] = ()   # variable ids padded

@@ -132,8 +132,9 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
                            paged_heads=paged_heads)
     summary = run_pipeline(model, options)
     if not summary.readable:
-        raise UnreadableOperationError(refusal_message(summary.profile.version,
-                                                       [a for a in summary.op_versions if not a.handled]))
+        refused = [a for a in summary.op_versions if not a.handled]
+        raise UnreadableOperationError(refusal_message(summary.profile.version, refused),
+                                       target=summary.profile.version, refused=refused)
     return summary
 
 

@@ -247,7 +247,8 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
             try:
                 result = rewrite(model, options=options)
             except UnreadableOperationError as exc:
-                raise UnreadableOperationError(f"{source / name}: {exc}") from None
+                raise UnreadableOperationError(f"{source / name}: {exc}", target=exc.target, refused=exc.refused,
+                                               path=source / name) from None
             if staging is not None:
                 io.save_ir(model, staging / name, mode_from=source / name)
             summary.models.append(FolderModel(name, result, time.perf_counter() - start))
@@ -260,7 +261,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
             model = io.read_ir(source / name)
             lowering = lower_op_versions(model, target, options.passes)
             if lowering.refused:
-                raise UnreadableOperationError(f"{source / name}: {lowering.error_message()}")
+                raise lowering.error(source / name)
             if staging is not None:
                 io.save_ir(model, staging / name, mode_from=source / name)
             summary.models.append(FolderModel(name, None, time.perf_counter() - start, lowering.actions))

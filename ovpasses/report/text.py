@@ -10,6 +10,8 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
+from ovpasses.errors import UnreadableOperationError
+from ovpasses.lowering import refusal_message
 from ovpasses.modes import KVSharing, OptionChoice, PagedHeads, SlidingWindow
 from ovpasses.paged_padding import PagedHeadsAction
 from ovpasses.passes.attention_head_padding import AttentionHeadPadding
@@ -157,6 +159,15 @@ def summary_text(summary: RewriteSummary) -> str:
         verb = "cannot read" if measured else "is not known to read"   # between measured releases
         lines.append(f"{summary.profile.version_string} {verb} {item.op.describe()}: {op_action_text(item)}")
     return "\n".join(lines)
+
+
+def error_text(error: Exception) -> str:
+    """What ``ovpass`` says of an error: an operation the target cannot read names its ``--runtime`` option;
+    any other error says its own message."""
+    if isinstance(error, UnreadableOperationError) and error.refused:
+        message = refusal_message(error.target, error.refused, lambda _release: "--runtime")
+        return message if error.path is None else f"{error.path}: {message}"
+    return str(error)
 
 
 def option_flag(choice: OptionChoice) -> str:
