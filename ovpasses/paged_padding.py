@@ -4,8 +4,8 @@
 ``paged_heads="keep"`` (default) changes nothing and still plans, so that the reports can name the
 option and its price on a model and runtime that need it; ``"pad"`` pads every cache to one layout
 (see :mod:`ovpasses.passes.attention_head_padding`). Decisions are data (:class:`PagedHeadsAction`,
-:class:`~ovpasses.plan.decisions.PagedWarning`); their sentences are made at the edge
-(:func:`ovpasses.report.text.paged_heads_lines`).
+:class:`~ovpasses.plan.decisions.PagedWarning`); their sentences and the report lines are the application's
+(:func:`ovpasses.app.render.text.paged_heads_lines`).
 """
 
 from __future__ import annotations

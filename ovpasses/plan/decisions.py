@@ -4,13 +4,15 @@ sliding-window mask (openvino_genai's paged path) and :func:`paged_warnings` for
 that path (:class:`PagedWarning`: a risk, the option that mends it, the release that fixes it).
 
 A decision is an enum value (:class:`Action`, :class:`MaskAction`) and a reason; the sentences a person
-reads are rendered at the edge (:mod:`ovpasses.report.text`), and the JSON reports carry the enum values.
+reads are rendered at the edge (:mod:`ovpasses.app.render.text`), and the JSON reports carry the enum values.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum, StrEnum
+from enum import Enum
+
+from ovpasses._strenum import StrEnum
 
 from ovpasses.analysis import stateful_fusion as why
 from ovpasses.analysis.attention_heads import AttentionHeads, head_layouts
@@ -139,7 +141,7 @@ def mask_plan(masks: list[SlidingWindowMask], profile: RuntimeProfile) -> dict[s
 class PagedRisk(str, Enum):
     """What openvino_genai's paged path (CPU PagedAttention) does wrong with a model on a runtime, or what
     ``paged_heads=pad`` does not do there (its value is what the JSON could carry; the sentence is rendered at
-    the edge, :func:`ovpasses.report.text.paged_warning_text`)."""
+    the edge, :func:`ovpasses.app.render.text.paged_warning_text`)."""
 
     MIXED_HEAD_SIZES = "mixed_head_sizes"      # wrong tokens: the layers' head sizes differ; padding mends it
     MIXED_QUERY_HEADS = "mixed_query_heads"    # wrong tokens: the layers' query-head counts differ; nothing does
