@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ovpasses.app.files.io import read_ir
 from ovpasses.app.folder import scan_export
+from ovpasses.options import RewriteOptions
 from ovpasses.report.inspect import folder_report, inspect_model
 
 
@@ -31,12 +32,10 @@ class PathInspection:
         return folder_report(self.source, self.reports, self.skipped) if self.is_folder else self.reports[0][1]
 
 
-def inspect_path(source: Path, runtime: str | None = None, kv_sharing: str = "keep",
-                 sliding_window: str = "full", paged_heads: str = "keep") -> PathInspection:
+def inspect_path(source: Path, options: RewriteOptions | None = None) -> PathInspection:
     """The report of an IR file, or of each IR of an export folder that holds stateful attention."""
-    options = dict(kv_sharing=kv_sharing, sliding_window=sliding_window, paged_heads=paged_heads)
     if not os.path.isdir(source):
-        return PathInspection(source, [(None, inspect_model(read_ir(source), runtime, **options))])
+        return PathInspection(source, [(None, inspect_model(read_ir(source), options))])
     scan = scan_export(source)
-    return PathInspection(source, [(name, inspect_model(read_ir(source / name), runtime, **options))
-                                   for name in scan.stateful], scan.skipped_dicts())
+    return PathInspection(source, [(name, inspect_model(read_ir(source / name), options)) for name in scan.stateful],
+                          scan.skipped_dicts())

@@ -29,7 +29,7 @@ from xml.parsers.expat import errors as expat_errors
 import openvino as ov
 
 from ovpasses.app.files import commit
-from ovpasses.analysis.op_versions import installed_cannot_read
+from ovpasses.analysis.op_versions import UnknownToInstalled, installed_cannot_read
 from ovpasses.errors import InputError, OutputError, OvpassesError
 from ovpasses.units import size_text
 from ovpasses.plan.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_known, version_string
@@ -223,9 +223,15 @@ def read_ir(path: str | os.PathLike, core: ov.Core | None = None) -> ov.Model:
         with commit.reading(path.parent):
             path = check_ir_file(path)
             _check_utf8(path)
-            return core.read_model(str(path))
+            model = core.read_model(str(path))
     except RuntimeError as exc:
         raise IRReadError(_explain_read_error(path, str(exc))) from exc
+    try:   # what the reader does not check (found by the fuzz test: an Assign on a variable of another shape)
+        model.validate_nodes_and_infer_types()
+    except RuntimeError as exc:
+        raise IRReadError(f"{path}: OpenVINO reads this IR but its graph does not validate ({_last_line(str(exc))}); "
+                          "the file is damaged, copy or export it again") from None
+    return model
 
 
 def _check_utf8(path: Path, chunk: int = 1 << 20) -> None:
@@ -298,8 +304,10 @@ def save_ir(model: ov.Model, path: Path, mode_from: Path | None = None) -> None:
         os.chmod(made, _file_mode(like))
 
 
-def write_ir(model: ov.Model, path: str | os.PathLike) -> None:
-    """Write ``model`` to ``path`` (``.xml``) and the ``.bin`` next to it, as one artefact.
+def write_ir(model: ov.Model, path: str | os.PathLike, source: str | os.PathLike | None = None) -> None:
+    """Write ``model`` to ``path`` (``.xml``) and the ``.bin`` next to it, as one artefact. ``source``, the IR
+    the model was read from, is named when OpenVINO's serializer refuses the model (its variables disagree
+    with their readers, say): that is the input's damage, not the output's.
 
     Weights keep their element types (no fp16 compression). Both files are first written to
     temporary names in the target folder, then :func:`ovpasses.app.files.commit.replace_all` puts the pair in
@@ -315,11 +323,28 @@ def write_ir(model: ov.Model, path: str | os.PathLike) -> None:
         with commit.folder_lock(folder):
             commit.replace_all(folder, [(tmp_bin, weights_path(path)), (tmp_xml, path)])
     except (OSError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and source is not None and not device_full(folder, model):
+            raise IRReadError(unserializable(source, exc)) from exc
         raise IRWriteError(_write_error(path, exc, model)) from exc
     finally:
         for leftover in (tmp_xml, tmp_bin):
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
+
+
+def unserializable(source: str | os.PathLike, exc: RuntimeError) -> str:
+    """OpenVINO read the IR at ``source`` and the pipeline ran, but its serializer refuses the model: found by
+    the fuzz test (a variable_id changed, two caches of different shapes on one variable)."""
+    return (f"{source}: OpenVINO reads this IR but cannot write it back ({_last_line(str(exc))}); the file is "
+            "damaged, copy or export it again (nothing was written)")
+
+
+def device_full(folder: Path, model: ov.Model) -> bool:
+    """Whether the device of ``folder`` has less room than the model's IR needs (OpenVINO's serializer words a
+    full device as an iostream error, without an errno)."""
+    with contextlib.suppress(OSError):
+        return shutil.disk_usage(folder).free < _ir_size_estimate(model)
+    return False
 
 
 def _write_error(path: Path, exc: Exception, model: ov.Model) -> str:
@@ -366,11 +391,26 @@ def _explain_read_error(path: Path, message: str) -> str:
     version the installed OpenVINO does not know; else OpenVINO's own last line."""
     scan_ir(path)
     with xml_errors(path):
-        newer = installed_cannot_read(path)
-    if newer is not None:   # an operation version it does not know
-        return newer
+        unknown = installed_cannot_read(path)
+    if unknown is not None:   # an operation version it does not know
+        return _unknown_operations(unknown)
     return (f"{path}: OpenVINO cannot read this IR ({_last_line(message)}); the file is damaged or was not "
             "written by OpenVINO: copy or export it again")
+
+
+def _unknown_operations(unknown: UnknownToInstalled) -> str:
+    """Why the installed OpenVINO cannot read an IR (operation versions it does not know), with the way to an
+    IR it reads: ``ovpass rewrite --runtime INSTALLED`` under a release that reads the file."""
+    path, shown = unknown.path, version_string(unknown.installed)
+    ops = ", ".join(f"{t} ({v})" for t, v in unknown.ops)
+    if any(first is None for first in unknown.first_readers):
+        return (f"{path} holds {ops}, which openvino {shown} cannot read, and no release ovpasses has measured "
+                "reads; run it on the runtime that exported it")
+    newest = version_string(max(unknown.first_readers))
+    return (f"{path} holds {ops}, which openvino {shown} cannot read ({newest} is the first release that reads "
+            f"{'them' if len(unknown.ops) > 1 else 'it'}); under openvino {newest} or newer, 'ovpass rewrite "
+            f"{path.parent} -o NEW_FOLDER --runtime {version_string(unknown.installed[:2])}' prepares a copy that "
+            f"{shown} reads (README: An IR for an older runtime)")
 
 
 def _last_line(message: str) -> str:
