@@ -155,3 +155,18 @@ def test_relative_links_resolve(page: Path):
         elif anchor and resolved.suffix == ".md" and anchor not in anchors(resolved):
             broken.append(f"{target}: no heading '#{anchor}' in {_rel(resolved)}")
     assert not broken, f"{_rel(page)}: " + "; ".join(broken)
+
+
+def test_readme_and_guides_stay_short_and_measurement_diaries_stay_in_records():
+    """Issue 29's shape: README and each guide at most 150 lines; load figures belong in dated records."""
+    too_long = [f"{_rel(page)}: {len(page.read_text().splitlines())} lines"
+                for page in [ROOT / "README.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
+                if len(page.read_text().splitlines()) > 150]
+    assert not too_long, too_long
+    assert sorted((ROOT / "docs" / "guides").glob("*.md")), "docs/guides/ is empty"
+    diaries = [f"{_rel(page)}:{number}" for page in _doc_pages()
+               for number, line in enumerate(page.read_text().splitlines(), 1) if "load average" in line.lower()]
+    assert not diaries, f"load figures in docs (move them to benchmarks/records/): {diaries}"
+    misnamed = [_rel(page) for page in (ROOT / "benchmarks" / "records").glob("*.md")
+                if page.name != "README.md" and not re.fullmatch(r"\d{4}-\d{2}-\d{2}-[a-z0-9.-]+\.md", page.name)]
+    assert not misnamed, f"records are named YYYY-MM-DD-topic.md: {misnamed}"
