@@ -13,6 +13,7 @@ target is not a URL names a file or folder that exists, and a ``#anchor`` names 
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import shutil
@@ -170,3 +171,33 @@ def test_readme_and_guides_stay_short_and_measurement_diaries_stay_in_records():
     misnamed = [_rel(page) for page in (ROOT / "benchmarks" / "records").glob("*.md")
                 if page.name != "README.md" and not re.fullmatch(r"\d{4}-\d{2}-\d{2}-[a-z0-9.-]+\.md", page.name)]
     assert not misnamed, f"records are named YYYY-MM-DD-topic.md: {misnamed}"
+
+
+DOTTED = re.compile(r"\b((?:ovpasses|testkit)(?:\.[A-Za-z_]\w*)+)")
+REPO_PATH = re.compile(r"`((?:ovpasses|testkit|tests|tools|benchmarks)/[\w./-]+)`")
+
+
+def _resolves(dotted: str) -> bool:
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(found, attribute):
+                return False
+            found = getattr(found, attribute)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("page", _doc_pages(), ids=_rel)
+def test_names_and_paths_in_docs_exist(page: Path):
+    """Every ``ovpasses.x.y`` a page names imports (module or attribute), and every repository path it
+    names in backticks exists: docs follow the code when modules move. Records are dated and keep the
+    names of their day."""
+    text = page.read_text()
+    missing = [name for name in sorted(set(DOTTED.findall(text))) if not _resolves(name)]
+    missing += [path for path in sorted(set(REPO_PATH.findall(text))) if not (ROOT / path).exists()]
+    assert not missing, f"{_rel(page)} names what the code no longer has: {missing}"
