@@ -350,6 +350,17 @@ def export(name: str, out_dir: Path, work: Path | None) -> Path:
         "sliding_window": fam["window"],
         "config": json.loads(config.to_json_string(use_diff=False)),
         "layers": layout,
+        # the schema of export_gemma4.py's references (tests/test_fixtures.py reads it): here every layer owns
+        # its cache, numbered by layer in the IR
+        "kv_sharing": {
+            "num_kv_shared_layers": 0, "first_kv_shared_layer": len(layout),
+            "cache_owners": [e["layer"] for e in layout], "borrowers": {},
+            "layers": [{"layer": e["layer"], "attention_type": e["attention_type"], "kv": "own",
+                        "kv_source_layer": e["layer"], "ir_cache_slot": e["layer"],
+                        "ir_cache_inputs": [f"past_key_values.{e['layer']}.key", f"past_key_values.{e['layer']}.value"]}
+                       for e in layout],
+            "source": f"{fam['model']} has no KV sharing",
+        },
         **refs["short"],
         "max_new_tokens": fam["new_tokens"],
         "long_prompt": refs["long"],
