@@ -11,12 +11,14 @@ converted by openvino_tokenizers. ``reference.json`` holds transformers' greedy 
 one shorter than W (``prompt_ids`` / ``generated_ids``) and one longer (``long_prompt``), each decoded
 several windows past W::
 
-    .venvs/export/bin/python tools/export_families.py --family mistral-allsliding --out tests/fixtures/mistral/allsliding
+    .venvs/export/bin/python tools/export_families.py --family mistral-allsliding [--out DIR]
 
 ``--list`` prints the families and the folder each is committed in. Re-running gives the same bytes
 (the script re-executes itself with PYTHONHASHSEED=0, as export_gemma4.py does).
 
-Workarounds and failures, each with its cause, are in the family's ``notes``; ``--list`` shows them.
+Workarounds, each with its cause, are comments beside the code that makes them (the transformers bound
+optimum-intel 2.2.0 puts on Gemma 2, Gemma 3 and EXAONE 4; the Gemma 3 VLM's ``preprocessor_config.json``);
+what each fixture holds and how its clients decode it: ``tests/fixtures/FAMILIES.md``.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
         config="MistralConfig", model="MistralForCausalLM",
         args=dict(TINY, num_hidden_layers=4, sliding_window=8),
         window=8, pattern="s", short=6, long=24, new_tokens=32,
-        seed=13,  # picked from 0..15 for the largest smallest top1-top2 gap over both prompts (5.3e-3), 21 distinct tokens
+        seed=13,  # picked from 0..15: smallest top1-top2 gap 5.3e-3 over both prompts, 21+ distinct tokens
     ),
     # Gemma 3 text (Gemma3ForCausalLM, as gemma-3-1b-it): 5 sliding layers to 1 full, here 6 layers
     "gemma3-text": dict(
@@ -151,14 +153,16 @@ def tokenizer_of(fam: dict[str, Any]):
     """The made-up WordLevel tokenizer; for the Gemma 3 VLM with Gemma 3's turn and image tokens (genai's
     InputsEmbedderGemma3 looks them up by these strings) and role words."""
     if is_vlm(fam):
-        return core.build_tokenizer(fam["args"]["vocab_size"], special=list(GEMMA3_TURN_TOKENS) + list(GEMMA3_SPECIAL.values()),
+        return core.build_tokenizer(fam["args"]["vocab_size"],
+                                    special=list(GEMMA3_TURN_TOKENS) + list(GEMMA3_SPECIAL.values()),
                                     words=list(core.ROLE_WORDS), named=dict(GEMMA3_SPECIAL),
                                     chat_template=GEMMA3_CHAT_TEMPLATE)
     return core.build_tokenizer(fam["args"]["vocab_size"], chat_template=GENERIC_CHAT_TEMPLATE)
 
 
 def first_word(fam: dict[str, Any]) -> int:
-    return core.NUM_SPECIAL + (len(GEMMA3_TURN_TOKENS) + len(GEMMA3_SPECIAL) + len(core.ROLE_WORDS) if is_vlm(fam) else 0)
+    vlm_tokens = len(GEMMA3_TURN_TOKENS) + len(GEMMA3_SPECIAL) + len(core.ROLE_WORDS)
+    return core.NUM_SPECIAL + (vlm_tokens if is_vlm(fam) else 0)
 
 
 def lift_transformers_bound(class_names: list[str]) -> None:
@@ -315,7 +319,7 @@ def export(name: str, out_dir: Path, work: Path | None) -> Path:
     hf_dir.mkdir(parents=True)
     model.save_pretrained(hf_dir, safe_serialization=True)
     (processor or tok).save_pretrained(hf_dir)
-    if processor is not None:   # preprocessor_config.json as the real checkpoint has it: genai reads the image size there
+    if processor is not None:   # preprocessor_config.json as the real checkpoint has it (genai reads it)
         processor.image_processor.save_pretrained(hf_dir)
     task = fam.get("task", "text-generation-with-past")
     core.log(f"exporting with optimum-intel ({task}, stateful, fp32) ...")
@@ -391,11 +395,11 @@ def main(argv=None) -> int:
     p.add_argument("--family", choices=sorted(FAMILIES))
     p.add_argument("--out", help="output folder (replaced); default: the family's fixture folder")
     p.add_argument("--work-dir", help="scratch folder, kept (default: a temporary one, removed)")
-    p.add_argument("--list", action="store_true", help="the families, their folders and notes")
+    p.add_argument("--list", action="store_true", help="the families and their folders")
     args = p.parse_args(argv)
     if args.list or not args.family:
         for name, fam in FAMILIES.items():
-            print(f"{name:22s} {fam['folder']:40s} W={fam['window']} {fam.get('notes', '')}")
+            print(f"{name:22s} {fam['folder']:40s} W={fam['window']} layers {fam['pattern']}")
         return 0
     if os.environ.get("PYTHONHASHSEED") != "0" and argv is None:
         os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:],
