@@ -89,9 +89,21 @@ def gemma4_patches(image: np.ndarray, patch_size: int, max_soft_tokens: int,
     return patches_PC, positions_P2, rows * cols // pooling_kernel_size ** 2
 
 
+def gemma3_pixels(image: np.ndarray, preprocessor: dict) -> np.ndarray:
+    """Gemma3ImageProcessor's ``pixel_values`` ``[1, 3, H, W]`` (f32) of an HWC uint8 image already at the
+    processor's size (no resize, no pan and scan): rescaled to [0, 1], then normalised by its mean and std."""
+    size = preprocessor["size"]
+    if list(image.shape[:2]) != [size["height"], size["width"]]:
+        raise ValueError(f"gemma3_pixels takes images of the processor's size {size}, not {image.shape[:2]}")
+    pixels = image.astype(np.float32) * np.float32(preprocessor["rescale_factor"])
+    mean, std = (np.array(preprocessor[key], np.float32) for key in ("image_mean", "image_std"))
+    pixels = (pixels - mean) / std
+    return np.ascontiguousarray(pixels.transpose(2, 0, 1)[None])
+
+
 def vlm_greedy(folder: Path, prompt_ids: list[int], max_new_tokens: int, device: str = "CPU",
                config: dict | None = None, image: np.ndarray | None = None) -> tuple[list[int], int]:
-    """Greedy-decode a Gemma 4 image-text-to-text export (batch 1) over ov.Core; returns the tokens
+    """Greedy-decode a Gemma 4 or Gemma 3 image-text-to-text export (batch 1) over ov.Core; returns the tokens
     and the number of fused ScaledDotProductAttention kernels in the language model's runtime model."""
     from ovpasses.app.check import count_fused_sdpa
 
@@ -108,10 +120,14 @@ def vlm_greedy(folder: Path, prompt_ids: list[int], max_new_tokens: int, device:
     embeds_BSH = np.array(embed(step_ids)[0])
     if image is not None:
         pre = json.loads((folder / "preprocessor_config.json").read_text())
-        patches, positions, soft_tokens = gemma4_patches(image, pre["patch_size"], pre["max_soft_tokens"],
-                                                         pre["pooling_kernel_size"])
         vision = core.compile_model(folder / "openvino_vision_embeddings_model.xml", device, config)
-        soft_NH = np.array(vision({"pixel_values": patches[None], "image_position_ids": positions[None]})[0])
+        if "mm_tokens_per_image" in model_config:   # Gemma 3: the whole image in, mm_tokens_per_image out
+            soft_tokens = model_config["mm_tokens_per_image"]
+            soft_NH = np.array(vision({"pixel_values": gemma3_pixels(image, pre)})[0]).reshape(soft_tokens, -1)
+        else:
+            patches, positions, soft_tokens = gemma4_patches(image, pre["patch_size"], pre["max_soft_tokens"],
+                                                             pre["pooling_kernel_size"])
+            soft_NH = np.array(vision({"pixel_values": patches[None], "image_position_ids": positions[None]})[0])
         at_image = step_ids[0] == image_token_id
         if not soft_NH.shape[0] == soft_tokens == int(at_image.sum()):
             raise ValueError(f"{soft_NH.shape[0]} soft tokens from the vision model, {soft_tokens} expected, "

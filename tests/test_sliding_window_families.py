@@ -166,10 +166,10 @@ RUNTIME_CELLS = [pytest.param(Path(sys.executable), f, id=f"newest-{f.replace('/
 @pytest.mark.parametrize("python,fixture", RUNTIME_CELLS)
 def test_clients_decode_transformers_tokens_from_the_bounded_model(python, path, fixture):
     """The long prompt (3 windows) and 32 tokens through ov.Core, genai's stateful path and genai's paged path
-    (asked for, and as its default backend): the bounded model decodes transformers' tokens. The paged path never sees the bound (its converter removes
-    the states); on 2026.0 - 2026.2 its converter reads the window only after the Slice the rewrite adds, so
-    there the unmodified folder is wrong (these families' transformers 5 masks are Gemma 4's) and every
-    rewritten one right."""
+    (asked for, and as its default backend): the bounded model decodes transformers' tokens. The paged path
+    never sees the bound (its converter removes the states); on 2026.0 - 2026.2 its converter reads the window
+    only after the Slice the rewrite adds, so there the unmodified folder is wrong (these families'
+    transformers 5 masks are Gemma 4's) and every rewritten one right."""
     unmodified = client_cell(python, fixture, "unmodified", path, "long")
     bounded = client_cell(python, fixture, "bounded", path, "long")
     assert bounded["status"] == "ok", bounded
@@ -265,8 +265,12 @@ def test_genai_chat_on_the_bounded_folder_equals_the_unmodified_one(fixture, tmp
 
 # ---------------------------------------------------------------------------------------------- Gemma 3 VLM
 
+def reference_vlm() -> dict:
+    return json.loads((VLM / "reference.json").read_text())
+
+
 def vlm_cases() -> list[dict]:
-    ref = json.loads((VLM / "reference.json").read_text())
+    ref = reference_vlm()
     image = ref["image_prompt"]
     return [{"name": "text", "prompt": ref["prompt_text"], "expected": ref["generated_ids"], "image": None},
             {"name": "long", "prompt": ref["long_prompt"]["prompt_text"],
@@ -322,6 +326,16 @@ def test_gemma3_vlm_text_prompt_decodes_transformers_tokens(path):
     cell = grid_cell(Path(sys.executable), VLM, "unmodified", path, modes=("unmodified",),
                      paths=("core", "stateful", "paged"))
     assert cell["status"] == "ok", cell
+
+
+def test_gemma3_vlm_image_prompt_decodes_transformers_tokens_through_core():
+    """The image prompt through ov.Core: the processor's pixels into the vision IR, its 4 soft tokens in place of
+    the image tokens, token_type_ids marking them: transformers' tokens (the fixture's image path is right)."""
+    from testkit.greedy import vlm_greedy
+
+    case = next(c for c in vlm_cases() if c["name"] == "image")
+    ids = reference_vlm()["image_prompt"]["prompt_ids"]
+    assert vlm_greedy(VLM, ids, len(case["expected"]), "CPU", EXACT_CPU_CONFIG, case["image"])[0] == case["expected"]
 
 
 @pytest.mark.xdist_group("sliding-window-family-vlm-cells")
