@@ -50,9 +50,8 @@ TEXT_FIXTURES = {
 VLM = FIXTURES / "gemma3" / "vlm6"
 
 
-def text_params(marked: bool = True):
-    return [pytest.param(name, marks=marks if marked else [], id=name.replace("/", "-"))
-            for name, marks in TEXT_FIXTURES.items()]
+def text_params():
+    return [pytest.param(name, marks=marks, id=name.replace("/", "-")) for name, marks in TEXT_FIXTURES.items()]
 
 
 @functools.cache
@@ -154,10 +153,11 @@ def client_cell(python: Path, fixture: str, mode: str, path: str, prompt: str) -
 
 # 2026.0 in the default run for the sinks (gpt-oss); the other families in the slow tier
 DEFAULT_ON_2026_0 = ("gpt-oss/tiny4",)
-RUNTIME_CELLS = [pytest.param(Path(sys.executable), f, id=f"newest-{f.replace('/', '-')}") for f in TEXT_FIXTURES] + [
+RUNTIME_CELLS = [pytest.param(Path(sys.executable), f, id=f"newest-{f.replace('/', '-')}", marks=marks)
+                 for f, marks in TEXT_FIXTURES.items()] + [
     pytest.param(AFFECTED_PYTHON, f, id=f"2026.0-{f.replace('/', '-')}",
-                 marks=[needs_affected] + ([] if f in DEFAULT_ON_2026_0 else [pytest.mark.slow]))
-    for f in TEXT_FIXTURES]
+                 marks=[*marks, needs_affected] + ([] if f in DEFAULT_ON_2026_0 else [pytest.mark.slow]))
+    for f, marks in TEXT_FIXTURES.items()]
 
 
 # one process per runtime, fixture and prompt runs its 8 cells; the group keeps them on one xdist worker
@@ -170,6 +170,7 @@ def test_clients_decode_transformers_tokens_from_the_bounded_model(python, path,
     never sees the bound (its converter removes the states); on 2026.0 - 2026.2 its converter reads the window
     only after the Slice the rewrite adds, so there the unmodified folder is wrong (these families'
     transformers 5 masks are Gemma 4's) and every rewritten one right."""
+    assert bounded_layers(bounded_model(fixture)) == sliding_layers(fixture)   # the cells below run this model
     unmodified = client_cell(python, fixture, "unmodified", path, "long")
     bounded = client_cell(python, fixture, "bounded", path, "long")
     assert bounded["status"] == "ok", bounded
@@ -180,10 +181,11 @@ def test_clients_decode_transformers_tokens_from_the_bounded_model(python, path,
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("sliding-window-family-cells")
-@pytest.mark.parametrize("fixture", text_params(marked=False))
+@pytest.mark.parametrize("fixture", text_params())
 @pytest.mark.parametrize("path", CLIENT_PATHS)
 def test_clients_decode_the_short_prompt_from_the_bounded_model(path, fixture):
     """As above for the prompt shorter than W: the bound is reached while decoding, not in the prefill."""
+    assert bounded_layers(bounded_model(fixture)) == sliding_layers(fixture)
     bounded = client_cell(Path(sys.executable), fixture, "bounded", path, "default")
     assert bounded["status"] == "ok", bounded
 
@@ -245,14 +247,17 @@ def chat(pipe, turns: tuple[str, ...] = TURNS, answer: int = ANSWER) -> list[lis
 CHAT_FIXTURES = ["gpt-oss/tiny4", "gemma3/text6"]
 
 
-@pytest.mark.parametrize("fixture", [pytest.param(f, marks=[] if f in CHAT_FIXTURES else [pytest.mark.slow],
-                                                  id=f.replace("/", "-")) for f in TEXT_FIXTURES])
+@pytest.mark.parametrize("fixture", [
+    pytest.param(f, marks=[*marks] + ([] if f in CHAT_FIXTURES else [pytest.mark.slow]), id=f.replace("/", "-"))
+    for f, marks in TEXT_FIXTURES.items()])
 def test_genai_chat_on_the_bounded_folder_equals_the_unmodified_one(fixture, tmp_path):
     """openvino_genai's chat (start_chat, three turns of 6 tokens; the chat's context passes W = 8 in every
     turn): the stateful path (SDPA) on a folder bounded with a margin of one answer, and the default paged
     path on one bounded with none, answer as the unmodified folder does (LLMPipeline's stateful chat takes
     each answer back out of the cache: see docs/sliding_window.md)."""
     import openvino_genai as genai
+
+    assert bounded_layers(bounded_model(fixture, ANSWER)) == sliding_layers(fixture)
 
     def answers(folder: Path, **kwargs) -> list[list[int]]:
         return chat(genai.LLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG))
