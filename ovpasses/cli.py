@@ -176,9 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OpenVINO device, any case: cpu, GPU, gpu.0 (default CPU); one OpenVINO does not see is an "
                         "error that lists those it sees")
     p.add_argument("--steps", type=_non_negative, default=3, help="decode steps after the prefill (default 3)")
-    p.add_argument("--prefill", type=_positive, default=8,
-                   help="prefill length in tokens (default 8); with --sliding-window bounded, give more than the "
-                        "window so that decode steps read a bounded cache")
+    p.add_argument("--prefill", type=_positive, default=None,
+                   help="prefill length in tokens, for ov.Core and --genai (default 8; with --sliding-window bounded, "
+                        "past what a bounded cache keeps, so that decode steps read it: a shorter one is INCONCLUSIVE)")
     p.add_argument("--prefill-chunk", type=_positive, default=None, metavar="N",
                    help="feed the prefill in inferences of at most N tokens (default: one inference), as a client "
                         "with chunked prefill does; with --sliding-window bounded, later chunks read a bounded cache")
@@ -251,18 +251,24 @@ def cmd_rewrite(args) -> int:
     summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing,
                                sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin,
                                paged_heads=args.paged_heads)
-    if not args.dry_run:
+    # a rewrite that changed nothing leaves an --in-place input as it is; with -o the pair is written as read
+    written = not args.dry_run and (summary.changed or not args.in_place)
+    if written:
         io.write_ir(model, target)
     if args.format == "json":
         data = summary.to_dict()
         data["input"] = str(source)
         data["output"] = None if args.dry_run else str(target)
         data["changed"] = summary.changed
+        data["written"] = written
         print(json.dumps(data, indent=2))
     else:
         print(summary)
         if args.dry_run:
             print("dry run: nothing written")
+        elif not summary.changed:
+            print(f"nothing changed: {target} left as it is" if not written else
+                  f"nothing changed: {target} and {io.weights_path(target).name} hold the input as read")
         else:
             print(f"wrote {target} and {io.weights_path(target).name}")
     return EXIT_OK
@@ -282,7 +288,8 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         print(summary)
-        print("dry run: nothing written" if target is None else f"wrote {target}")
+        print("dry run: nothing written" if target is None else
+              f"wrote {target}" if summary.changed else f"nothing changed: {target} holds the input folder's files as read")
     return EXIT_OK
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import openvino as ov
 
 from ovpasses.check import genai, inputs
-from ovpasses.check.side_by_side import FIXED, INCONCLUSIVE, OK, WORSE, CheckReport, check_model
+from ovpasses.check.side_by_side import FIXED, INCONCLUSIVE, OK, WORSE, CheckReport, bound_prefill, bounded_keeps, check_model
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
 from ovpasses.files import folder, io
@@ -44,7 +44,7 @@ class PathCheck:
 
 
 def check_path(source: Path, device: str = "CPU", steps: int = 3, runtime: str | None = None,
-               config: dict | None = None, passes=None, prefill: int = 8, atol: float = 1e-4,
+               config: dict | None = None, passes=None, prefill: int | None = None, atol: float = 1e-4,
                rtol: float = 1e-4, data_shapes: inputs.DataShapes | None = None, kv_sharing: str = "keep",
                with_genai: bool = False, sliding_window: str = "full", sliding_window_margin: int = 0,
                prefill_chunk: int | None = None, paged_heads: str = "keep") -> PathCheck:
@@ -71,15 +71,22 @@ def check_path(source: Path, device: str = "CPU", steps: int = 3, runtime: str |
             sliding_window_margin=sliding_window_margin, prefill_chunk=prefill_chunk, paged_heads=paged_heads)))
     if with_genai:
         result.genai = genai_check(source, runtime, passes, device, kv_sharing, sliding_window, sliding_window_margin,
-                                   paged_heads)
+                                   paged_heads, prefill)
     return result
 
 
 def genai_check(source: Path, runtime, passes, device: str, kv_sharing: str = "keep", sliding_window: str = "full",
-                sliding_window_margin: int = 0, paged_heads: str = "keep") -> list:
-    """The folder and its rewritten copy (in a temporary folder) through openvino_genai."""
+                sliding_window_margin: int = 0, paged_heads: str = "keep", prefill: int | None = None) -> list:
+    """The folder and its rewritten copy (in a temporary folder) through openvino_genai, on a prompt of
+    ``prefill`` tokens; None: genai's default prompt, or, where the rewrite bounds a cache, a prompt past the
+    most a bounded cache keeps."""
     with tempfile.TemporaryDirectory(prefix="ovpass-genai-") as tmp:
         rewritten = Path(tmp) / "rewritten"
-        folder.rewrite_folder(source, rewritten, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                              sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
-        return genai.check_folders(source, rewritten, device=device)
+        summary = folder.rewrite_folder(source, rewritten, runtime, passes, kv_sharing=kv_sharing,
+                                        sliding_window=sliding_window, sliding_window_margin=sliding_window_margin,
+                                        paged_heads=paged_heads)
+        keeps = [k[1] for m in summary.models if m.summary is not None and (k := bounded_keeps(m.summary))]
+        keep = max(keeps, default=None)
+        if prefill is None and keep is not None:
+            prefill = bound_prefill(keep)
+        return genai.check_folders(source, rewritten, device=device, prefill=prefill, bound_keep=keep)

@@ -23,7 +23,9 @@ from ovpasses.paged_padding import summary_lines
 from ovpasses.pipeline import run_pipeline
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
-from ovpasses.report.text import action_text, eager_lines, fusion_text, fusion_why, mask_action_text, op_action_text
+from ovpasses.analysis.kv_memory import format_bytes
+from ovpasses.report.text import (action_text, eager_lines, fusion_text, fusion_why, held_text, mask_action_text,
+                                  op_action_text)
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
@@ -71,7 +73,8 @@ def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str =
     if caches is not None:
         extra["kv_bytes"] = {"context": KV_BYTES_CONTEXT, "per_token": caches.kv_bytes(1, bounded=False),
                              "full": caches.kv_bytes(KV_BYTES_CONTEXT, bounded=False),
-                             "bounded": caches.kv_bytes(KV_BYTES_CONTEXT)}
+                             "bounded": caches.kv_bytes(KV_BYTES_CONTEXT),
+                             "held": caches.held_at(KV_BYTES_CONTEXT)}
     return {
         "schema": schemas.INSPECT,
         "runtime": summary.profile.version_string,
@@ -164,8 +167,10 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
                 lines.append(f"  layer {s['layer']}: " + ("full attention" if s["window"] is None else
                              f"window {s['window']}, cache {'bounded' if s['cache_bounded'] else 'whole'}"))
         kv = report["kv_bytes"]
-        lines.append(f"  KV bytes at batch 1: {kv['per_token']} per token; at {kv['context']} tokens "
-                     f"{kv['full']} as exported, {kv['bounded']} bounded")
+        lines.append(f"  KV bytes at batch 1, {kv['context']} tokens, as declared: {format_bytes(kv['full'])} "
+                     f"as exported, {format_bytes(kv['bounded'])} bounded ({kv['per_token']} B per token)")
+        lines += [f"  held, {held_text(h)}: {format_bytes(h['full'])} as exported, {format_bytes(h['bounded'])} "
+                  f"bounded" for h in kv.get("held", [])]
     shared = [v for v in report["variables"] if v["shared"]]
     if shared:
         lines += ["", "shared caches (owner: borrowers):"]
