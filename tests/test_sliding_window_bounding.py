@@ -544,6 +544,51 @@ def test_held_precision_is_what_the_compiled_model_reports(config, source):
     assert {t.get_type_name() for t in memory} == {expected.plain}, "every cache is bounded: plain states"
 
 
+# the all-sliding export (tests/fixtures/mistral/allsliding: MistralForCausalLM, 4 layers, every one sliding, W=8)
+ALLSLIDING = ROOT / "tests" / "fixtures" / "mistral" / "allsliding"
+ALLSLIDING_WINDOW = 8
+ALLSLIDING_PROMPTS = [(5, 100), (30, 100), (30, 3), (12, 1)]
+
+
+@pytest.mark.parametrize("length,chunk", ALLSLIDING_PROMPTS, ids=[f"prompt{n}-chunk{c}" for n, c in ALLSLIDING_PROMPTS])
+def test_all_sliding_export_decodes_the_unmodified_tokens(length, chunk):
+    """Every cache of the Mistral export is bounded to W-1 = 7 positions, the past length read from
+    attention_mask less input_ids; 40 tokens past prompts shorter and longer than W (whole, in chunks of 3,
+    token by token) equal the unmodified IR's, logits within 1e-4 (f32)."""
+    model = read(ALLSLIDING)
+    caches = ovpasses.rewrite(model, sliding_window="bounded").sliding_window_caches
+    assert len(caches.bounded) == 8 and not caches.refused and caches.reference is None
+    assert caches.context_inputs == ("attention_mask", "input_ids")
+    prompt = [int(t) for t in np.random.default_rng(length + chunk).integers(4, 500, length)]
+    expected, expected_logits = Greedy(read(ALLSLIDING)).run(prompt, chunk, 40)
+    greedy = Greedy(model)
+    tokens, logits = greedy.run(prompt, chunk, 40)
+    assert tokens == expected
+    np.testing.assert_allclose(logits, expected_logits, rtol=0, atol=1e-4 * max(1.0, np.abs(expected_logits).max()))
+    assert set(greedy.state_lengths().values()) == {ALLSLIDING_WINDOW - 1}
+
+
+def test_cli_check_of_the_all_sliding_folder_picks_a_prefill_past_the_bound(capsys):
+    """``ovpass check DIR --sliding-window bounded`` without --prefill: 9 tokens (7 kept + 2), every decode
+    step reads caches that dropped positions, OK; genai (stateful and paged) runs a prompt of those 9 tokens
+    and says it went past the bound. With --prefill 1 the context stays within it (ov.Core 1 + 2 steps; genai
+    1 + 8 tokens generated, the last never fed back): INCONCLUSIVE, on every path."""
+    assert cli.main(["check", str(ALLSLIDING), "--sliding-window", "bounded", "--genai", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    [report] = data["models"]
+    assert report["verdict_code"] == "ok" and report["prefill"] == ALLSLIDING_WINDOW + 1 and report["prefill_chosen"]
+    assert report["bounding_exercised"] is True and report["bounded_keep_max"] == ALLSLIDING_WINDOW - 1
+    assert [(g["path"], g["verdict"], g["bounding_exercised"]) for g in data["genai"]] == \
+        [("stateful", "ok", True), ("paged", "ok", True)]
+    assert all(g["rewritten"]["prompt_ids"] and len(g["rewritten"]["prompt_ids"]) == ALLSLIDING_WINDOW + 1
+               for g in data["genai"])
+    assert cli.main(["check", str(ALLSLIDING), "--sliding-window", "bounded", "--genai", "--prefill", "1",
+                     "--steps", "2"]) == 4
+    out = capsys.readouterr().out
+    assert "the bound was not exercised; give --prefill beyond 7" in out
+    assert out.count("-> INCONCLUSIVE") == 2 and "folder verdict: INCONCLUSIVE" in out
+
+
 # ---------------------------------------------------------------------------------------------- clients
 
 
@@ -653,6 +698,17 @@ def test_llm_clients_decode_like_transformers(python, mode, path, prompt):
     """ov.Core, genai stateful (SDPA backend) and genai paged (which never sees the bound: the converter
     removes the state, and still reads the window from the Slice(Select) the bounding leaves) on tiny8u."""
     result = grid_cell(python, FIXTURES / "tiny8u", mode, path, prompt, modes=CLIENT_MODES, paths=CLIENT_PATHS)
+    assert result["status"] == "ok", result
+
+
+@pytest.mark.xdist_group("sliding-window-allsliding-cells")
+@pytest.mark.parametrize("python", RUNTIMES)
+@pytest.mark.parametrize("path", CLIENT_PATHS)
+@pytest.mark.parametrize("prompt", ["default", "long"])   # 6 and 24 tokens, 32 generated: past W=8 four to seven times
+def test_all_sliding_clients_decode_like_transformers(python, path, prompt):
+    """The all-sliding export bounded: ov.Core, genai stateful (SDPA backend) and genai paged (the converter
+    drops the past length read from attention_mask with the masks) decode transformers' tokens."""
+    result = grid_cell(python, ALLSLIDING, "bounded", path, prompt, modes=("bounded",), paths=CLIENT_PATHS)
     assert result["status"] == "ok", result
 
 
