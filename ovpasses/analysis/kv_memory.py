@@ -117,6 +117,73 @@ def held_precision(model: ov.Model, config: dict | None = None, core: ov.Core | 
                          key_source)
 
 
+def compiled_held_precision(compiled: ov.CompiledModel, label: str) -> HeldPrecision:
+    """How ``compiled`` (a CPU compiled model) holds its caches, read back from its properties."""
+    def get(name: str):
+        return compiled.get_property(name)
+
+    return HeldPrecision(_name(get("KEY_CACHE_PRECISION")), _name(get("VALUE_CACHE_PRECISION")),
+                         int(get("KEY_CACHE_GROUP_SIZE")), int(get("VALUE_CACHE_GROUP_SIZE")),
+                         _name(get("INFERENCE_PRECISION_HINT")), label, "compiled model")
+
+
+def cache_shape(concat: ov.Node, axis: int) -> tuple[int, int] | None:
+    """(KV heads, head size) of a cache Concat: the last dimension is the head, the others but the batch and the
+    sequence the heads. None: a dynamic one."""
+    pshape = concat.get_output_partial_shape(0)
+    dims = [pshape[i] for i in range(1, pshape.rank.get_length()) if i != axis]
+    if not dims or any(d.is_dynamic for d in dims):
+        return None
+    heads = 1
+    for d in dims[:-1]:
+        heads *= d.get_length()
+    return heads, dims[-1].get_length()
+
+
+def _bound_keep(assign: ov.Node) -> int | None:
+    """The positions a bounded cache's Assign stores: the Slice (``.../sliding_window_bound``) start, negated."""
+    node = assign.input_value(0).get_node()
+    while node.get_type_name() == "Convert":
+        node = node.input_value(0).get_node()
+    start = node.input_value(1).get_node() if node.get_type_name() == "Slice" else None
+    return -int(start.get_data().reshape(-1)[0]) if start is not None and start.get_type_name() == "Constant" else None
+
+
+def model_kv_bytes_held(model: ov.Model, context: int, precision: HeldPrecision) -> int | None:
+    """KV-cache bytes at batch 1 after ``context`` positions that the CPU plugin holds for ``model`` as it is
+    (any form: unmodified, bounded, unshared) under ``precision``: a cache whose readers the plugin's stateful
+    kernel is expected to take (:func:`~ovpasses.analysis.stateful_fusion.predict_fusion`) in the kernel's
+    precision, every other one a plain state (a bounded one at most the positions its Assign stores). None:
+    unknown (a dynamic dimension, a cache without a chain)."""
+    from ovpasses.analysis.cache_chain import find_cache_chains
+    from ovpasses.analysis.kv_sharing import analyze_kv_sharing
+    from ovpasses.analysis.stateful_fusion import predict_fusion
+
+    analysis = analyze_kv_sharing(model)
+    chains = find_cache_chains(model, name="kv_memory.cache_chain")
+    assigns = {str(sink.get_attributes()["variable_id"]): sink for sink in model.get_sinks()
+               if sink.get_type_name() == "Assign"}
+    fused = {name for name in analysis.sdpa if analysis.sdpa[name].kv_variables
+             and predict_fusion(analysis, name).expected}
+    total = 0
+    for vid, cache in analysis.caches.items():
+        if vid not in chains or vid not in assigns:
+            return None
+        concat = chains[vid][0]
+        shape = cache_shape(concat, concat.get_attributes()["axis"] % concat.get_output_partial_shape(0).rank.get_length())
+        if shape is None:
+            return None
+        kept = context
+        if cache.bounded:
+            keep = _bound_keep(assigns[vid])
+            if keep is None:
+                return None
+            kept = min(context, keep)
+        plugin_fused = bool(cache.sdpa) and set(cache.sdpa) <= fused and not cache.bounded
+        total += precision.cache_bytes("key" if cache.key_readers else "value", *shape, kept, fused=plugin_fused)
+    return total
+
+
 def format_bytes(count: int | None) -> str:
     """``count`` bytes as B, KiB, MiB or GiB (3 significant figures); None: unknown."""
     if count is None:

@@ -47,7 +47,7 @@ import openvino as ov
 
 from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.cache_chain import cache_chain_pattern, find_cache_chains, variable_id  # noqa: F401
-from ovpasses.analysis.kv_memory import HeldPrecision, held_precision
+from ovpasses.analysis.kv_memory import HeldPrecision, cache_shape, held_precision
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, KEY_PORT, VALUE_PORT, KVSharingAnalysis
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import predict_fusion
@@ -310,19 +310,6 @@ def _constant(output: ov.Output) -> np.ndarray | None:
     return node.get_data() if node.get_type_name() == "Constant" else None
 
 
-def _heads_and_size(concat: ov.Node, axis: int) -> tuple[int, int] | None:
-    """(KV heads, head size) of a cache Concat: the last dimension is the head, the others but the batch and the
-    sequence the heads. None: a dynamic one."""
-    pshape = concat.get_output_partial_shape(0)
-    dims = [pshape[i] for i in range(1, pshape.rank.get_length()) if i != axis]
-    if not dims or any(d.is_dynamic for d in dims):
-        return None
-    heads = 1
-    for d in dims[:-1]:
-        heads *= d.get_length()
-    return heads, dims[-1].get_length()
-
-
 def _bytes_per_token(concat: ov.Node, axis: int, element_type: ov.Type) -> int | None:
     pshape = concat.get_output_partial_shape(0)
     size = element_type.size
@@ -367,7 +354,7 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
             concat = chains[vid][0]
             axis = concat.get_attributes()["axis"] % concat.get_output_partial_shape(0).rank.get_length()
             per_token[vid] = _bytes_per_token(concat, axis, element_types.get(vid, concat.get_output_element_type(0)))
-            if (found := _heads_and_size(concat, axis)) is not None:
+            if (found := cache_shape(concat, axis)) is not None:
                 shapes[vid] = ("key" if cache.key_readers else "value", *found)
         else:
             per_token[vid] = None
