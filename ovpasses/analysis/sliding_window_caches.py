@@ -413,7 +413,10 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
     fused = {name for name in windows if predict_fusion(analysis, name).expected}
     unfused = tuple(name for name in windows if name in bounded_readers or name not in fused)
     fused_caches = tuple(vid for vid, cache in analysis.caches.items() if cache.sdpa and set(cache.sdpa) <= fused)
-    precisions = (held_precision(model), held_precision(model, EXACT_CPU_CONFIG, label="exact"))
+    try:
+        precisions = (held_precision(model), held_precision(model, EXACT_CPU_CONFIG, label="exact"))
+    except RuntimeError:   # a runtime without the CPU plugin: the memory as held is not known
+        precisions = ()
     return SlidingWindowCaches(windows, bounded, refused, reference if bounded else None, margin, per_token,
                                unfused if bounded else (), shapes, fused_caches, precisions,
                                context_inputs if bounded else None)
