@@ -35,12 +35,9 @@ AFFECTED_PYTHON = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
 needs_affected = pytest.mark.skipif(not AFFECTED_PYTHON.exists(),
                                     reason="needs .venvs/ov-2026.0.0 (bash tools/venv.sh ov 2026.0.0)")
 
-ALL_SLIDING = pytest.mark.xfail(
-    strict=True, reason="issue 30: a model whose every layer slides has no full-length cache to take the context "
-                        "length from; the bounding leaves it unbounded until that is re-sourced (h-slide)")
 # fixture -> the marks of its bounded claims
 TEXT_FIXTURES = {
-    "mistral/allsliding": [ALL_SLIDING],
+    "mistral/allsliding": [],
     "gemma3/text6": [],
     "gemma2/tiny4": [],
     "gpt-oss/tiny4": [],
@@ -138,8 +135,8 @@ def test_core_bounded_caches_hold_the_window_and_decode_transformers_tokens(fixt
 
 @pytest.mark.parametrize("fixture", text_params())
 def test_the_analysis_of_the_rewritten_model_says_every_sliding_cache_is_bounded(fixture):
-    """Every sliding layer's caches (K and V) bounded, no full layer's (the all-sliding model once its context
-    length is taken from elsewhere)."""
+    """Every sliding layer's caches (K and V) bounded, no full layer's (the all-sliding model's too: its past
+    length is taken from attention_mask)."""
     assert bounded_layers(bounded_model(fixture)) == sliding_layers(fixture)
 
 
@@ -191,8 +188,7 @@ def test_clients_decode_the_short_prompt_from_the_bounded_model(path, fixture):
 @pytest.mark.parametrize("fixture", text_params())
 def test_optimum_intel_generates_transformers_tokens_from_the_bounded_folder(fixture, prompt, tmp_path):
     """``ovpass rewrite --sliding-window bounded`` on the folder; OVModelForCausalLM.generate (in .venvs/export:
-    it needs torch) decodes transformers' 32 tokens from it, both prompts. The all-sliding model's folder is
-    checked for bounded caches first (strict xfail until it is bounded)."""
+    it needs torch) decodes transformers' 32 tokens from it, both prompts, every sliding layer's cache bounded."""
     from test_clients import EXPORT_PYTHON, optimum_generate, rewrite_folder   # tests/ is on sys.path
 
     if not EXPORT_PYTHON.exists():
