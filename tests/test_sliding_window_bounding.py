@@ -312,8 +312,9 @@ ALL_SLIDING = StackSpec(k_source=(0, 1, 2), mask="sliding", window=4, gqa_form="
 
 
 @pytest.mark.parametrize("spec", [ALL_SLIDING, ALL_SLIDING.with_(kv_heads=4, past_length_from=(0,),
-                                                                 past_length_at="gather")],
-                         ids=["gqa", "past-length-output"])
+                                                                 past_length_at="gather"),
+                                  ALL_SLIDING.with_(mask_form="distance")],
+                         ids=["gqa", "past-length-output", "distance-mask"])
 @pytest.mark.parametrize("prefill,chunk", [(3, None), (9, None), (9, 2)], ids=["short", "long", "chunked"])
 def test_an_all_sliding_stack_is_bounded_and_equals_the_reference(spec, prefill, chunk):
     """Every cache is bounded, so none gives the past length: it is read from attention_mask's length less

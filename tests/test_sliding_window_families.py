@@ -269,11 +269,6 @@ def vlm_cases() -> list[dict]:
              "image": np.load(VLM / image["image"]["file"])}]
 
 
-VLM_NOT_BOUNDED = pytest.mark.xfail(
-    strict=True, reason="issue 30: the window of Gemma 3's image-text-to-text language model is not recognised "
-                        "(its mask also opens bidirectional image blocks from token_type_ids): 'attends without a "
-                        "sliding-window mask', 0 caches bounded")
-
 
 @pytest.fixture(scope="module")
 def bounded_vlm(tmp_path_factory) -> Path:
@@ -297,7 +292,6 @@ def vlm_generate(folder: Path, path: str, case: dict) -> list[int]:
     return list(streamer.ids)
 
 
-@VLM_NOT_BOUNDED
 @pytest.mark.parametrize("case", vlm_cases(), ids=lambda c: c["name"])
 @pytest.mark.parametrize("path", ["stateful", "paged"])
 def test_vlm_pipeline_on_the_bounded_gemma3_folder_equals_the_unmodified_one(bounded_vlm, path, case):
@@ -326,3 +320,34 @@ def test_genai_stateful_vlm_pipeline_decodes_the_unmodified_gemma3_export_wrong(
     cell = grid_cell(Path(sys.executable), VLM, "unmodified", "stateful", modes=("unmodified",),
                      paths=("core", "stateful", "paged"))
     assert cell["status"] == "wrong tokens" and cell["first_mismatch"] == 2, cell
+
+
+def _run_vlm_language_model(model: ov.Model, chunks: list[list[int]], decode: int = 4) -> list[np.ndarray]:
+    """Feed the Gemma 3 language model random embeddings in ``chunks`` (each a list of token types: 0 text, 1
+    image) then ``decode`` text steps; return every step's logits (exact config)."""
+    request = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG).create_infer_request()
+    request.reset_state()
+    rng, past, out = np.random.default_rng(3), 0, []
+    for types in chunks + [[0]] * decode:
+        n = len(types)
+        request.infer({"inputs_embeds": rng.standard_normal((1, n, 64)).astype(np.float32),
+                       "attention_mask": np.ones((1, past + n), np.int64),
+                       "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
+                       "token_type_ids": np.array([types], np.int64), "beam_idx": np.zeros(1, np.int32)})
+        past += n
+        out.append(request.get_output_tensor(0).data.copy())
+    return out
+
+
+def test_gemma3_image_blocks_longer_than_the_window_stay_exact_whole_or_split():
+    """The Gemma 3 language model's mask (the distance form, under a Select that opens image blocks) is recognised
+    as a window of 8. Its block condition reads only the step's own token_type_ids (zeros over the past), so an
+    image block of 14 tokens, longer than W, gives the unmodified model's logits bounded whether it is fed in
+    one inference or split over two. ov.Core, exact config."""
+    bounded = ov.Core().read_model(VLM / "openvino_language_model.xml")
+    caches = ovpasses.rewrite(bounded, sliding_window="bounded").sliding_window_caches
+    assert len(caches.bounded) == 10 and {b.window for b in caches.bounded.values()} == {8}
+    for chunks in ([[0, 0] + [1] * 14 + [0, 0]], [[0, 0] + [1] * 14, [1] * 4 + [0, 0]]):
+        expected = _run_vlm_language_model(ov.Core().read_model(VLM / "openvino_language_model.xml"), chunks)
+        for got, want in zip(_run_vlm_language_model(bounded, chunks), expected):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * max(1.0, float(np.abs(want).max())))

@@ -49,7 +49,7 @@ from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.cache_chain import cache_chain_pattern, find_cache_chains, variable_id  # noqa: F401
 from ovpasses.analysis.kv_memory import HeldPrecision, cache_shape, held_precision
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, KEY_PORT, VALUE_PORT, KVSharingAnalysis
-from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
+from ovpasses.analysis.sliding_window_masks import DistanceWindowMask, SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import predict_fusion
 from ovpasses.precision import EXACT_CPU_CONFIG
 
@@ -325,14 +325,18 @@ def _bytes_per_token(concat: ov.Node, axis: int, element_type: ov.Type) -> int |
 # ---------------------------------------------------------------------------------------------- the analysis
 
 
-def sdpa_windows(analysis: KVSharingAnalysis, masks: list[SlidingWindowMask]) -> dict[str, int | None]:
-    """Per SDPA that reads a cache, the window of its sliding-window mask, or None (full attention)."""
+def sdpa_windows(analysis: KVSharingAnalysis, masks: list[SlidingWindowMask],
+                 distance_masks: list[DistanceWindowMask] = ()) -> dict[str, int | None]:
+    """Per SDPA that reads a cache, the window of its sliding-window mask (either form), or None (full
+    attention)."""
     window_of = {name: mask.window for mask in masks for name in mask.sdpa_direct + mask.sdpa_sliced}
+    window_of.update({name: mask.window for mask in distance_masks for name in mask.sdpa})
     return {name: window_of.get(name) for name, info in analysis.sdpa.items() if info.kv_variables}
 
 
 def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, masks: list[SlidingWindowMask],
-                                  margin: int = 0) -> SlidingWindowCaches:
+                                  margin: int = 0,
+                                  distance_masks: list[DistanceWindowMask] = ()) -> SlidingWindowCaches:
     """Which caches of ``model`` the bounding can keep to ``W - 1 + margin`` positions, and why not the others.
 
     ``analysis`` and ``masks`` are the model's KV-sharing analysis and its sliding-window masks as found
@@ -340,7 +344,8 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
     cannot see reads it, and :func:`cache_nodes` takes its graph; the reference (where the past length is
     read from) is the first cache that is not bounded and has a cache chain.
     """
-    windows = sdpa_windows(analysis, masks)
+    windows = sdpa_windows(analysis, masks, distance_masks)
+
     chains = find_cache_chains(model, name="SlidingWindowCaches.cache_chain")
     element_types = {v.get_info().variable_id: v.get_info().data_type for v in model.get_variables()}
 

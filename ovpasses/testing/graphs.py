@@ -275,6 +275,7 @@ class StackSpec:
 
         past = ShapeOf(past_k0)[seq]; kv_idx = [0, past + T); q_idx = [past, past + T)
         Select(Broadcast(BitwiseAnd x 4 (kv_idx <= q_idx, kv_idx > q_idx - W, attention_mask[kv_idx])), 0, MIN)
+        mask_form="distance": Select(q_idx - kv_idx >= W, MIN, Select(Broadcast(... without the window), 0, MIN))
 
     ``borrow_path`` says how a borrower reaches its owner's cache: ``"concat"`` (the owner's Concat, as
     optimum-intel exports Gemma 4) or ``"own_concat"``: the borrower builds its own
@@ -298,6 +299,9 @@ class StackSpec:
     borrow_path: BorrowPath = "concat"
     mask: StackMask = "none"
     window: int = 4                     # mask="sliding": the window W
+    # mask="sliding": "bitwise" (transformers 5: BitwiseAnd of the conditions, Broadcast, Select(·, 0, min)) or
+    # "distance" (transformers 4: Select(q_idx - kv_idx >= W, min, causal mask)); the same values
+    mask_form: Literal["bitwise", "distance"] = "bitwise"
     full_layers: tuple[int, ...] = ()   # mask="sliding": layers that attend without the window
     scale: ScaleKind = "none"
     scale_value: float = 0.25
@@ -517,11 +521,14 @@ def build_stack(spec: StackSpec) -> ov.Model:
             true = ops.constant(np.ones((1, 1, 1, 1), bool))
             for with_window in (True, False):
                 cond = causal
-                if with_window:
+                if with_window and spec.mask_form == "bitwise":
                     in_window = ops.greater(kv_idx_11S, ops.add(q_idx_1T1, _i64([-spec.window])))
                     cond = ops.bitwise_and(causal, in_window)
                 cond = ops.bitwise_and(ops.bitwise_and(true, ops.bitwise_and(cond, keep)), true)
                 select = ops.select(ops.broadcast(cond, target), _const(0.0, et), _const(MASK_MIN, et))
+                if with_window and spec.mask_form == "distance":
+                    too_far_1TS = ops.greater_equal(ops.subtract(q_idx_1T1, kv_idx_11S), _i64([spec.window]))
+                    select = ops.select(ops.unsqueeze(too_far_1TS, _i64([0])), _const(MASK_MIN, et), select)
                 select.set_friendly_name("sliding_window_mask" if with_window else "causal_mask")
                 sliding_masks[with_window] = select.output(0)
         return sliding_masks[windowed]
