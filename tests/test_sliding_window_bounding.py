@@ -2,7 +2,7 @@
 positions.
 
 Exactness is claimed against the unmodified IR's greedy tokens (on an affected runtime, where the unmodified IR
-cannot run, against ``rewrite()`` in the default mode) and, through ``ovpasses.testing.matrix``, against
+cannot run, against ``rewrite()`` in the default mode) and, through ``testkit.matrix``, against
 transformers' tokens in reference.json, on the tiny fixtures (window 16, so caches wrap within a few steps).
 Structure is asserted on the rewritten graph.
 """
@@ -20,17 +20,19 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from ovpasses.testing.matrix import grid_cell
+from testkit.matrix import grid_cell
 
 import ovpasses
-from ovpasses import OvpassesError, cli
+from ovpasses import OvpassesError
+from ovpasses.app import cli
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, analyze_kv_sharing
 from ovpasses.analysis.sliding_window_caches import Refusal
 from ovpasses.passes.sliding_window_cache_bounding import CHECK_SUFFIX, SlidingWindowKVCacheBounding
 from ovpasses.plan.decisions import Action
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
-from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps, step_feed
+from ovpasses.app.render.text import summary_text
+from testkit.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps, step_feed
 
 BOUNDED = Action.BOUNDED
 
@@ -149,7 +151,7 @@ def test_fusion_prediction_says_bounded_layers_leave_the_kernel():
     summary = ovpasses.rewrite(model, sliding_window="bounded")
     fusion = summary.fusion()
     compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
-    from ovpasses.check import count_fused_sdpa
+    from ovpasses.app.check import count_fused_sdpa
     assert count_fused_sdpa(compiled) == sum(v.expected for v in fusion.values()) == 0
     exclusive = {n for n in fusion if summary.analysis.layer(n) in (0, 1)}   # the others: a shared Concat first
     assert all("is bounded" in fusion[n].reason for n in exclusive) and len(exclusive) == 2
@@ -197,7 +199,7 @@ def test_one_head_caches_reach_the_sdpa_without_the_gqa_expand():
         assert [s.get_type_name() for s in sources] == ["Concat", "Concat"], sdpa.get_friendly_name()
         assert all(s.get_output_partial_shape(0)[1].get_length() == 1 for s in sources)
         assert sdpa.get_input_partial_shape(0)[1].get_length() == 8
-    from ovpasses.check import count_fused_sdpa
+    from ovpasses.app.check import count_fused_sdpa
     unshared = read(e2b35)
     ovpasses.rewrite(unshared, kv_sharing="unshare", sliding_window="bounded")
     assert count_fused_sdpa(ov.Core().compile_model(unshared, "CPU", EXACT_CPU_CONFIG)) == 7
@@ -217,7 +219,7 @@ def test_several_kv_head_expands_broadcast_in_numpy_mode_bit_for_bit(kv_sharing,
     cache (unshared) keeps the exported expand, and the plugin's stateful kernel still takes those layers (2).
     A prompt of 40 in chunks of 7 and 30 tokens: logits bit-identical to the bounded model with the exported
     (bidirectional) expands; the tokens against the unmodified model are test_greedy_tokens_equal_the_unmodified_model's."""
-    from ovpasses.check import count_fused_sdpa
+    from ovpasses.app.check import count_fused_sdpa
     from ovpasses.passes import sliding_window_cache_bounding as bounding
 
     model = read()
@@ -303,8 +305,8 @@ def test_a_model_without_sliding_layers_is_left_as_it_is():
     assert SlidingWindowKVCacheBounding.NAME not in [p.name for p in summary.passes]
     assert {r.reason for r in summary.sliding_window_caches.refused.values()} == {Refusal.FULL_ATTENTION}
     assert "sliding window: bounded: changed nothing: 4 caches: an SDPA that reads it attends without a " \
-        "sliding-window mask" in str(summary).splitlines()
-    assert "not bounded" not in str(summary)
+        "sliding-window mask" in summary_text(summary).splitlines()
+    assert "not bounded" not in summary_text(summary)
 
 
 # every layer sliding (Mistral and Phi-3 configs with sliding_window): no cache keeps the whole context
@@ -326,7 +328,7 @@ def test_an_all_sliding_stack_is_bounded_and_equals_the_reference(spec, prefill,
     caches = summary.sliding_window_caches
     assert sorted(caches.bounded) == sorted(spec.variables()) and not caches.refused
     assert caches.reference is None and caches.context_inputs == ("attention_mask", "inputs_embeds")
-    assert "past length from the attention_mask input's length less inputs_embeds'" in str(summary)
+    assert "past length from the attention_mask input's length less inputs_embeds'" in summary_text(summary)
     steps = stack_steps(spec, prefill, 8, chunk=chunk)
     compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
     request = compiled.create_infer_request()
@@ -363,7 +365,7 @@ def test_an_all_sliding_model_without_an_attention_mask_is_refused_in_one_line()
     assert not summary.changed and not summary.sliding_window_caches.bounded
     assert {r.reason for r in summary.sliding_window_caches.refused.values()} == {Refusal.NO_FULL_CACHE}
     assert summary.to_dict()["no_effect"] == {"sliding_window": {"no_full_cache": 6}}
-    lines = [line for line in str(summary).splitlines() if "bounded" in line]
+    lines = [line for line in summary_text(summary).splitlines() if "bounded" in line]
     assert lines == ["sliding window: bounded: changed nothing: 6 caches: no cache keeps the whole context and the "
                      "model has no attention_mask and input_ids (or inputs_embeds) inputs: nothing would give the "
                      "past length, the positions and the masks"]
@@ -470,7 +472,7 @@ def test_check_says_when_the_context_never_exceeds_the_bound_and_catches_a_bound
     here by shrinking the analysis' keep) fails the check as soon as a step needs a dropped position."""
     from dataclasses import replace
 
-    from ovpasses.check import INCONCLUSIVE, WORSE, check_model
+    from ovpasses.app.check import INCONCLUSIVE, WORSE, check_model
     from ovpasses.plan import targets   # where the pipeline plans the bounding
 
     short = check_model(read(), prefill=8, steps=3, sliding_window="bounded")
@@ -618,7 +620,7 @@ def chat(pipe, turns: tuple[str, ...] = TURNS, answer: int = ANSWER) -> list[lis
     ``answer`` tokens each, between start_chat and finish_chat."""
     import openvino_genai as genai
 
-    from ovpasses.check.genai import token_collector
+    from ovpasses.app.check.genai import token_collector
     config = genai.GenerationConfig()
     config.max_new_tokens = config.min_new_tokens = answer
     config.do_sample = False
@@ -682,7 +684,7 @@ def test_vlm_chat_equals_the_unmodified_folder(tmp_path, capsys):
     one the template says."""
     import openvino_genai as genai
 
-    from ovpasses.testing.greedy import vlm_greedy
+    from testkit.greedy import vlm_greedy
     vlm8 = FIXTURES / "vlm8"
     bounded = tmp_path / "bounded"
     assert cli.main(["rewrite", str(vlm8), "-o", str(bounded), "--sliding-window", "bounded"]) == 0

@@ -23,11 +23,11 @@ import openvino as ov
 import pytest
 
 import ovpasses
-from ovpasses import cli
+from ovpasses.app import cli
 from ovpasses.plan.runtimes import PAGED_WINDOW_NEEDS_SLICE, parse_release
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.testing.greedy import greedy_generate
-from ovpasses.testing.matrix import grid_cell
+from testkit.greedy import greedy_generate
+from testkit.matrix import grid_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -220,7 +220,7 @@ def chat(pipe, turns: tuple[str, ...] = TURNS, answer: int = ANSWER) -> list[lis
     """Each answer's token ids of ``pipe``'s greedy chat over ``turns`` (the folder's chat template)."""
     import openvino_genai as genai
 
-    from ovpasses.check.genai import token_collector
+    from ovpasses.app.check.genai import token_collector
     config = genai.GenerationConfig()
     config.max_new_tokens = config.min_new_tokens = answer
     config.do_sample = False
@@ -280,7 +280,7 @@ def bounded_vlm(tmp_path_factory) -> Path:
 def vlm_generate(folder: Path, path: str, case: dict) -> list[int]:
     import openvino_genai as genai
 
-    from ovpasses.check.genai import token_collector
+    from ovpasses.app.check.genai import token_collector
     kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
     pipe = genai.VLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
     config = genai.GenerationConfig()
