@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import openvino as ov
 
 from ovpasses.analysis.op_versions import OpVersionAnalysis, UnreadableOp, analyze_op_versions, op_version
-from ovpasses.errors import UnsupportedRuntimeError
+from ovpasses.errors import UnreadableOperationError, UnsupportedRuntimeError
 from ovpasses.passes.convert_one_hot16_to_one_hot1 import ConvertOneHot16ToOneHot1
 from ovpasses.passes.erfinv_constant_folding import ErfInvConstantFolding
 from ovpasses.plan.decisions import Lowered
@@ -61,13 +61,18 @@ class OpVersionLowering:
     def refused(self) -> list[OpVersionAction]:
         return [a for a in self.actions if not a.handled]
 
-    def error_message(self) -> str:
-        return refusal_message(self.target, self.refused)
+    def error(self, path=None) -> UnreadableOperationError:
+        """The error that the target cannot read the model: the operations refused, the target, the file."""
+        message = refusal_message(self.target, self.refused)
+        return UnreadableOperationError(message if path is None else f"{path}: {message}", target=self.target,
+                                        refused=self.refused, path=path)
 
 
-def refusal_message(target: Version, refused: list[OpVersionAction]) -> str:
+def refusal_message(target: Version, refused: list[OpVersionAction], name_target=None) -> str:
     """The message of :class:`UnreadableOperationError`: each refused operation (the first five), why,
-    and the first release that reads it."""
+    and the first release that reads it. ``name_target(release)`` says how to name a target release (default:
+    ``runtime='2026.2.1'``, as :func:`ovpasses.rewrite` takes it; ``ovpass`` names its option)."""
+    name_target = name_target or (lambda release: f"runtime='{release}'")
     shown = version_string(target)
     parts = []
     for item in refused[:5]:
@@ -77,7 +82,8 @@ def refusal_message(target: Version, refused: list[OpVersionAction]) -> str:
         parts.append(f"{item.op.describe()}: {item.reason}; {reads}")
     more = f"; and {len(refused) - 5} more" if len(refused) > 5 else ""
     firsts = [a.op.first_read for a in refused if a.op.first_read is not None]
-    advice = (f"Prepare the IR for openvino {version_string(max(firsts))} or newer (--runtime), or run it there"
+    newest = version_string(max(firsts)) if firsts else None
+    advice = (f"Prepare the IR for openvino {newest} or newer ({name_target(newest)}), or run it there"
               if len(firsts) == len(refused) else "Run it on the runtime that exported it")
     count = f"{len(refused)} operation{'s' if len(refused) > 1 else ''}"
     return (f"openvino {shown} cannot read {count} of this model, and ovpasses cannot replace "

@@ -3,8 +3,9 @@
 
 ``paged_heads="keep"`` (default) changes nothing and still plans, so that the reports can name the
 option and its price on a model and runtime that need it; ``"pad"`` pads every cache to one layout
-(see :mod:`ovpasses.passes.attention_head_padding`). Decisions are data (:class:`PagedHeadsAction`);
-the report lines are the application's (:func:`ovpasses.app.render.text.paged_heads_lines`).
+(see :mod:`ovpasses.passes.attention_head_padding`). Decisions are data (:class:`PagedHeadsAction`,
+:class:`~ovpasses.plan.decisions.PagedWarning`); their sentences and the report lines are the application's
+(:func:`ovpasses.app.render.text.paged_heads_lines`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import openvino as ov
 
 from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
-from ovpasses.analysis.paged_heads import PagedHeads, analyze_paged_heads
-from ovpasses.errors import OvpassesError
-
-PAGED_HEADS_MODES = ("keep", "pad")
-
+from ovpasses.analysis import paged_heads as heads_analysis
+from ovpasses.analysis.paged_heads import analyze_paged_heads
+from ovpasses.modes import OptionChoice, PagedHeads
+from ovpasses.plan.decisions import PagedRisk, PagedWarning
+from ovpasses.plan.runtimes import Version
 
 class PagedHeadsAction(str, enum.Enum):
     KEPT = "kept"                  # paged_heads="keep": nothing changed
@@ -30,39 +31,37 @@ class PagedHeadsAction(str, enum.Enum):
     NOT_SELECTED = "not_selected"  # the pass is not among passes=
 
 
-@dataclass
+@dataclass(frozen=True)
 class PagedHeadsStep:
     """What the step planned and did."""
 
-    mode: str
+    mode: PagedHeads
     action: PagedHeadsAction
-    plan: PagedHeads
+    plan: heads_analysis.PagedHeads   # the padding plan (not the mode of the same name)
     needed: bool                 # the runtime's CPU PagedAttention needs one head layout
-    runtime: str
+    runtime: Version
     changed: tuple[str, ...] = ()   # variable ids padded
 
-    def cost(self) -> str:
-        return kv_cost_text(self.plan.bytes_per_token(), self.plan.bytes_per_token(padded=True) if self.plan.target else None)
-
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "action": self.action.value, "needed": self.needed,
+        return {"mode": self.mode.value, "action": self.action.value, "needed": self.needed,
                 "changed": list(self.changed), **self.plan.to_dict()}
 
-    def warnings(self) -> list[str]:
-        if self.mode == "pad" and not self.needed and self.plan.padded:
-            return [f"--paged-heads pad is not needed on openvino {self.runtime}: its CPU PagedAttention keys "
-                    f"its executors by head size and KV heads; the padding only costs memory ({self.cost()})"]
-        if self.mode == "pad" and self.action == PagedHeadsAction.REFUSED and self.needed:
-            return [f"--paged-heads pad could not pad this model ({self.plan.refusals[0].message}): the paged path "
-                    f"on openvino {self.runtime} stays wrong where head layouts differ"]
+    def warnings(self) -> list[PagedWarning]:
+        """What the padding asked for does not do here: it is not needed on this runtime (only a cost), or the
+        runtime needs it and the model refused it."""
+        pad = OptionChoice("paged_heads", PagedHeads.PAD)
+        if self.mode is PagedHeads.PAD and not self.needed and self.plan.padded:
+            return [PagedWarning(PagedRisk.PADDING_NOT_NEEDED, self.runtime, option=pad,
+                                 bytes_per_token=self.bytes_per_token)]
+        if self.mode is PagedHeads.PAD and self.action == PagedHeadsAction.REFUSED and self.needed:
+            return [PagedWarning(PagedRisk.PADDING_REFUSED, self.runtime, option=pad, refusal=self.plan.refusals[0])]
         return []
 
-
-def kv_cost_text(before: int | None, after: int | None) -> str:
-    """KV bytes per token before and after the padding, as a phrase."""
-    if not before or not after:
-        return "KV bytes per token unknown (a dynamic dimension)"
-    return f"KV bytes per token (batch 1) {before} -> {after} ({after / before:.2f}x)"
+    @property
+    def bytes_per_token(self) -> tuple[int | None, int | None]:
+        """KV bytes per token at batch 1 as exported and as padded (None: a dynamic dimension, or no target)."""
+        return (self.plan.bytes_per_token(),
+                self.plan.bytes_per_token(padded=True) if self.plan.target else None)
 
 
 def sdpa_by_name(model: ov.Model, names: set[str]) -> dict[str, ov.Node]:
@@ -71,19 +70,14 @@ def sdpa_by_name(model: ov.Model, names: set[str]) -> dict[str, ov.Node]:
             if n.get_type_name() == SDPA_TYPE and n.get_friendly_name() in names}
 
 
-def check_paged_heads(mode: str) -> None:
-    if mode not in PAGED_HEADS_MODES:
-        raise OvpassesError(f"paged_heads must be one of {', '.join(PAGED_HEADS_MODES)}, not {mode!r}")
-
-
-def paged_heads_plan(model: ov.Model, analysis: KVSharingAnalysis, mode: str, needed: bool,
-                     runtime: str) -> PagedHeadsStep:
+def paged_heads_plan(model: ov.Model, analysis: KVSharingAnalysis, mode: PagedHeads, needed: bool,
+                     runtime: Version) -> PagedHeadsStep:
     """Plan the padding of ``model`` (its KV-sharing ``analysis`` as it is now); the action says whether the
     pass has anything to do (:data:`PagedHeadsAction.KEPT` with ``mode="pad"``: it has)."""
     plan = analyze_paged_heads(model, analysis)
-    step = PagedHeadsStep(mode, PagedHeadsAction.KEPT, plan, needed, runtime)
-    if mode == "pad" and plan.refusals:
-        step.action = PagedHeadsAction.REFUSED
-    elif mode == "pad" and not plan.padded:
-        step.action = PagedHeadsAction.UNIFORM
-    return step
+    action = PagedHeadsAction.KEPT
+    if mode is PagedHeads.PAD and plan.refusals:
+        action = PagedHeadsAction.REFUSED
+    elif mode is PagedHeads.PAD and not plan.padded:
+        action = PagedHeadsAction.UNIFORM
+    return PagedHeadsStep(mode, action, plan, needed, runtime)

@@ -70,12 +70,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # what every layer uses: errors, OpenVINO helpers, the exact CPU config, devices, one timed pass run,
     # the JSON schema ids
     ("ovpasses.errors", "ovpasses._ov", "ovpasses._strenum", "ovpasses.precision", "ovpasses.devices",
-     "ovpasses.step", "ovpasses.report.schemas"),
+     "ovpasses.step", "ovpasses.report.schemas", "ovpasses.modes"),
     ("ovpasses.plan.runtimes",),                          # the facts about runtimes: one typed table
     ("ovpasses.analysis",),                               # walks that return facts
     ("ovpasses.plan",),                                   # profiles and typed decisions
     ("ovpasses.passes",),                                 # the transformations
     ("ovpasses.lowering", "ovpasses.paged_padding"),      # passes with their own part of the plan
+    ("ovpasses.options",),                                # what a rewrite is asked to do (names the passes)
     ("ovpasses.plan.targets",),                           # what the plan gives each pipeline step
     ("ovpasses.summary",),                                # what one run did, as data
     ("ovpasses.pipeline",),                               # the steps and the loop that runs them

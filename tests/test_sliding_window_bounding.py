@@ -27,6 +27,7 @@ from ovpasses import OvpassesError
 from ovpasses.app import cli
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, analyze_kv_sharing
 from ovpasses.analysis.sliding_window_caches import Refusal
+from ovpasses.options import RewriteOptions, SlidingWindow
 from ovpasses.passes.sliding_window_cache_bounding import CHECK_SUFFIX, SlidingWindowKVCacheBounding
 from ovpasses.plan.decisions import Action
 from ovpasses.precision import EXACT_CPU_CONFIG
@@ -35,6 +36,7 @@ from ovpasses.app.render.text import summary_text
 from testkit.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps, step_feed
 
 BOUNDED = Action.BOUNDED
+BOUNDED_OPTIONS = RewriteOptions(sliding_window=SlidingWindow.BOUNDED)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
@@ -475,12 +477,12 @@ def test_check_says_when_the_context_never_exceeds_the_bound_and_catches_a_bound
     from ovpasses.app.check import INCONCLUSIVE, WORSE, check_model
     from ovpasses.plan import targets   # where the pipeline plans the bounding
 
-    short = check_model(read(), prefill=8, steps=3, sliding_window="bounded")
+    short = check_model(read(), prefill=8, steps=3, options=BOUNDED_OPTIONS)
     assert not short.ok and short.verdict_code == INCONCLUSIVE and short.outputs_equal
     assert short.bounded_keep == WINDOW - 1 and short.bounding_exercised is False
     assert short.to_dict()["bounding_exercised"] is False
     assert "the bound was not exercised; give --prefill beyond 15" in short.verdict
-    chosen = check_model(read(), steps=2, sliding_window="bounded")   # no prefill given: one past the bound
+    chosen = check_model(read(), steps=2, options=BOUNDED_OPTIONS)   # no prefill given: one past the bound
     assert chosen.ok and chosen.prefill == WINDOW - 1 + 2 and chosen.prefill_chosen and chosen.bounding_exercised
     assert "(the prefill picked past it)" in str(chosen)
     analyze = targets.analyze_sliding_window_caches
@@ -491,7 +493,7 @@ def test_check_says_when_the_context_never_exceeds_the_bound_and_catches_a_bound
         return plan
 
     monkeypatch.setattr(targets, "analyze_sliding_window_caches", too_short)
-    broken = check_model(read(), prefill=20, steps=3, prefill_chunk=10, sliding_window="bounded")
+    broken = check_model(read(), prefill=20, steps=3, prefill_chunk=10, options=BOUNDED_OPTIONS)
     assert broken.bounded_keep == WINDOW - 5 and broken.bounding_exercised
     assert broken.verdict_code == WORSE and not broken.ok
 

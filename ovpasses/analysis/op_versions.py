@@ -137,26 +137,26 @@ def unreadable_versions(xml_path: str | Path, target: Version) -> set[tuple[str,
     return {(t, v) for t, v in layer_versions(xml_path) if _OPSET.fullmatch(v) and not reads_op(target, t, v)}
 
 
-def installed_cannot_read(xml_path: str | Path) -> str | None:
-    """Why the installed OpenVINO cannot read the IR file ``xml_path``, when the reason is an operation
-    version it does not know (from the XML alone), with the way to an IR it reads: ``ovpass rewrite
-    --runtime INSTALLED`` under a release that reads the file. None when every operation is one it reads,
-    or the installed version cannot be told (a local build)."""
+@dataclass(frozen=True)
+class UnknownToInstalled:
+    """Operation versions of an IR file that the installed OpenVINO does not know (from the XML alone), with
+    the first measured release that reads each (None: no measured release reads it)."""
+
+    path: Path
+    installed: Version
+    ops: tuple[tuple[str, str], ...]               # (type, opset), sorted
+    first_readers: tuple[Version | None, ...]      # per op
+
+
+def installed_cannot_read(xml_path: str | Path) -> UnknownToInstalled | None:
+    """The operation versions of the IR file ``xml_path`` that the installed OpenVINO does not know, or None
+    when it reads every one, or its version cannot be told (a local build). Facts only: ``ovpass`` says what
+    to do about them."""
     try:
         installed = installed_version()
     except UnsupportedRuntimeError:
         return None
-    found = sorted(unreadable_versions(xml_path, installed))
+    found = tuple(sorted(unreadable_versions(xml_path, installed)))
     if not found:
         return None
-    path, shown = Path(xml_path), version_string(installed)
-    ops = ", ".join(f"{t} ({v})" for t, v in found)
-    firsts = [first_release_reading(t, v) for t, v in found]
-    if any(first is None for first in firsts):
-        return (f"{path} holds {ops}, which openvino {shown} cannot read, and no release ovpasses has measured "
-                "reads; run it on the runtime that exported it")
-    newest = version_string(max(firsts))
-    return (f"{path} holds {ops}, which openvino {shown} cannot read ({newest} is the first release that reads "
-            f"{'them' if len(found) > 1 else 'it'}); under openvino {newest} or newer, 'ovpass rewrite "
-            f"{path.parent} -o NEW_FOLDER --runtime {version_string(installed[:2])}' prepares a copy that {shown} "
-            "reads (README: An IR for an older runtime)")
+    return UnknownToInstalled(Path(xml_path), installed, found, tuple(first_release_reading(t, v) for t, v in found))

@@ -12,6 +12,22 @@ from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.passes.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
 from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 
+# Every pass, in the order ovpasses.pipeline.STEPS runs them (tests/test_pipeline.py checks it): the names
+# RewriteOptions(passes=...) takes.
+PIPELINE_ORDER: tuple[type, ...] = (
+    EagerAttentionToSDPA,
+    SharedKVCacheDetection,
+    SharedKVCacheUnsharing,
+    AttentionHeadPadding,
+    DisableStatefulSDPAFusion,
+    ScaledDotProductAttentionDecomposition,
+    KVCacheShapeOfDecomposition,
+    SlidingWindowMaskSliceInsertion,
+    SlidingWindowKVCacheBounding,
+    ErfInvConstantFolding,
+    ConvertOneHot16ToOneHot1,
+)
+
 __all__ = [
     "AttentionHeadPadding",
     "ConvertOneHot16ToOneHot1",

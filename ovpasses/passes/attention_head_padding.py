@@ -58,6 +58,7 @@ from openvino import opset8
 from openvino import opset13 as ops
 from openvino.passes import ModelPass
 
+from ovpasses import modes
 from ovpasses._ov import SDPA_TYPE, copy_runtime_info
 from ovpasses.analysis.cache_chain import find_cache_chains
 from ovpasses.analysis.paged_heads import PagedHeads, padding_nodes
@@ -79,7 +80,8 @@ class AttentionHeadPadding(ModelPass):
     rewrite their readers. ``self.changed`` lists the variable ids changed, ``self.layers`` the SDPAs."""
 
     NAME = "AttentionHeadPadding"
-    DESCRIPTION = ("--paged-heads pad only: every KV cache and attention layer gets one KV-head count and head size "
+    ONLY_WITH = modes.OptionChoice("paged_heads", modes.PagedHeads.PAD)   # the option that turns it on
+    DESCRIPTION = ("every KV cache and attention layer gets one KV-head count and head size "
                    "(paged CPU)")
 
     def __init__(self, plan: PagedHeads) -> None:

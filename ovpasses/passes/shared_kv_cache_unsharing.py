@@ -60,6 +60,7 @@ from openvino import opset13 as ops
 from openvino.passes import Matcher, ModelPass
 from openvino.utils.node_factory import NodeFactory
 
+from ovpasses.modes import KVSharing, OptionChoice
 from ovpasses._ov import SDPA_TYPE, copy_runtime_info
 from ovpasses.analysis.cache_chain import cache_chain_pattern, variable_id
 from ovpasses.analysis.kv_sharing import KEY_PORT, SHAPE_ONLY, STOP, VALUE_PORT, KVSharingAnalysis
@@ -169,7 +170,8 @@ class SharedKVCacheUnsharing(ModelPass):
     """
 
     NAME = "SharedKVCacheUnsharing"
-    DESCRIPTION = ("--kv-sharing unshare only: gives each borrower of a shared cache a cache of its own, so every SDPA "
+    ONLY_WITH = OptionChoice("kv_sharing", KVSharing.UNSHARE)   # the option that turns it on
+    DESCRIPTION = ("gives each borrower of a shared cache a cache of its own, so every SDPA "
                    "can fuse")
 
     def __init__(self, targets: Mapping[str, Sequence[str]]) -> None:

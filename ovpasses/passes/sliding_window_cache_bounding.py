@@ -67,6 +67,7 @@ from openvino import opset8
 from openvino import opset13 as ops
 from openvino.passes import ModelPass
 
+from ovpasses.modes import OptionChoice, SlidingWindow
 from ovpasses._ov import SDPA_TYPE, copy_runtime_info
 from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
 from ovpasses.analysis.sliding_window_caches import (
@@ -102,7 +103,8 @@ class SlidingWindowKVCacheBounding(ModelPass):
     """
 
     NAME = "SlidingWindowKVCacheBounding"
-    DESCRIPTION = ("--sliding-window bounded only: caches only sliding-window attention reads keep their last W-1 "
+    ONLY_WITH = OptionChoice("sliding_window", SlidingWindow.BOUNDED)   # the option that turns it on
+    DESCRIPTION = ("caches only sliding-window attention reads keep their last W-1 "
                    "positions")
 
     def __init__(self, plan: SlidingWindowCaches) -> None:

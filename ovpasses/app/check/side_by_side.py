@@ -27,6 +27,7 @@ from ovpasses.app.check.verdict import cannot_decide, compare_outputs, decide, r
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
+from ovpasses.options import RewriteOptions, SlidingWindow
 from ovpasses.pipeline import rewrite
 from ovpasses.precision import EXACT_CPU_CONFIG, Precision, compiled_precision
 from ovpasses.plan.runtimes import installed_version, version_string
@@ -145,7 +146,7 @@ class CheckReport:
     reference_tolerance: float | None = None
     inputs_from: list[str] = field(default_factory=list)   # the export's embedding IRs that made inputs
     prefill_chunk: int | None = None       # the prefill in inferences of at most this many tokens (None: one)
-    sliding_window: str = "full"           # rewrite(sliding_window=...)
+    sliding_window: SlidingWindow = SlidingWindow.FULL   # the rewrite's
     # with sliding_window="bounded": the fewest and the most positions a bounded cache keeps (None: none
     # bounded); a context (prefill + steps) that never exceeds the most leaves a bounded cache whole
     bounded_keep: int | None = None
@@ -194,7 +195,7 @@ class CheckReport:
         chunked = f" in chunks of {self.prefill_chunk}" if self.prefill_chunk is not None else ""
         lines = head + [f"inputs: prefill {self.prefill} tokens{chunked} + {self.steps} decode steps{made}; rewrite "
                         f"changed the model: {'yes' if self.changed else 'no'}"]
-        if self.sliding_window != "full":
+        if self.sliding_window is not SlidingWindow.FULL:
             if self.bounded_keep is None:
                 lines.append(f"sliding window {self.sliding_window}: no cache bounded")
             elif self.bounding_exercised:
@@ -236,16 +237,15 @@ def check_tolerance(name: str, value: float) -> float:
     return float(value)
 
 
-def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: str | None = None,
-                config: dict | None = None, passes: str | Iterable[str] | None = None, prefill: int | None = None,
-                atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0, core: ov.Core | None = None,
-                source: InputSource | None = None, kv_sharing: str = "keep", sliding_window: str = "full",
-                sliding_window_margin: int = 0, prefill_chunk: int | None = None,
-                paged_heads: str = "keep") -> CheckReport:
+def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, options: RewriteOptions | None = None,
+                config: dict | None = None, prefill: int | None = None, atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0,
+                core: ov.Core | None = None, source: InputSource | None = None,
+                prefill_chunk: int | None = None) -> CheckReport:
     """Compile ``model`` and a rewritten clone on ``device``; run both on the same prefill + decode inputs.
 
     ``config`` defaults to :data:`EXACT_CPU_CONFIG` on CPU and to the device defaults elsewhere. Both
-    run on the installed OpenVINO whatever ``runtime`` the rewrite targets. The verdict
+    run on the installed OpenVINO whatever runtime the rewrite targets (``options``, :class:`RewriteOptions`;
+    default: every pass, for the installed runtime). The verdict
     (:func:`decide`) is ``ok`` when both run and every output of every step agrees within
     ``atol + rtol * max|original|`` (NaN in the same places, and equal infinities, agree); ``fixed`` when
     the rewritten model runs or gives finite values where the original does not and agrees elsewhere;
@@ -258,10 +258,9 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     computes in less than f32 (:func:`ovpasses.precision.compiled_precision`: bf16 inference, an f16 KV
     cache or dynamic quantization, as the CPU defaults are), values beyond the tolerance are
     ``inconclusive``, naming the tolerance they would need: a correct rewrite differs there too.
-    ``source`` says where inputs come from (the export's folder, ``--data-shape``). ``kv_sharing``,
-    ``sliding_window``, ``sliding_window_margin`` and ``paged_heads`` are :func:`~ovpasses.pipeline.rewrite`'s
-    (a padded model gives the original's outputs: the padding is exact); with
-    ``sliding_window="bounded"`` a ``prefill`` (plus ``steps``) beyond the window compares steps that read
+    ``source`` says where inputs come from (the export's folder, ``--data-shape``). A model padded by
+    ``paged_heads=pad`` gives the original's outputs: the padding is exact. With
+    ``sliding_window=bounded`` a ``prefill`` (plus ``steps``) beyond the window compares steps that read
     a bounded cache (the report says whether it did: ``bounding_exercised``), and ``prefill_chunk`` splits
     the prefill into inferences of at most that many tokens, so that later chunks read a bounded cache too.
     ``prefill`` None is :data:`DEFAULT_PREFILL` tokens, or, where a cache is bounded, :func:`bound_prefill`
@@ -276,9 +275,9 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     device = resolve_device(device, core)
     if config is None:
         config = dict(EXACT_CPU_CONFIG) if device.split(".")[0] == "CPU" else {}
+    options = options or RewriteOptions()
     rewritten_model = model.clone()
-    summary = rewrite(rewritten_model, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                      sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
+    summary = rewrite(rewritten_model, options=options)
     keeps = bounded_keeps(summary)
     prefill_chosen = prefill is None
     if prefill is None:
@@ -330,7 +329,7 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
         nonfinite_only_rewritten=comparison.nonfinite_only_rewritten,
         verdict=verdict, verdict_code=code, ok=code in (OK, FIXED), reference=reference,
         inputs_from=list(source.embedders.files) if source is not None else [],
-        prefill_chunk=prefill_chunk, sliding_window=sliding_window,
+        prefill_chunk=prefill_chunk, sliding_window=options.sliding_window,
         bounded_keep=None if keeps is None else keeps[0], bounded_keep_max=None if keeps is None else keeps[1],
         prefill_chosen=prefill_chosen)
     if reference_cmp is not None and reference_cmp.max_abs_diff is not None:

@@ -16,6 +16,7 @@ from ovpasses.app.render.text import (
     mask_action_text,
     op_action_text,
     paged_heads_lines,
+    paged_warning_text,
 )
 from ovpasses.errors import OvpassesError
 from ovpasses.plan.decisions import Action
@@ -122,8 +123,8 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         lines += paged_heads_lines(report["paged_heads"])
     for message in report["unhandled"]:
         lines.append(f"not handled: {message}")
-    for message in report.get("warnings", []):
-        lines.append(f"warning: {message}")
+    for warning in report.get("warnings", []):
+        lines.append(f"warning: {paged_warning_text(warning)}")
     ops = report.get("unreadable_ops", [])
     if ops:
         verdict = ("the rewritten IR is readable there" if report["readable"] else
