@@ -35,12 +35,9 @@ AFFECTED_PYTHON = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
 needs_affected = pytest.mark.skipif(not AFFECTED_PYTHON.exists(),
                                     reason="needs .venvs/ov-2026.0.0 (bash tools/venv.sh ov 2026.0.0)")
 
-ALL_SLIDING = pytest.mark.xfail(
-    strict=True, reason="issue 30: a model whose every layer slides has no full-length cache to take the context "
-                        "length from; the bounding leaves it unbounded until that is re-sourced (h-slide)")
 # fixture -> the marks of its bounded claims
 TEXT_FIXTURES = {
-    "mistral/allsliding": [ALL_SLIDING],
+    "mistral/allsliding": [],
     "gemma3/text6": [],
     "gemma2/tiny4": [],
     "gpt-oss/tiny4": [],
@@ -137,8 +134,8 @@ def test_core_bounded_caches_hold_the_window_and_decode_transformers_tokens(fixt
 
 @pytest.mark.parametrize("fixture", text_params())
 def test_the_analysis_of_the_rewritten_model_says_every_sliding_cache_is_bounded(fixture):
-    """Every sliding layer's caches (K and V) bounded, no full layer's (the all-sliding model once its context
-    length is taken from elsewhere)."""
+    """Every sliding layer's caches (K and V) bounded, no full layer's (the all-sliding model's too: its past
+    length is taken from attention_mask)."""
     assert bounded_layers(bounded_model(fixture)) == sliding_layers(fixture)
 
 
@@ -195,8 +192,7 @@ def test_clients_decode_the_short_prompt_from_the_bounded_model(path, fixture):
 @pytest.mark.parametrize("fixture", text_params())
 def test_optimum_intel_generates_transformers_tokens_from_the_bounded_folder(fixture, prompt, tmp_path):
     """``ovpass rewrite --sliding-window bounded`` on the folder; OVModelForCausalLM.generate (in .venvs/export:
-    it needs torch) decodes transformers' 32 tokens from it, both prompts. The all-sliding model's folder is
-    checked for bounded caches first (strict xfail until it is bounded)."""
+    it needs torch) decodes transformers' 32 tokens from it, both prompts, every sliding layer's cache bounded."""
     from test_clients import EXPORT_PYTHON, optimum_generate, rewrite_folder   # tests/ is on sys.path
 
     if not EXPORT_PYTHON.exists():
@@ -284,11 +280,6 @@ def vlm_cases() -> list[dict]:
              "image": np.load(VLM / image["image"]["file"])}]
 
 
-VLM_NOT_BOUNDED = pytest.mark.xfail(
-    strict=True, reason="issue 30: the window of Gemma 3's image-text-to-text language model is not recognised "
-                        "(its mask also opens bidirectional image blocks from token_type_ids): 'attends without a "
-                        "sliding-window mask', 0 caches bounded")
-
 
 @pytest.fixture(scope="module")
 def bounded_vlm(tmp_path_factory) -> Path:
@@ -312,7 +303,6 @@ def vlm_generate(folder: Path, path: str, case: dict) -> list[int]:
     return list(streamer.ids)
 
 
-@VLM_NOT_BOUNDED
 @pytest.mark.parametrize("case", vlm_cases(), ids=lambda c: c["name"])
 @pytest.mark.parametrize("path", ["stateful", "paged"])
 def test_vlm_pipeline_on_the_bounded_gemma3_folder_equals_the_unmodified_one(bounded_vlm, path, case):
@@ -351,3 +341,34 @@ def test_genai_stateful_vlm_pipeline_decodes_the_unmodified_gemma3_export_wrong(
     cell = grid_cell(Path(sys.executable), VLM, "unmodified", "stateful", modes=("unmodified",),
                      paths=("core", "stateful", "paged"))
     assert cell["status"] == "wrong tokens" and cell["first_mismatch"] == 2, cell
+
+
+def _run_vlm_language_model(model: ov.Model, chunks: list[list[int]], decode: int = 4) -> list[np.ndarray]:
+    """Feed the Gemma 3 language model random embeddings in ``chunks`` (each a list of token types: 0 text, 1
+    image) then ``decode`` text steps; return every step's logits (exact config)."""
+    request = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG).create_infer_request()
+    request.reset_state()
+    rng, past, out = np.random.default_rng(3), 0, []
+    for types in chunks + [[0]] * decode:
+        n = len(types)
+        request.infer({"inputs_embeds": rng.standard_normal((1, n, 64)).astype(np.float32),
+                       "attention_mask": np.ones((1, past + n), np.int64),
+                       "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
+                       "token_type_ids": np.array([types], np.int64), "beam_idx": np.zeros(1, np.int32)})
+        past += n
+        out.append(request.get_output_tensor(0).data.copy())
+    return out
+
+
+def test_gemma3_image_blocks_longer_than_the_window_stay_exact_whole_or_split():
+    """The Gemma 3 language model's mask (the distance form, under a Select that opens image blocks) is recognised
+    as a window of 8. Its block condition reads only the step's own token_type_ids (zeros over the past), so an
+    image block of 14 tokens, longer than W, gives the unmodified model's logits bounded whether it is fed in
+    one inference or split over two. ov.Core, exact config."""
+    bounded = ov.Core().read_model(VLM / "openvino_language_model.xml")
+    caches = ovpasses.rewrite(bounded, sliding_window="bounded").sliding_window_caches
+    assert len(caches.bounded) == 10 and {b.window for b in caches.bounded.values()} == {8}
+    for chunks in ([[0, 0] + [1] * 14 + [0, 0]], [[0, 0] + [1] * 14, [1] * 4 + [0, 0]]):
+        expected = _run_vlm_language_model(ov.Core().read_model(VLM / "openvino_language_model.xml"), chunks)
+        for got, want in zip(_run_vlm_language_model(bounded, chunks), expected):
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * max(1.0, float(np.abs(want).max())))
