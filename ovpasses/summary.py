@@ -14,7 +14,7 @@ from ovpasses.analysis.eager_attention import EagerAttention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.sharing_lint import Finding
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches
-from ovpasses.paged_padding import PagedHeadsStep
+from ovpasses.features.paged_heads.plan import PagedHeadsStep, PagedWarning
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
 from ovpasses.lowering import OpVersionAction
@@ -23,7 +23,7 @@ from ovpasses.modes import KVSharing, SlidingWindow
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache
-from ovpasses.plan.decisions import Action, Decision, MaskAction, PagedWarning
+from ovpasses.plan.decisions import Action, Decision, MaskAction
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.report import schemas
 from ovpasses.step import PassReport

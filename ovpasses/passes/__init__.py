@@ -1,6 +1,6 @@
 """The ovpasses transformations, one per module."""
 
-from ovpasses.passes.attention_head_padding import AttentionHeadPadding
+from ovpasses.features.paged_heads.attention_head_padding import AttentionHeadPadding
 from ovpasses.passes.convert_one_hot16_to_one_hot1 import ConvertOneHot16ToOneHot1
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.eager_attention_to_sdpa import EagerAttentionToSDPA
