@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ovpasses.analysis.attention_kinds import AttentionKind
-from ovpasses.analysis.eager_attention import EagerAttention
+from ovpasses.features.sdpa_recovery.analysis import EagerAttention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.sharing_lint import Finding
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches

@@ -21,7 +21,7 @@ import openvino as ov
 
 from ovpasses.features.paged_heads.heads import attention_heads
 from ovpasses.analysis.attention_kinds import AttentionKind, attention_kinds
-from ovpasses.analysis.eager_attention import EagerAttention, find_eager_attention
+from ovpasses.features.sdpa_recovery.analysis import EagerAttention, find_eager_attention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.analysis.op_versions import OpVersionAnalysis
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
