@@ -111,9 +111,10 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     as always); the CLI writes nothing.
 
     ``kv_sharing="unshare"`` first gives each borrower of a shared cache a cache of its own
-    (:class:`SharedKVCacheUnsharing`, planned by :func:`~ovpasses.passes.shared_kv_cache_unsharing.plan_unsharing`); the rest of the pipeline then
-    plans on the model as it is afterwards. The summary's ``analysis`` stays what was detected in the
-    input; ``unshared`` lists the caches added and what each costs per token.
+    (:class:`SharedKVCacheUnsharing`, planned by
+    :func:`~ovpasses.features.unsharing.plan.plan_unsharing`); the rest of the pipeline then plans on the
+    model as it is afterwards. The summary's ``analysis`` stays what was detected in the input;
+    ``unshared`` lists the caches added and what each costs per token.
 
     ``sliding_window="bounded"`` last bounds every cache that only sliding-window attention reads to its
     last W-1 positions (:class:`SlidingWindowKVCacheBounding`); ``sliding_window_caches`` says which, with

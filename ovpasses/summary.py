@@ -22,7 +22,7 @@ from ovpasses.options import RewriteOptions
 from ovpasses.modes import KVSharing, SlidingWindow
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
-from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache
+from ovpasses.features.unsharing.plan import UnsharedCache
 from ovpasses.plan.decisions import Action, Decision, MaskAction
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.report import schemas

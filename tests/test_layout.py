@@ -226,7 +226,7 @@ def test_features_never_import_each_other():
                       for target in targets if feature_of(target) not in (None, feature_of(module)))
     assert crossing == []
     features = {feature_of(module) for module in graph} - {None}
-    assert {"paged_heads", "sdpa_recovery"} <= features, features
+    assert {"paged_heads", "sdpa_recovery", "unsharing"} <= features, features
     for feature in features:   # a feature is a folder with an __init__ that says what it is
         assert (ROOT / "ovpasses" / "features" / feature / "__init__.py").read_text().startswith('"""'), feature
 

@@ -38,7 +38,7 @@ from ovpasses.features.paged_heads.plan import (
     sdpa_by_name,
 )
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
-from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache, plan_unsharing
+from ovpasses.features.unsharing.plan import UnsharedCache, plan_unsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.plan.decisions import (
     Action,
