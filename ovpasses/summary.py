@@ -17,7 +17,7 @@ from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches
 from ovpasses.features.paged_heads.plan import PagedHeadsStep, PagedWarning
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
-from ovpasses.lowering import OpVersionAction
+from ovpasses.features.old_runtimes.plan import OpVersionAction
 from ovpasses.options import RewriteOptions
 from ovpasses.modes import KVSharing, SlidingWindow
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion

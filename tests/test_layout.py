@@ -77,7 +77,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ovpasses.analysis",),                               # walks that return facts
     ("ovpasses.plan",),                                   # profiles and typed decisions
     ("ovpasses.passes.*",),                               # the transformations several features share
-    ("ovpasses.lowering",),                               # passes with their own part of the plan
     ("ovpasses.features",),                               # a home per feature (they never import each other)
     ("ovpasses.passes",),                                 # every pass by its public name, PIPELINE_ORDER
     ("ovpasses.options",),                                # what a rewrite is asked to do (names the passes)
@@ -226,7 +225,7 @@ def test_features_never_import_each_other():
                       for target in targets if feature_of(target) not in (None, feature_of(module)))
     assert crossing == []
     features = {feature_of(module) for module in graph} - {None}
-    assert {"paged_heads", "sdpa_recovery", "unsharing"} <= features, features
+    assert {"paged_heads", "sdpa_recovery", "unsharing", "old_runtimes"} <= features, features
     for feature in features:   # a feature is a folder with an __init__ that says what it is
         assert (ROOT / "ovpasses" / "features" / feature / "__init__.py").read_text().startswith('"""'), feature
 

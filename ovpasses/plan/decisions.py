@@ -48,7 +48,7 @@ class MaskAction(StrEnum):
 
 
 class Lowered(StrEnum):
-    """What became of one operation the target runtime cannot read (see :mod:`ovpasses.lowering`)."""
+    """What became of one operation the target runtime cannot read (see :mod:`ovpasses.features.old_runtimes.plan`)."""
 
     CONSTANT_FOLDED = "constant_folded"   # replaced by its value
     CONVERTED = "converted"               # replaced by older operations that compute the same

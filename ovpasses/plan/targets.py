@@ -23,12 +23,12 @@ from ovpasses.features.paged_heads.heads import attention_heads
 from ovpasses.analysis.attention_kinds import AttentionKind, attention_kinds
 from ovpasses.features.sdpa_recovery.analysis import EagerAttention, find_eager_attention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
-from ovpasses.analysis.op_versions import OpVersionAnalysis
+from ovpasses.features.old_runtimes.analysis import OpVersionAnalysis
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches, analyze_sliding_window_caches
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask, find_sliding_window_masks
 from ovpasses.options import KVSharing, PagedHeads, RewriteOptions, SlidingWindow
-from ovpasses.lowering import lowering_target, unreadable_before
+from ovpasses.features.old_runtimes.plan import lowering_target, unreadable_before
 from ovpasses.features.paged_heads.plan import (
     PagedHeadsAction,
     PagedHeadsStep,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
 from ovpasses.errors import UnreadableOperationError
-from ovpasses.lowering import refusal_message
+from ovpasses.features.old_runtimes.plan import refusal_message
 from ovpasses.modes import KVSharing, OptionChoice, PagedHeads, SlidingWindow
 from ovpasses.features.paged_heads.plan import PagedHeadsAction
 from ovpasses.features.paged_heads.attention_head_padding import AttentionHeadPadding
@@ -20,7 +20,7 @@ from ovpasses.plan.decisions import Action, Lowered, MaskAction
 from ovpasses.plan.runtimes import OPSETS_MEASURED_ON, version_string
 
 if TYPE_CHECKING:
-    from ovpasses.lowering import OpVersionAction
+    from ovpasses.features.old_runtimes.plan import OpVersionAction
     from ovpasses.summary import RewriteSummary
 
 ACTION_TEXT = {
