@@ -10,20 +10,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ovpasses.analysis.attention_kinds import AttentionKind
-from ovpasses.analysis.eager_attention import EagerAttention
+from ovpasses.features.sdpa_recovery.analysis import EagerAttention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.sharing_lint import Finding
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches
-from ovpasses.paged_padding import PagedHeadsStep
+from ovpasses.features.paged_heads.plan import PagedHeadsStep, PagedWarning
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
-from ovpasses.lowering import OpVersionAction
+from ovpasses.features.old_runtimes.plan import OpVersionAction
 from ovpasses.options import RewriteOptions
 from ovpasses.modes import KVSharing, SlidingWindow
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
-from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache
-from ovpasses.plan.decisions import Action, Decision, MaskAction, PagedWarning
+from ovpasses.features.unsharing.plan import UnsharedCache
+from ovpasses.plan.decisions import Action, Decision, MaskAction
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.report import schemas
 from ovpasses.step import PassReport

@@ -13,15 +13,16 @@ from ovpasses.analysis.kv_memory import QUANTIZED, format_bytes
 from ovpasses.analysis.sliding_window_caches import HELD_CONTEXT, REFUSALS, Refusal
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
 from ovpasses.errors import UnreadableOperationError
-from ovpasses.lowering import refusal_message
+from ovpasses.features.old_runtimes.plan import refusal_message
 from ovpasses.modes import KVSharing, OptionChoice, PagedHeads, SlidingWindow
-from ovpasses.paged_padding import PagedHeadsAction
-from ovpasses.passes.attention_head_padding import AttentionHeadPadding
-from ovpasses.plan.decisions import Action, Lowered, MaskAction, PagedRisk, PagedWarning
+from ovpasses.features.paged_heads.plan import PagedHeadsAction
+from ovpasses.features.paged_heads.attention_head_padding import AttentionHeadPadding
+from ovpasses.features.paged_heads.plan import PagedRisk, PagedWarning
+from ovpasses.plan.decisions import Action, Lowered, MaskAction
 from ovpasses.plan.runtimes import OPSETS_MEASURED_ON, version_string
 
 if TYPE_CHECKING:
-    from ovpasses.lowering import OpVersionAction
+    from ovpasses.features.old_runtimes.plan import OpVersionAction
     from ovpasses.summary import RewriteSummary
 
 ACTION_TEXT = {
@@ -259,7 +260,7 @@ def with_warning_texts(data: dict) -> dict:
 
 
 def paged_heads_lines(data: dict) -> list[str]:
-    """The report lines of a :meth:`~ovpasses.paged_padding.PagedHeadsStep.to_dict` (rewrite and inspect print
+    """The report lines of a :meth:`~ovpasses.features.paged_heads.plan.PagedHeadsStep.to_dict` (rewrite and inspect print
     the same); none when there is nothing to say (one layout, or padding neither asked for nor needed by the
     runtime)."""
     target = "x".join(map(str, data["target"])) if data["target"] else None

@@ -15,7 +15,7 @@ What real exporters write (optimum-intel 2.2.0, transformers 5.5.4 eager attenti
     probs  = Softmax(scores, axis=-1)              no Converts in an f32 export
     out    = MatMul(probs, V)                      -> Transpose [0, 2, 1, 3] -> Reshape -> o_proj
 
-The pattern (:func:`~ovpasses.analysis.eager_attention.eager_attention_pattern`) also takes the forms
+The pattern (:func:`~ovpasses.features.sdpa_recovery.analysis.eager_attention_pattern`) also takes the forms
 other exports hold: a scale on the scores (Multiply, or Divide: SDPA then gets ``1/s``, rounded once),
 K transposed by a Transpose instead of ``transpose_b`` (a scale after that Transpose moves onto K), masked_fill with -inf (Select), and Converts to
 f32 and back around the Softmax (f16/bf16 exports: SDPA then computes in the scores' type, its softmax
@@ -31,7 +31,7 @@ precision is the plugin's). A scale on Q or on K stays where it is, as part of S
 The scale is always an explicit Constant input (read from the graph, never re-derived from the head
 size); the mask is the eager graph's own tensor (a masked_fill's condition becomes Select(cond, 0, -inf)
 or Select(cond, -inf, 0)). Whatever is not exactly SDPA is left alone, with the reason
-:func:`~ovpasses.analysis.eager_attention.refusal` gives (in ``refused``): a softcap (Tanh), a dropout, a
+:func:`~ovpasses.features.sdpa_recovery.analysis.refusal` gives (in ``refused``): a softcap (Tanh), a dropout, a
 Softmax on another axis, a Transpose of K other than a swap of its last two axes, attention weights used
 elsewhere, a finite masked_fill.
 
@@ -51,7 +51,7 @@ from openvino import opset13 as ops
 from openvino.passes import Matcher, MatcherPass
 
 from ovpasses._ov import copy_runtime_info
-from ovpasses.analysis.eager_attention import eager_attention_pattern, refusal, sdpa_inputs
+from ovpasses.features.sdpa_recovery.analysis import eager_attention_pattern, refusal, sdpa_inputs
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ An exporter that traces transformers' eager attention (``attn_implementation="ea
 where Q' and K' may already be scaled (``Q * s``, ``K / s``) and K/V may reach the MatMuls through the GQA
 expand (Unsqueeze -> Broadcast -> Reshape, transformers' ``repeat_kv``). Those stay what they are: they
 are SDPA's Q, K and V. :func:`eager_attention_pattern` is the one pattern of these forms (the pass
-:class:`~ovpasses.passes.eager_attention_to_sdpa.EagerAttentionToSDPA` matches it), and :func:`refusal`
+:class:`~ovpasses.features.sdpa_recovery.eager_attention_to_sdpa.EagerAttentionToSDPA` matches it), and :func:`refusal`
 the one predicate that says why a match is not exactly SDPA, as a sentence (None: it is).
 
 :func:`find_eager_attention` lists every attention-like Softmax of a model (its output, through an

@@ -1,8 +1,8 @@
 """Op-version lowering: make an IR readable by an older runtime where that is exact.
 
-Operations newer than the target reads (:mod:`ovpasses.analysis.op_versions`) are constant-folded or
-converted into older operations by the lowering passes (:data:`LOWERING_PASSES`); what is left is
-refused, with the reason the pattern of its pass gave (the pass's ``refused``, filled by the predicate
+Operations newer than the target reads (:mod:`ovpasses.features.old_runtimes.analysis`) are
+constant-folded or converted into older operations by the lowering passes (:data:`LOWERING_PASSES`); what
+is left is refused, with the reason the pattern of its pass gave (the pass's ``refused``, filled by the predicate
 its pattern uses). :func:`lower_op_versions` runs them
 alone (an IR of an export folder without stateful attention); the pipeline runs the same passes as its
 last steps (:data:`ovpasses.pipeline.STEPS`) and records the outcome with :func:`outcomes`.
@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import openvino as ov
 
-from ovpasses.analysis.op_versions import OpVersionAnalysis, UnreadableOp, analyze_op_versions, op_version
+from ovpasses.features.old_runtimes.analysis import OpVersionAnalysis, UnreadableOp, analyze_op_versions, op_version
 from ovpasses.errors import UnreadableOperationError, UnsupportedRuntimeError
-from ovpasses.passes.convert_one_hot16_to_one_hot1 import ConvertOneHot16ToOneHot1
-from ovpasses.passes.erfinv_constant_folding import ErfInvConstantFolding
+from ovpasses.features.old_runtimes.convert_one_hot16_to_one_hot1 import ConvertOneHot16ToOneHot1
+from ovpasses.features.old_runtimes.erfinv_constant_folding import ErfInvConstantFolding
 from ovpasses.plan.decisions import Lowered
 from ovpasses.plan.runtimes import Version, installed_version, reads_op, version_string
 from ovpasses.step import PassReport, run_step

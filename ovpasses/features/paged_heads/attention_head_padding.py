@@ -5,7 +5,7 @@ PagedAttention node, and the CPU PagedAttention of openvino 2025.2 - 2026.2 cach
 model keyed by precision only: layers whose KV heads or head size differ from the first's run its
 kernels and decode garbage (Gemma 4 E2B/E4B: head sizes 256 and 512; 26B/31B: 16 KV heads x 256 and
 4 x 512). With one layout there is one executor, and it is the right one. The layout comes from
-:func:`ovpasses.analysis.paged_heads.analyze_paged_heads` (``Hkv*`` KV heads, head size ``D*``).
+:func:`ovpasses.features.paged_heads.analysis.analyze_paged_heads` (``Hkv*`` KV heads, head size ``D*``).
 
 For each cache that is not ``Hkv* x D*`` (``k_cache_BHkvSD``; ``r = Hkv* / Hkv``; ``g = H / Hkv*`` for a
 reader with ``H`` query heads, ``E`` its Q/K head size, ``Ev`` its V head size)::
@@ -61,7 +61,7 @@ from openvino.passes import ModelPass
 from ovpasses import modes
 from ovpasses._ov import SDPA_TYPE, copy_runtime_info
 from ovpasses.analysis.cache_chain import find_cache_chains
-from ovpasses.analysis.paged_heads import PagedHeads, padding_nodes
+from ovpasses.features.paged_heads.analysis import PagedHeads, padding_nodes
 from ovpasses.errors import PassInvariantError
 
 log = logging.getLogger(__name__)
