@@ -29,7 +29,7 @@ from xml.parsers.expat import errors as expat_errors
 import openvino as ov
 
 from ovpasses.app.files import commit
-from ovpasses.analysis.op_versions import UnknownToInstalled, installed_cannot_read
+from ovpasses.features.old_runtimes.analysis import UnknownToInstalled, installed_cannot_read
 from ovpasses.errors import InputError, OutputError, OvpassesError
 from ovpasses.units import size_text
 from ovpasses.plan.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_known, version_string

@@ -7,6 +7,7 @@ import textwrap
 
 import networkx as nx
 
+from ovpasses.analysis.kv_memory import format_bytes
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.app.render.text import (
     WIDTH,
@@ -14,6 +15,7 @@ from ovpasses.app.render.text import (
     eager_lines,
     fusion_text,
     fusion_why,
+    held_text,
     mask_action_text,
     op_action_text,
     paged_heads_lines,
@@ -85,8 +87,10 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
                 lines.append(f"  layer {s['layer']}: " + ("full attention" if s["window"] is None else
                              f"window {s['window']}, cache {'bounded' if s['cache_bounded'] else 'whole'}"))
         kv = report["kv_bytes"]
-        lines.append(f"  KV cache at batch 1: {_size(kv['per_token'])} per token; at {kv['context']} tokens "
-                     f"{_size(kv['full'])} as exported, {_size(kv['bounded'])} bounded")
+        lines.append(f"  KV bytes at batch 1, {kv['context']} tokens, as declared: {format_bytes(kv['full'])} "
+                     f"as exported, {format_bytes(kv['bounded'])} bounded ({kv['per_token']} B per token)")
+        lines += [f"  held, {held_text(h)}: {format_bytes(h['full'])} as exported, {format_bytes(h['bounded'])} "
+                  f"bounded" for h in kv.get("held", [])]
     shared = [v for v in report["variables"] if v["shared"]]
     if shared:
         lines += ["", "shared caches (owner: borrowers):"]
