@@ -1,6 +1,7 @@
 """ovpasses: OpenVINO graph transformations for models whose KV caches are shared between layers."""
 
-from ovpasses.analysis import KVSharingAnalysis, OpVersionAnalysis, analyze_kv_sharing, analyze_op_versions
+from ovpasses.analysis import KVSharingAnalysis, analyze_kv_sharing
+from ovpasses.features.old_runtimes.analysis import OpVersionAnalysis, analyze_op_versions
 from ovpasses.errors import (
     DeviceNotAvailableError,
     InvalidOptionError,

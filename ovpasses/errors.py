@@ -23,8 +23,8 @@ class UnsupportedRuntimeError(OvpassesError):
 
 class UnreadableOperationError(OvpassesError):
     """The model holds an operation that the target runtime cannot read from an IR file, and no pass can
-    replace it by operations the target reads (see :mod:`ovpasses.analysis.op_versions`). ``target``, ``refused``
-    (:class:`~ovpasses.lowering.OpVersionAction`) and ``path`` (the IR file, when one is known) are the facts the
+    replace it by operations the target reads (see :mod:`ovpasses.features.old_runtimes.analysis`). ``target``, ``refused``
+    (:class:`~ovpasses.features.old_runtimes.plan.OpVersionAction`) and ``path`` (the IR file, when one is known) are the facts the
     message says, for an application to say them its own way."""
 
     def __init__(self, message: str, *, target=None, refused=(), path=None):

@@ -9,8 +9,8 @@ on the nodes the plan gives it (:mod:`ovpasses.plan.targets`), and one loop (:fu
 them, times each and records what it changed.
 
 The pipeline also makes the IR readable by the target: operations newer than the target reads
-(:mod:`ovpasses.analysis.op_versions`) are constant-folded or converted into older operations where
-that is exact (:mod:`ovpasses.lowering`), and otherwise :func:`rewrite` refuses with
+(:mod:`ovpasses.features.old_runtimes.analysis`) are constant-folded or converted into older operations where
+that is exact (:mod:`ovpasses.features.old_runtimes.plan`), and otherwise :func:`rewrite` refuses with
 :class:`~ovpasses.errors.UnreadableOperationError`.
 
 ``kv_sharing="unshare"`` (opt-in) first gives each borrower of a shared
@@ -34,7 +34,7 @@ import openvino as ov
 
 from ovpasses.devices import normalize_device, resolve_device
 from ovpasses.errors import OvpassesError, UnreadableOperationError
-from ovpasses.lowering import outcomes, refusal_message
+from ovpasses.features.old_runtimes.plan import outcomes, refusal_message
 from ovpasses.options import RewriteOptions, options_from
 from ovpasses.passes import (
     AttentionHeadPadding,
@@ -105,15 +105,16 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     when ScaledDotProductAttentionDecomposition is named.
 
     When ``runtime`` names a release that cannot read some operation of the model (an ErfInv on
-    2026.1, say), the operation is replaced where that is exact (:func:`ovpasses.lowering.lower_op_versions`); an
+    2026.1, say), the operation is replaced where that is exact (:func:`ovpasses.features.old_runtimes.plan.lower_op_versions`); an
     operation that cannot be replaced raises :class:`UnreadableOperationError` naming it, its opset,
     the target and the first release that reads it. The model has been rewritten by then (in place,
     as always); the CLI writes nothing.
 
     ``kv_sharing="unshare"`` first gives each borrower of a shared cache a cache of its own
-    (:class:`SharedKVCacheUnsharing`, planned by :func:`~ovpasses.passes.shared_kv_cache_unsharing.plan_unsharing`); the rest of the pipeline then
-    plans on the model as it is afterwards. The summary's ``analysis`` stays what was detected in the
-    input; ``unshared`` lists the caches added and what each costs per token.
+    (:class:`SharedKVCacheUnsharing`, planned by
+    :func:`~ovpasses.features.unsharing.plan.plan_unsharing`); the rest of the pipeline then plans on the
+    model as it is afterwards. The summary's ``analysis`` stays what was detected in the input;
+    ``unshared`` lists the caches added and what each costs per token.
 
     ``sliding_window="bounded"`` last bounds every cache that only sliding-window attention reads to its
     last W-1 positions (:class:`SlidingWindowKVCacheBounding`); ``sliding_window_caches`` says which, with

@@ -10,20 +10,20 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ovpasses.analysis.attention_kinds import AttentionKind
-from ovpasses.analysis.eager_attention import EagerAttention
+from ovpasses.features.sdpa_recovery.analysis import EagerAttention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.sharing_lint import Finding
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches
-from ovpasses.paged_padding import PagedHeadsStep
+from ovpasses.features.paged_heads.plan import PagedHeadsStep, PagedWarning
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
-from ovpasses.lowering import OpVersionAction
+from ovpasses.features.old_runtimes.plan import OpVersionAction
 from ovpasses.options import RewriteOptions
 from ovpasses.modes import KVSharing, SlidingWindow
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
-from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache
-from ovpasses.plan.decisions import Action, Decision, MaskAction, PagedWarning
+from ovpasses.features.unsharing.plan import UnsharedCache
+from ovpasses.plan.decisions import Action, Decision, MaskAction
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.report import schemas
 from ovpasses.step import PassReport
@@ -123,6 +123,19 @@ class RewriteSummary:
         """Whether the target runtime reads the rewritten model (every operation it could not read was replaced)."""
         return all(a.handled for a in self.op_versions)
 
+    def no_effect(self) -> dict[str, dict[str, int]]:
+        """Per opt-in mode asked for (``kv_sharing``, ``sliding_window``) that changed nothing: why, as the count
+        of caches per typed reason (``sliding_window``: :class:`Refusal` values; ``kv_sharing``:
+        ``no_shared_cache`` or ``kept_shared``). Empty when every mode asked for changed something."""
+        out: dict[str, dict[str, int]] = {}
+        caches = self.sliding_window_caches
+        if self.sliding_window is not SlidingWindow.FULL and caches is not None and not caches.bounded:
+            out["sliding_window"] = {reason.value: count for reason, count in caches.refusal_counts().items()}
+        if self.kv_sharing is not KVSharing.KEEP and not self.unshared:
+            out["kv_sharing"] = {"kept_shared": len(self.kept_shared)} if self.kept_shared else \
+                {"no_shared_cache": len(self.analysis.caches)}
+        return out
+
     @property
     def extra_cache_bytes_per_token(self) -> int | None:
         """KV-cache memory the unshared copies add per token of context at batch 1 (None: unknown)."""
@@ -155,6 +168,7 @@ class RewriteSummary:
             "sliding_window": self.sliding_window.value,
             "sliding_window_caches": (None if self.sliding_window_caches is None
                                       else self.sliding_window_caches.to_dict()),
+            "no_effect": self.no_effect(),
             "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),
             "eager_attention": self.eager_to_dicts(),
         }

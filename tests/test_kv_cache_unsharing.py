@@ -18,14 +18,8 @@ from ovpasses import OvpassesError, analyze_kv_sharing
 from ovpasses.app import cli
 from ovpasses.app.folder import rewrite_folder
 from ovpasses.options import KVSharing, RewriteOptions
-from ovpasses.passes.shared_kv_cache_unsharing import (
-    NO_INITIALISER,
-    SCALAR_MASK,
-    SUBGRAPH_READER,
-    SharedKVCacheUnsharing,
-    borrower_labels,
-    plan_unsharing,
-)
+from ovpasses.features.unsharing.plan import NO_INITIALISER, SCALAR_MASK, SUBGRAPH_READER, borrower_labels, plan_unsharing
+from ovpasses.features.unsharing.shared_kv_cache_unsharing import SharedKVCacheUnsharing
 from ovpasses.plan.decisions import Action
 from ovpasses.app.check import count_fused_sdpa
 from ovpasses.app.render.text import summary_text

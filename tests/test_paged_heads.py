@@ -30,12 +30,12 @@ from hypothesis import assume, given
 from ovpasses.app.render.text import summary_text
 import ovpasses
 from ovpasses.analysis.kv_sharing import analyze_kv_sharing
-from ovpasses.analysis.paged_heads import HeadsRefusal, analyze_paged_heads
+from ovpasses.features.paged_heads.analysis import HeadsRefusal, analyze_paged_heads
 from ovpasses.modes import OptionChoice, PagedHeads
-from ovpasses.paged_padding import PagedHeadsAction
-from ovpasses.plan.decisions import PagedRisk
+from ovpasses.features.paged_heads.plan import PagedHeadsAction
+from ovpasses.features.paged_heads.plan import PagedRisk
 from ovpasses.app.render.text import paged_warning_text
-from ovpasses.passes.attention_head_padding import AttentionHeadPadding
+from ovpasses.features.paged_heads.attention_head_padding import AttentionHeadPadding
 from ovpasses.precision import EXACT_CPU_CONFIG
 from testkit.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference, run_heads_stack
 from testkit.paged import heads_stack_paged_outputs

@@ -15,7 +15,7 @@ the tokenizer IRs need openvino_tokenizers' extension to be read at all.
 
 For a named target (``--runtime 2026.0``), every IR is made readable there: the rewritten IRs by the
 pipeline itself, and an IR without stateful attention that holds an operation the target cannot read
-(from its XML's layer versions) by :func:`ovpasses.lowering.lower_op_versions` alone. An operation
+(from its XML's layer versions) by :func:`ovpasses.features.old_runtimes.plan.lower_op_versions` alone. An operation
 that cannot be replaced refuses the whole folder, naming the file. Tokenizer IRs converted by a newer
 openvino_tokenizers than the target's are copied as they are, with a warning: openvino_genai releases
 before it crash when they load them (:data:`ovpasses.plan.runtimes.TOKENIZERS_CRASH_OLDER_GENAI`).
@@ -32,11 +32,11 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ovpasses.analysis.op_versions import unreadable_versions
+from ovpasses.features.old_runtimes.analysis import unreadable_versions
 from ovpasses.app.files import commit, io
 from ovpasses.app.render.text import op_action_text, summary_text, with_warning_texts
 from ovpasses.errors import OvpassesError, UnreadableOperationError
-from ovpasses.lowering import OpVersionAction, lower_op_versions
+from ovpasses.features.old_runtimes.plan import OpVersionAction, lower_op_versions
 from ovpasses.options import RewriteOptions
 from ovpasses.pipeline import rewrite
 from ovpasses.report import schemas
@@ -201,7 +201,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
     ``source`` itself. An IR without stateful attention that holds an operation the target runtime
-    cannot read gets only those operations replaced (:func:`~ovpasses.lowering.lower_op_versions`).
+    cannot read gets only those operations replaced (:func:`~ovpasses.features.old_runtimes.plan.lower_op_versions`).
     Files other than those IRs are copied byte for byte, sub-folders included; ovpass's own lock,
     journal and temporary files are not copied. A symbolic link is copied as the file or folder it
     points to (``symlinks="copy"``, as ``cp -L``: a Hugging Face cache snapshot is made of links into

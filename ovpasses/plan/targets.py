@@ -19,27 +19,36 @@ from types import MappingProxyType
 
 import openvino as ov
 
-from ovpasses.analysis.attention_heads import attention_heads
+from ovpasses.features.paged_heads.heads import attention_heads
 from ovpasses.analysis.attention_kinds import AttentionKind, attention_kinds
-from ovpasses.analysis.eager_attention import EagerAttention, find_eager_attention
+from ovpasses.features.sdpa_recovery.analysis import EagerAttention, find_eager_attention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
-from ovpasses.analysis.op_versions import OpVersionAnalysis
+from ovpasses.features.old_runtimes.analysis import OpVersionAnalysis
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches, analyze_sliding_window_caches
-from ovpasses.analysis.sliding_window_masks import SlidingWindowMask, find_sliding_window_masks
+from ovpasses.analysis.sliding_window_masks import (
+    SlidingWindowMask,
+    find_distance_window_masks,
+    find_sliding_window_masks,
+)
 from ovpasses.options import KVSharing, PagedHeads, RewriteOptions, SlidingWindow
-from ovpasses.lowering import lowering_target, unreadable_before
-from ovpasses.paged_padding import PagedHeadsAction, PagedHeadsStep, paged_heads_plan, sdpa_by_name
+from ovpasses.features.old_runtimes.plan import lowering_target, unreadable_before
+from ovpasses.features.paged_heads.plan import (
+    PagedHeadsAction,
+    PagedHeadsStep,
+    PagedWarning,
+    paged_heads_plan,
+    paged_warnings,
+    sdpa_by_name,
+)
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
-from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache, plan_unsharing
+from ovpasses.features.unsharing.plan import UnsharedCache, plan_unsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.plan.decisions import (
     Action,
     Decision,
     MaskAction,
-    PagedWarning,
     mask_plan,
-    paged_warnings,
     plan_with_reasons,
 )
 from ovpasses.plan.profiles import RuntimeProfile
@@ -309,8 +318,9 @@ def _bounding(run: Run, _cls) -> tuple | None:
         return None
     ordered = run.model.get_ordered_ops()
     analysis = analyze_kv_sharing(run.model, ordered)
-    masks = find_sliding_window_masks(analysis.sdpa_nodes(ordered).values())
-    run.caches = analyze_sliding_window_caches(run.model, analysis, masks, run.options.sliding_window_margin)
+    sdpa_nodes = analysis.sdpa_nodes(ordered).values()
+    run.caches = analyze_sliding_window_caches(run.model, analysis, find_sliding_window_masks(sdpa_nodes),
+                                               run.options.sliding_window_margin, find_distance_window_masks(sdpa_nodes))
     return (run.caches,) if run.caches.bounded else None
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import openvino as ov
 
 from ovpasses.app.files import commit
-from ovpasses.analysis.op_versions import UnknownToInstalled, installed_cannot_read
+from ovpasses.features.old_runtimes.analysis import UnknownToInstalled, installed_cannot_read
 from ovpasses.errors import OvpassesError
 from ovpasses.plan.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_known, version_string
 
