@@ -10,8 +10,11 @@ Per config (``default``: the CPU plugin as a user gets it, no properties; ``exac
 each form in turn (interleaved, so that load on the machine spreads over all of them): a fresh request
 is filled with a ``--context``-token prompt in ``--chunk``-token chunks (prefill time), then
 ``--decode`` greedy tokens are decoded one by one (median ms per token). State is the bytes of every
-state as the plugin holds them (``get_byte_size``, the element type the config gives the cache) after
-the prefill and after the decode. Each form is compiled and measured in a worker process of its own
+state as ``query_state()`` returns them (``get_byte_size``: the IR's declared type, f32) after the prefill and
+after the decode; ``kv_held_bytes`` is the KV cache as the CPU plugin holds it after the prefill
+(:func:`ovpasses.analysis.kv_memory.model_kv_bytes_held` with the compiled model's own precisions: a fused
+cache in KEY/VALUE_CACHE_PRECISION, u8 plus scales by default on x86, f16 where the IR's runtime_options say
+so; every other state in the inference precision, double buffered), the figure forms are compared by. Each form is compiled and measured in a worker process of its own
 (this script with ``--worker FORM``, fed one JSON line per measurement), so its memory is its own:
 ``peak_rss_mib`` is the worker's high-water mark during that measurement (reset before it through
 ``/proc/self/clear_refs``: the form's weights and that request), ``peak_rss_rise_mib`` its rise above the
@@ -36,6 +39,8 @@ import numpy as np
 
 from common import ROOT, markdown_table, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
 
+from ovpasses.analysis.kv_memory import format_bytes
+
 FORMS = {"unmodified": None, "bounded": ("keep", "bounded"), "unshared": ("unshare", "full"),
          "unshared+bounded": ("unshare", "bounded")}
 
@@ -46,7 +51,8 @@ def configs() -> dict[str, dict]:
 
 
 def compile_form(model_dir: Path, name: str, config: dict, margin: int):
-    """``name``'s form of the model compiled with ``config`` and warmed up: (compiled, fused SDPA count, precisions)."""
+    """``name``'s form of the model compiled with ``config`` and warmed up: (compiled, fused SDPA count, precisions,
+    the form's model)."""
     import openvino as ov
 
     import ovpasses
@@ -66,7 +72,7 @@ def compile_form(model_dir: Path, name: str, config: dict, margin: int):
                     "beam_idx": np.zeros(1, np.int32)})
     del warm
     precision = {key: _type_name(compiled.get_property(key)) for key in ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION")}
-    return compiled, count_fused_sdpa(compiled), precision
+    return compiled, count_fused_sdpa(compiled), precision, model
 
 
 def serve(model_dir: Path, form: str, config_name: str, margin: int) -> int:
@@ -76,11 +82,16 @@ def serve(model_dir: Path, form: str, config_name: str, margin: int) -> int:
     import resource
     import sys
 
-    compiled, fused, precision = compile_form(model_dir, form, configs()[config_name], margin)
+    from ovpasses.analysis.kv_memory import compiled_held_precision, model_kv_bytes_held
+
+    compiled, fused, precision, model = compile_form(model_dir, form, configs()[config_name], margin)
+    held = compiled_held_precision(compiled, config_name)
+    precision["held"] = held.to_dict()
     print(json.dumps({"fused_sdpa": fused, "precision": precision}), flush=True)
     for line in sys.stdin:
         ask = json.loads(line)
         result = measure(compiled, ask["context"], ask["chunk"], ask["decode"], ask["vocab"])
+        result["kv_held_bytes"] = model_kv_bytes_held(model, ask["context"], held)
         np.save(ask["logits_path"], result.pop("logits"))
         result["process_peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         print(json.dumps(result), flush=True)
@@ -191,6 +202,7 @@ def summarise(runs: dict, fused: dict) -> list[dict]:
     base_prefill = statistics.median(r["prefill_s"] for r in base)
     base_decode = statistics.median(r["decode_ms"] for r in base)
     base_state = base[0]["state_bytes"]
+    base_held = base[0].get("kv_held_bytes")
     for name, measured in runs.items():
         if not measured:
             continue
@@ -198,7 +210,10 @@ def summarise(runs: dict, fused: dict) -> list[dict]:
         decode = statistics.median(r["decode_ms"] for r in measured)
         state = measured[0]["state_bytes"]
         agree = [agreement(r, b) for r, b in zip(measured, base)]
-        rows.append({"form": name, "fused_sdpa": fused[name], "state_bytes": state,
+        held = measured[0].get("kv_held_bytes")
+        rows.append({"form": name, "fused_sdpa": fused[name], "kv_held_bytes": held,
+                     "kv_held_x": round(held / base_held, 3) if held is not None and base_held else None,
+                     "state_bytes": state,
                      "state_x": round(state / base_state, 3), "state_bytes_end": measured[0]["state_bytes_end"],
                      "prefill_s": round(prefill, 3), "prefill_x": round(prefill / base_prefill, 3),
                      "decode_ms": round(decode, 2), "decode_x": round(decode / base_decode, 3),
@@ -253,10 +268,11 @@ def main(argv=None) -> int:
                      model=model_label, widths=widths, export_command=args.export_command,
                      contexts=args.context, chunk=args.chunk, decode=args.decode, rounds=args.rounds,
                      margin=args.margin, compiled_precision=compiled_precision,
-                     state_note="state bytes as query_state() returns the states (the model's declared element "
-                                "type, f32); under plugin defaults the fused kernel keeps its own cache in "
-                                "KV_CACHE_PRECISION (compiled_precision), so only the exact config's bytes are "
-                                "the memory held", configs={c: configs()[c] or "CPU plugin defaults (no properties)"
+                     state_note="kv_held_bytes: the KV cache as the CPU plugin holds it after the prefill "
+                                "(fused caches in the compiled model's KEY/VALUE_CACHE_PRECISION, with scales when "
+                                "quantized; every other state in its INFERENCE_PRECISION_HINT, double buffered: "
+                                "compiled_precision[config][form].held); state_bytes: as query_state() returns "
+                                "the states (the IR's declared type, f32)", configs={c: configs()[c] or "CPU plugin defaults (no properties)"
                                                   for c in args.config},
                      measured="per config, context and round, each form in turn from a fresh request: prefill "
                               "of the whole context in chunks, then greedy decode steps (median ms); state = "
@@ -279,14 +295,15 @@ def main(argv=None) -> int:
                         progress(f"{config_name} context {context} round {round_ + 1}/{args.rounds}: {form}")
                         runs[form].append(workers[form].measure(context, args.chunk, args.decode, vocab))
                         m = runs[form][-1]
+                        held = m["kv_held_bytes"]
                         progress(f"  prefill {m['prefill_s']:.2f} s, decode {m['decode_ms']:.1f} ms, "
-                                 f"state {m['state_bytes'] / 2**20:.1f} MiB, peak RSS {m['peak_rss_mib']} MiB "
+                                 f"KV held {'?' if held is None else format_bytes(held)}, peak RSS {m['peak_rss_mib']} MiB "
                                  f"(process {m['process_peak_rss_mib']} MiB)")
                         result["rows"] = [dict(row, config=config_name, context=context)
                                           for row in summarise(runs, fused)]
                         save(False)
                 print(f"\n{config_name}, context {context}:")
-                keys = ["form", "fused_sdpa", "state_bytes", "state_x", "prefill_s", "prefill_x", "decode_ms",
+                keys = ["form", "fused_sdpa", "kv_held_bytes", "kv_held_x", "state_bytes", "state_x", "prefill_s", "prefill_x", "decode_ms",
                         "decode_x", "peak_rss_mib", "process_peak_rss_mib", "tokens_equal_unmodified", "max_logit_diff"]
                 print(markdown_table(keys, [[row[k] for k in keys] for row in result["rows"]]), flush=True)
             for worker in workers.values():

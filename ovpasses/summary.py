@@ -124,6 +124,19 @@ class RewriteSummary:
         """Whether the target runtime reads the rewritten model (every operation it could not read was replaced)."""
         return all(a.handled for a in self.op_versions)
 
+    def no_effect(self) -> dict[str, dict[str, int]]:
+        """Per opt-in mode asked for (``kv_sharing``, ``sliding_window``) that changed nothing: why, as the count
+        of caches per typed reason (``sliding_window``: :class:`Refusal` values; ``kv_sharing``:
+        ``no_shared_cache`` or ``kept_shared``). Empty when every mode asked for changed something."""
+        out: dict[str, dict[str, int]] = {}
+        caches = self.sliding_window_caches
+        if self.sliding_window is not SlidingWindow.FULL and caches is not None and not caches.bounded:
+            out["sliding_window"] = {reason.value: count for reason, count in caches.refusal_counts().items()}
+        if self.kv_sharing is not KVSharing.KEEP and not self.unshared:
+            out["kv_sharing"] = {"kept_shared": len(self.kept_shared)} if self.kept_shared else \
+                {"no_shared_cache": len(self.analysis.caches)}
+        return out
+
     @property
     def extra_cache_bytes_per_token(self) -> int | None:
         """KV-cache memory the unshared copies add per token of context at batch 1 (None: unknown)."""
@@ -156,6 +169,7 @@ class RewriteSummary:
             "sliding_window": self.sliding_window.value,
             "sliding_window_caches": (None if self.sliding_window_caches is None
                                       else self.sliding_window_caches.to_dict()),
+            "no_effect": self.no_effect(),
             "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),
             "eager_attention": self.eager_to_dicts(),
         }

@@ -68,6 +68,12 @@ def test_benchmark_script_runs(script, tmp_path):
         assert {(row["config"], row["form"]) for row in data["rows"]} == {
             (c, f) for c in ("default", "exact") for f in ("unmodified", "bounded", "unshared", "unshared+bounded")}
         assert all(row["process_peak_rss_mib"] >= row["peak_rss_rise_mib"] > 0 for row in data["rows"])
+        held = {(row["config"], row["form"]): row["kv_held_bytes"] for row in data["rows"]}
+        # the exact config holds every cache in f32: tiny8's 4 fused caches (2 x 16) once, the shared ones
+        # (layer 2's 2 x 16, layer 3's 2 x 32) as plain states twice, at 40 positions
+        assert held[("exact", "unmodified")] == 40 * 4 * (4 * 32 + 2 * 2 * 32 + 2 * 2 * 64)
+        assert all(held[(c, "bounded")] < held[(c, "unmodified")] for c in ("default", "exact"))
+        assert {p["held"]["key"] for p in data["compiled_precision"]["exact"].values()} == {"f32"}
     if script == "sliding_window_profile":   # the prefill's counters, per decoder layer (tiny8: 8 layers)
         row = data["rows"][0]
         assert row["phase"] == "prefill" and row["steps"] == 3 and row["wall_s"] > 0

@@ -174,9 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OpenVINO device, any case: cpu, GPU, gpu.0 (default CPU); one OpenVINO does not see is an "
                         "error that lists those it sees")
     p.add_argument("--steps", type=_non_negative, default=3, help="decode steps after the prefill (default 3)")
-    p.add_argument("--prefill", type=_positive, default=8,
-                   help="prefill length in tokens (default 8); with --sliding-window bounded, give more than the "
-                        "window so that decode steps read a bounded cache")
+    p.add_argument("--prefill", type=_positive, default=None,
+                   help="prefill length in tokens, for ov.Core and --genai (default 8; with --sliding-window bounded, "
+                        "past what a bounded cache keeps, so that decode steps read it: a shorter one is INCONCLUSIVE)")
     p.add_argument("--prefill-chunk", type=_positive, default=None, metavar="N",
                    help="feed the prefill in inferences of at most N tokens (default: one inference), as a client "
                         "with chunked prefill does; with --sliding-window bounded, later chunks read a bounded cache")
@@ -243,16 +243,21 @@ def cmd_rewrite(args) -> int:
     if target is None and not args.dry_run:
         raise OvpassesError("say where to write: -o OUT.xml, --in-place, or --dry-run to write nothing")
     summary = ir_file.rewrite_file(source, target, options, in_place=args.in_place, dry_run=args.dry_run)
+    written = not args.dry_run and ir_file.written(summary, args.in_place)
     if args.format == "json":
         data = text.with_warning_texts(summary.to_dict())
         data["input"] = str(source)
         data["output"] = None if args.dry_run else str(target)
         data["changed"] = summary.changed
+        data["written"] = written
         print(json.dumps(data, indent=2))
     else:
         print(text.summary_text(summary))
         if args.dry_run:
             print("dry run: nothing written")
+        elif not summary.changed:
+            print(f"nothing changed: {target} left as it is" if not written else
+                  f"nothing changed: {target} and {io.weights_path(target).name} hold the input as read")
         else:
             print(f"wrote {target} and {io.weights_path(target).name}")
     return EXIT_OK
@@ -270,7 +275,8 @@ def _rewrite_folder(args, source: Path, options: RewriteOptions) -> int:
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         print(summary)
-        print("dry run: nothing written" if target is None else f"wrote {target}")
+        print("dry run: nothing written" if target is None else
+              f"wrote {target}" if summary.changed else f"nothing changed: {target} holds the input folder's files as read")
     return EXIT_OK
 
 

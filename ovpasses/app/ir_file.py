@@ -31,6 +31,12 @@ def rewrite_file(source: str | os.PathLike, target: str | os.PathLike | None,
             io.check_distinct_output(source, target)
     model = io.read_ir(source)
     summary = rewrite(model, options=options)
-    if target is not None and not dry_run:
+    if target is not None and not dry_run and written(summary, in_place):
         io.write_ir(model, target)
     return summary
+
+
+def written(summary: RewriteSummary, in_place: bool) -> bool:
+    """Whether :func:`rewrite_file` writes the pair (not on a dry run): a rewrite that changed nothing leaves an
+    ``in_place`` input as it is; to another target the pair is written as read."""
+    return summary.changed or not in_place

@@ -26,7 +26,11 @@ from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.features.old_runtimes.analysis import OpVersionAnalysis
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches, analyze_sliding_window_caches
-from ovpasses.analysis.sliding_window_masks import SlidingWindowMask, find_sliding_window_masks
+from ovpasses.analysis.sliding_window_masks import (
+    SlidingWindowMask,
+    find_distance_window_masks,
+    find_sliding_window_masks,
+)
 from ovpasses.options import KVSharing, PagedHeads, RewriteOptions, SlidingWindow
 from ovpasses.features.old_runtimes.plan import lowering_target, unreadable_before
 from ovpasses.features.paged_heads.paged_path import PagedWarning, paged_warnings
@@ -308,8 +312,9 @@ def _bounding(run: Run, _cls) -> tuple | None:
         return None
     ordered = run.model.get_ordered_ops()
     analysis = analyze_kv_sharing(run.model, ordered)
-    masks = find_sliding_window_masks(analysis.sdpa_nodes(ordered).values())
-    run.caches = analyze_sliding_window_caches(run.model, analysis, masks, run.options.sliding_window_margin)
+    sdpa_nodes = analysis.sdpa_nodes(ordered).values()
+    run.caches = analyze_sliding_window_caches(run.model, analysis, find_sliding_window_masks(sdpa_nodes),
+                                               run.options.sliding_window_margin, find_distance_window_masks(sdpa_nodes))
     return (run.caches,) if run.caches.bounded else None
 
 

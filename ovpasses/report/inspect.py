@@ -63,7 +63,8 @@ def inspect_summary(summary: RewriteSummary) -> dict:
     if caches is not None:
         extra["kv_bytes"] = {"context": KV_BYTES_CONTEXT, "per_token": caches.kv_bytes(1, bounded=False),
                              "full": caches.kv_bytes(KV_BYTES_CONTEXT, bounded=False),
-                             "bounded": caches.kv_bytes(KV_BYTES_CONTEXT)}
+                             "bounded": caches.kv_bytes(KV_BYTES_CONTEXT),
+                             "held": caches.held_at(KV_BYTES_CONTEXT)}
     return {
         "schema": schemas.INSPECT,
         "runtime": summary.profile.version_string,

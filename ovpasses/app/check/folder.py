@@ -12,7 +12,8 @@ from pathlib import Path
 import openvino as ov
 
 from ovpasses.app.check import genai, inputs
-from ovpasses.app.check.side_by_side import FIXED, INCONCLUSIVE, OK, WORSE, CheckReport, check_model
+from ovpasses.app.check.side_by_side import (FIXED, INCONCLUSIVE, OK, WORSE, CheckReport, bound_prefill,
+                                              bounded_keeps, check_model)
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
 from ovpasses.app import folder
@@ -46,7 +47,7 @@ class PathCheck:
 
 
 def check_path(source: Path, device: str = "CPU", steps: int = 3, options: RewriteOptions | None = None,
-               config: dict | None = None, prefill: int = 8, atol: float = 1e-4, rtol: float = 1e-4,
+               config: dict | None = None, prefill: int | None = None, atol: float = 1e-4, rtol: float = 1e-4,
                data_shapes: inputs.DataShapes | None = None, with_genai: bool = False,
                prefill_chunk: int | None = None) -> PathCheck:
     """Check an IR file, or each IR of an export folder that holds stateful attention (and, with
@@ -70,13 +71,19 @@ def check_path(source: Path, device: str = "CPU", steps: int = 3, options: Rewri
             model, device=device, steps=steps, options=options, config=config, prefill=prefill, atol=atol,
             rtol=rtol, source=feeds, prefill_chunk=prefill_chunk)))
     if with_genai:
-        result.genai = genai_check(source, device, options)
+        result.genai = genai_check(source, device, options, prefill)
     return result
 
 
-def genai_check(source: Path, device: str, options: RewriteOptions | None = None) -> list:
-    """The folder and its rewritten copy (in a temporary folder) through openvino_genai."""
+def genai_check(source: Path, device: str, options: RewriteOptions | None = None, prefill: int | None = None) -> list:
+    """The folder and its rewritten copy (in a temporary folder) through openvino_genai, on a prompt of
+    ``prefill`` tokens; None: genai's default prompt, or, where the rewrite bounds a cache, a prompt past the
+    most a bounded cache keeps."""
     with tempfile.TemporaryDirectory(prefix="ovpass-genai-") as tmp:
         rewritten = Path(tmp) / "rewritten"
-        folder.rewrite_folder(source, rewritten, options)
-        return genai.check_folders(source, rewritten, device=device)
+        summary = folder.rewrite_folder(source, rewritten, options)
+        keeps = [k[1] for m in summary.models if m.summary is not None and (k := bounded_keeps(m.summary))]
+        keep = max(keeps, default=None)
+        if prefill is None and keep is not None:
+            prefill = bound_prefill(keep)
+        return genai.check_folders(source, rewritten, device=device, prefill=prefill, bound_keep=keep)

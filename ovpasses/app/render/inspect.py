@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import networkx as nx
 
+from ovpasses.analysis.kv_memory import format_bytes
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.app.render.text import (
     action_text,
     eager_lines,
     fusion_text,
     fusion_why,
+    held_text,
     mask_action_text,
     op_action_text,
     paged_heads_lines,
@@ -81,8 +83,10 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
                 lines.append(f"  layer {s['layer']}: " + ("full attention" if s["window"] is None else
                              f"window {s['window']}, cache {'bounded' if s['cache_bounded'] else 'whole'}"))
         kv = report["kv_bytes"]
-        lines.append(f"  KV bytes at batch 1: {kv['per_token']} per token; at {kv['context']} tokens "
-                     f"{kv['full']} as exported, {kv['bounded']} bounded")
+        lines.append(f"  KV bytes at batch 1, {kv['context']} tokens, as declared: {format_bytes(kv['full'])} "
+                     f"as exported, {format_bytes(kv['bounded'])} bounded ({kv['per_token']} B per token)")
+        lines += [f"  held, {held_text(h)}: {format_bytes(h['full'])} as exported, {format_bytes(h['bounded'])} "
+                  f"bounded" for h in kv.get("held", [])]
     shared = [v for v in report["variables"] if v["shared"]]
     if shared:
         lines += ["", "shared caches (owner: borrowers):"]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from ovpasses.analysis.kv_memory import QUANTIZED, format_bytes
+from ovpasses.analysis.sliding_window_caches import HELD_CONTEXT, REFUSALS, Refusal
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
 from ovpasses.errors import UnreadableOperationError
 from ovpasses.features.old_runtimes.plan import refusal_message
@@ -97,6 +99,23 @@ def _bytes(count: int | None) -> str:
     return "an unknown number of bytes (a dynamic head dimension)" if count is None else f"{count} bytes"
 
 
+def held_text(held: dict) -> str:
+    """How a configuration holds the caches (an entry of ``SlidingWindowCaches.held_at``), in words."""
+    fused = held["key"] if held["key"] == held["value"] else f"K {held['key']}, V {held['value']}"
+    scales = " + scale and zero point" if held["key"] in QUANTIZED else ""
+    config = "exact config" if held["config"] == "exact" else held["config"]
+    source = f" from the {held['source']}" if held["source"] != "device" else ""
+    return f"{config} (fused caches {fused}{scales}{source}, other states {held['plain']} x2)"
+
+
+def past_length_source(caches) -> str:
+    """Where the bounding reads the past length from (a :class:`SlidingWindowCaches` that bounds a cache)."""
+    if caches.reference is not None:
+        return caches.reference
+    context, tokens = caches.context_inputs
+    return f"the {context} input's length less {tokens}'"
+
+
 def eager_lines(entries: list[dict]) -> list[str]:
     """The eager attention subgraphs found (``RewriteSummary.eager_to_dicts()``), how many are SDPAs now,
     and why each other one is left eager."""
@@ -136,18 +155,29 @@ def summary_text(summary: RewriteSummary) -> str:
         text = mask_action_text(summary.mask_actions[mask.select], summary.masks_not_applied.get(mask.select))
         lines.append(f"sliding-window mask (window {mask.window}, "
                      f"{len(mask.sdpa_direct) + len(mask.sdpa_sliced)} SDPA): {text}")
-    if summary.kv_sharing is not KVSharing.KEEP:
+    no_effect = summary.no_effect()
+    if "kv_sharing" in no_effect:
+        lines.append(f"kv sharing: {summary.kv_sharing}: changed nothing: "
+                     + ("no cache is shared" if "no_shared_cache" in no_effect["kv_sharing"] else
+                        "every shared cache is kept shared (below)"))
+    elif summary.kv_sharing is not KVSharing.KEEP:
         lines.append(f"kv sharing: {summary.kv_sharing}: {len(summary.unshared)} caches added, "
                      f"{_bytes(summary.extra_cache_bytes_per_token)} per token of context (batch 1)")
     for cache, reason in summary.kept_shared.items():
         lines.append(f"kept shared: {cache}: {reason}")
     bounded = summary.sliding_window_caches
-    if summary.sliding_window is not SlidingWindow.FULL and bounded is not None:
+    if "sliding_window" in no_effect:   # one line, whatever the number of caches
+        reasons = "; ".join(f"{count} cache{'s' if count > 1 else ''}: {REFUSALS[Refusal(reason)]}"
+                            for reason, count in no_effect["sliding_window"].items())
+        lines.append(f"sliding window: {summary.sliding_window}: changed nothing: {reasons or 'the model has no cache'}")
+    elif summary.sliding_window is not SlidingWindow.FULL and bounded is not None:
         lines.append(f"sliding window: {summary.sliding_window}: {len(bounded.bounded)} caches bounded"
                      + (f" (window {', '.join(map(str, sorted({b.window for b in bounded.bounded.values()})))}, "
-                        f"past length from {bounded.reference})" if bounded.bounded else ""))
+                        f"past length from {past_length_source(bounded)})" if bounded.bounded else ""))
         for vid, refusal in bounded.refused.items():
             lines.append(f"  not bounded: {vid}: {refusal.message}")
+        lines += [f"  KV held at {h['context']} tokens, {held_text(h)}: {format_bytes(h['full'])} -> "
+                  f"{format_bytes(h['bounded'])}" for h in bounded.held_at(HELD_CONTEXT)]
     lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []
     for message in summary.analysis.unhandled:
         lines.append(f"not handled: {message}")
