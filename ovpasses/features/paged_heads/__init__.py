@@ -10,5 +10,5 @@ layouts differ; padding every KV cache to one layout mends it.
 * ``attention_head_padding.py``: the pass, :class:`AttentionHeadPadding`.
 
 The sentences of its report section are the application's (``ovpasses.app.render.text.paged_heads_lines``,
-``paged_warning_text``). Guide: ``docs/paged-heads.md``.
+``paged_warning_text``). Guide: ``docs/guides/paged-heads-pad.md``.
 """
