@@ -333,6 +333,18 @@ def test_gemma3_vlm_image_prompt_decodes_transformers_tokens_through_core():
     assert vlm_greedy(VLM, ids, len(case["expected"]), "CPU", EXACT_CPU_CONFIG, case["image"])[0] == case["expected"]
 
 
+@pytest.mark.parametrize("case", vlm_cases(), ids=lambda c: c["name"])
+def test_bounded_gemma3_vlm_decodes_transformers_tokens_through_core(bounded_vlm, case):
+    """The bounded folder through ov.Core (its embedding and vision IRs, token_type_ids marking the image tokens):
+    transformers' 32 tokens after the text prompts shorter and longer than W and after the image prompt."""
+    from testkit.greedy import vlm_greedy
+
+    ids = {"text": reference_vlm()["prompt_ids"], "long": reference_vlm()["long_prompt"]["prompt_ids"],
+           "image": reference_vlm()["image_prompt"]["prompt_ids"]}[case["name"]]
+    tokens, _ = vlm_greedy(bounded_vlm, ids, len(case["expected"]), "CPU", EXACT_CPU_CONFIG, case["image"])
+    assert tokens == case["expected"]
+
+
 @pytest.mark.xdist_group("sliding-window-family-vlm-cells")
 def test_genai_stateful_vlm_pipeline_decodes_the_unmodified_gemma3_export_wrong():
     """openvino_genai 2026.4.1's VLMPipeline with ATTENTION_BACKEND="SDPA" decodes the unmodified Gemma 3 export
