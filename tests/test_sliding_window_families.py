@@ -250,7 +250,7 @@ def test_genai_chat_on_the_bounded_folder_equals_the_unmodified_one(fixture, tmp
     """openvino_genai's chat (start_chat, three turns of 6 tokens; the chat's context passes W = 8 in every
     turn): the stateful path (SDPA) on a folder bounded with a margin of one answer, and the default paged
     path on one bounded with none, answer as the unmodified folder does (LLMPipeline's stateful chat takes
-    each answer back out of the cache: see docs/sliding_window.md)."""
+    each answer back out of the cache: see docs/guides/sliding-window-bounded.md)."""
     import openvino_genai as genai
 
     assert bounded_layers(bounded_model(fixture, ANSWER)) == sliding_layers(fixture)
