@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from common import ROOT, markdown_table, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
+from ovpasses.units import size_text  # noqa: E402
 
-from ovpasses.analysis.kv_memory import format_bytes
 
 FORMS = {"unmodified": None, "bounded": ("keep", "bounded"), "unshared": ("unshare", "full"),
          "unshared+bounded": ("unshare", "bounded")}
@@ -297,7 +297,7 @@ def main(argv=None) -> int:
                         m = runs[form][-1]
                         held = m["kv_held_bytes"]
                         progress(f"  prefill {m['prefill_s']:.2f} s, decode {m['decode_ms']:.1f} ms, "
-                                 f"KV held {'?' if held is None else format_bytes(held)}, peak RSS {m['peak_rss_mib']} MiB "
+                                 f"KV held {'?' if held is None else size_text(held)}, peak RSS {m['peak_rss_mib']} MiB "
                                  f"(process {m['process_peak_rss_mib']} MiB)")
                         result["rows"] = [dict(row, config=config_name, context=context)
                                           for row in summarise(runs, fused)]

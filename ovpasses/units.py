@@ -4,8 +4,11 @@ application's text alike; JSON keeps the numbers)."""
 from __future__ import annotations
 
 
-def size_text(size: int | float) -> str:
-    """A byte count for a person: ``512 bytes``, ``1.5 KiB``, ``12.0 MiB``, ``2.25 GiB``, ``3.00 TiB``."""
+def size_text(size: int | float | None) -> str:
+    """A byte count for a person: ``512 bytes``, ``1.5 KiB``, ``12.0 MiB``, ``2.25 GiB``, ``3.00 TiB``;
+    None (a count not known): ``unknown``."""
+    if size is None:
+        return "unknown"
     if size < 1024:
         return f"{size:g} bytes" if isinstance(size, float) else f"{size} bytes"
     units = (("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))

@@ -182,13 +182,3 @@ def model_kv_bytes_held(model: ov.Model, context: int, precision: HeldPrecision)
         plugin_fused = bool(cache.sdpa) and set(cache.sdpa) <= fused and not cache.bounded
         total += precision.cache_bytes("key" if cache.key_readers else "value", *shape, kept, fused=plugin_fused)
     return total
-
-
-def format_bytes(count: int | None) -> str:
-    """``count`` bytes as B, KiB, MiB or GiB (3 significant figures); None: unknown."""
-    if count is None:
-        return "unknown"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if count >= scale:
-            return f"{count / scale:.3g} {unit}"
-    return f"{count} B"

@@ -7,7 +7,6 @@ import textwrap
 
 import networkx as nx
 
-from ovpasses.analysis.kv_memory import format_bytes
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.app.render.text import (
     WIDTH,
@@ -87,9 +86,9 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
                 lines.append(f"  layer {s['layer']}: " + ("full attention" if s["window"] is None else
                              f"window {s['window']}, cache {'bounded' if s['cache_bounded'] else 'whole'}"))
         kv = report["kv_bytes"]
-        lines.append(f"  KV bytes at batch 1, {kv['context']} tokens, as declared: {format_bytes(kv['full'])} "
-                     f"as exported, {format_bytes(kv['bounded'])} bounded ({kv['per_token']} B per token)")
-        lines += [f"  held, {held_text(h)}: {format_bytes(h['full'])} as exported, {format_bytes(h['bounded'])} "
+        lines.append(f"  KV bytes at batch 1, {kv['context']} tokens, as declared: {size_text(kv['full'])} "
+                     f"as exported, {size_text(kv['bounded'])} bounded ({kv['per_token']} B per token)")
+        lines += [f"  held, {held_text(h)}: {size_text(h['full'])} as exported, {size_text(h['bounded'])} "
                   f"bounded" for h in kv.get("held", [])]
     shared = [v for v in report["variables"] if v["shared"]]
     if shared:

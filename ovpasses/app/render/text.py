@@ -10,7 +10,7 @@ import textwrap
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from ovpasses.analysis.kv_memory import QUANTIZED, format_bytes
+from ovpasses.analysis.kv_memory import QUANTIZED
 from ovpasses.analysis.sliding_window_caches import HELD_CONTEXT, REFUSALS, Refusal
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
 from ovpasses.errors import UnreadableOperationError
@@ -196,8 +196,8 @@ def summary_text(summary: RewriteSummary) -> str:
                         f"past length from {past_length_source(bounded)})" if bounded.bounded else ""))
         for vid, refusal in bounded.refused.items():
             lines.append(f"  not bounded: {vid}: {refusal.message}")
-        lines += [f"  KV held at {h['context']} tokens, {held_text(h)}: {format_bytes(h['full'])} -> "
-                  f"{format_bytes(h['bounded'])}" for h in bounded.held_at(HELD_CONTEXT)]
+        lines += [f"  KV held at {h['context']} tokens, {held_text(h)}: {size_text(h['full'])} -> "
+                  f"{size_text(h['bounded'])}" for h in bounded.held_at(HELD_CONTEXT)]
     lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []
     for message in summary.analysis.unhandled:
         lines.append(f"not handled: {message}")
