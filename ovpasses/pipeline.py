@@ -49,6 +49,7 @@ from ovpasses.passes import (
     SharedKVCacheUnsharing,
     SlidingWindowKVCacheBounding,
     SlidingWindowMaskSliceInsertion,
+    TrimmableSlidingWindowKVCache,
 )
 from ovpasses.plan import targets
 from ovpasses.plan.profiles import profile_for
@@ -63,7 +64,7 @@ RT_NOT_APPLIED = "ovpasses_kv_not_applied"  # ... and, when passes= left it out,
 # what rewrite(kv_sharing=...) does with caches that several SDPAs read
 KV_SHARING_MODES = ("keep", "unshare")
 # what rewrite(sliding_window=...) does with caches that only sliding-window attention reads
-SLIDING_WINDOW_MODES = ("full", "bounded")
+SLIDING_WINDOW_MODES = ("full", "bounded", "trimmable")
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ STEPS: tuple[Step, ...] = (
     Step(KVCacheShapeOfDecomposition, targets.cache_shapeof),          # affected runtimes
     Step(SlidingWindowMaskSliceInsertion, targets.mask_slice),         # runtimes whose paged converter needs it
     Step(SlidingWindowKVCacheBounding, targets.cache_bounding),        # sliding_window="bounded" only
+    Step(TrimmableSlidingWindowKVCache, targets.cache_trimming),       # sliding_window="trimmable" only
     Step(ErfInvConstantFolding, targets.lowering),                     # targets that cannot read ErfInv
     Step(ConvertOneHot16ToOneHot1, targets.lowering),                  # targets that cannot read OneHot-16
 )

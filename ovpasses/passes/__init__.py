@@ -10,6 +10,7 @@ from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecompos
 from ovpasses.passes.shared_kv_cache_unsharing import SharedKVCacheUnsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.passes.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
+from ovpasses.passes.sliding_window_cache_trimmable import TrimmableSlidingWindowKVCache
 from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "SlidingWindowKVCacheBounding",
     "SlidingWindowMaskSliceInsertion",
     "SharedKVCacheUnsharing",
+    "TrimmableSlidingWindowKVCache",
 ]

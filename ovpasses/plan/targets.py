@@ -263,6 +263,10 @@ def _bounding(run: Run, _cls) -> tuple | None:
     """Last: it plans (:func:`analyze_sliding_window_caches`) on the model as the other passes left it."""
     if run.sliding_window != "bounded":
         return None
+    return _plan_caches(run)
+
+
+def _plan_caches(run: Run) -> tuple | None:
     ordered = run.model.get_ordered_ops()
     analysis = analyze_kv_sharing(run.model, ordered)
     masks = find_sliding_window_masks(analysis.sdpa_nodes(ordered).values())
@@ -281,6 +285,21 @@ def _bounded(run: Run, _bounding) -> None:
 
 cache_bounding = Targets(_bounding, _bounded,
                          lambda run, cls, _args: run.decide(_readers(run), Action.BOUNDED, cls.NAME))
+
+
+# ----------------------------------------------------------------------- TrimmableSlidingWindowKVCache
+def _trimming(run: Run, _cls) -> tuple | None:
+    """Last, as the bounding: the same plan of which caches only sliding-window attention reads."""
+    return _plan_caches(run) if run.sliding_window == "trimmable" else None
+
+
+def _trimmed(run: Run, _pass) -> None:
+    run.analysis = analyze_kv_sharing(run.model)
+    run.decide(_readers(run), Action.TRIMMABLE)
+
+
+cache_trimming = Targets(_trimming, _trimmed,
+                         lambda run, cls, _args: run.decide(_readers(run), Action.TRIMMABLE, cls.NAME))
 
 
 # ------------------------------------------------------------------ op-version lowering (last steps)

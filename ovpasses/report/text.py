@@ -26,6 +26,7 @@ ACTION_TEXT = {
     Action.DECOMPOSE: "decomposed (scale after MatMul(Q,K^T)): no other way to keep it out of fusion",
     Action.UNSHARED: "reads a KV cache of its own (unshared), so the plugin can fuse it",
     Action.BOUNDED: "reads a bounded sliding-window cache (its last W-1 positions); not fused",
+    Action.TRIMMABLE: "reads a sliding-window cache the program may trim to its last W-1 positions; still fused",
 }
 
 MASK_ACTION_TEXT = {
