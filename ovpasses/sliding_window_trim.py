@@ -40,6 +40,9 @@ so with it the model behaves as unmodified.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import logging
 from collections.abc import Mapping
 
 import numpy as np
@@ -48,17 +51,41 @@ import openvino as ov
 from ovpasses.errors import OvpassesError
 from ovpasses.passes.sliding_window_cache_trimmable import trimmable_caches
 
+log = logging.getLogger(__name__)
+
 SEQUENCE_AXIS = 2   # [batch, KV heads, sequence, head size]: the layout optimum-intel's stateful exports write
+M_MMAP_THRESHOLD = -3   # glibc mallopt parameter
+MMAP_THRESHOLD = 1 << 20
+
+
+def _fix_mmap_threshold() -> bool:
+    """Fix glibc's mmap threshold at 1 MiB (process-wide), so that blocks of 1 MiB and more are returned to the
+    system when freed. Why: reading a fused cache (``state.state``) converts it into a new f32 tensor, and glibc's
+    default raises its threshold to the size of the largest block freed, after which such blocks stay in the heap:
+    measured on 2026.4.1 at Gemma 3 widths (20 sliding states, 3,000 tokens in chunks of 1,000, plugin defaults),
+    the trims left the process' peak RSS 184 MiB above the untrimmed one's (2,435 / 2,251 MiB); with the threshold
+    fixed, 45 MiB below it (2,206 MiB).
+    Returns whether glibc took it."""
+    name = ctypes.util.find_library("c")
+    try:
+        return bool(name) and ctypes.CDLL(name).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1
+    except (OSError, AttributeError):
+        return False
 
 
 class SlidingWindowTrimmer:
     """Cuts the named states of ``request`` back to their last ``keep[variable id]`` positions.
 
     ``every``: :meth:`step` trims on every ``every``-th call (1: every call). :meth:`trim` trims now. Each returns
-    the number of states it cut. ``self.trims`` counts the states cut so far."""
+    the number of states it cut. ``self.trims`` counts the states cut so far. The trimmer reads a state only when
+    it holds more than its keep, which it knows from the request's ``attention_mask`` (the positions seen) and the
+    positions seen at its last trim of that state.
+
+    ``release_memory`` (default True) fixes glibc's mmap threshold for the whole process
+    (:func:`_fix_mmap_threshold` says why and what it measured); False leaves malloc as it is."""
 
     def __init__(self, request: ov.InferRequest, keep: Mapping[str, int], every: int = 1,
-                 axis: int = SEQUENCE_AXIS) -> None:
+                 axis: int = SEQUENCE_AXIS, release_memory: bool = True) -> None:
         if not keep:
             raise OvpassesError("SlidingWindowTrimmer: no trimmable cache (rewrite the model with "
                                 "sliding_window='trimmable' first)")
@@ -67,6 +94,9 @@ class SlidingWindowTrimmer:
         self.request, self.keep, self.every, self.axis = request, dict(keep), every, axis
         self.calls = 0
         self.trims = 0
+        self._trimmed_at: dict[str, int] = {}   # variable id -> positions seen when it was last cut to its keep
+        if release_memory and _fix_mmap_threshold():
+            log.info("SlidingWindowTrimmer: glibc's mmap threshold fixed at %d bytes (process-wide)", MMAP_THRESHOLD)
 
     @classmethod
     def for_model(cls, model: ov.Model, request: ov.InferRequest, every: int = 1) -> SlidingWindowTrimmer:
@@ -99,13 +129,26 @@ class SlidingWindowTrimmer:
         self.calls += 1
         return self.trim() if self.calls % self.every == 0 else 0
 
+    def _seen(self) -> int | None:
+        """Positions the request has seen (its attention_mask's length), or None without that input."""
+        try:
+            return self.request.get_tensor("attention_mask").shape[-1]
+        except RuntimeError:
+            return None
+
     def trim(self) -> int:
         """Cut every trimmable state longer than its keep back to its last keep positions, now."""
         cut = 0
+        seen = self._seen()
         for state in self.request.query_state():
             keep = self.keep.get(state.name)
             if keep is None:
                 continue
+            if seen is not None:
+                last = self._trimmed_at.get(state.name)
+                held = seen if last is None or last > seen else keep + seen - last   # a reset request starts over
+                if held <= keep:
+                    continue
             value = state.state
             length = value.shape[self.axis]
             if length <= keep:
@@ -114,6 +157,9 @@ class SlidingWindowTrimmer:
             index = [slice(None)] * data.ndim
             index[self.axis] = slice(length - keep, length)
             state.state = ov.Tensor(np.ascontiguousarray(data[tuple(index)]))
+            del value, data
+            if seen is not None:
+                self._trimmed_at[state.name] = seen
             cut += 1
         self.trims += cut
         return cut

@@ -306,7 +306,7 @@ def test_a_model_without_sliding_layers_is_left_as_it_is():
 
 
 def test_modes_are_checked():
-    with pytest.raises(OvpassesError, match="sliding_window must be one of full, bounded, not 'half'"):
+    with pytest.raises(OvpassesError, match="sliding_window must be one of full, bounded, trimmable, not 'half'"):
         ovpasses.rewrite(read(), sliding_window="half")
     with pytest.raises(OvpassesError, match="sliding_window_margin must be"):
         ovpasses.rewrite(read(), sliding_window="bounded", sliding_window_margin=-1)
