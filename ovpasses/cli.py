@@ -80,13 +80,17 @@ def _add_common(sub: argparse.ArgumentParser, runtime: bool = True) -> None:
         sub.add_argument("--sliding-window", choices=SLIDING_WINDOW_MODES, default="full",
                          help="full (default): every KV cache holds the whole context; bounded: a cache that only "
                               "sliding-window attention reads keeps its last W-1 positions (the stateful path: "
-                              "ov.Core, optimum-intel, openvino_genai with ATTENTION_BACKEND=SDPA)")
+                              "ov.Core, optimum-intel, openvino_genai with ATTENTION_BACKEND=SDPA), outside the "
+                              "plugin's fused kernel; trimmable: such caches stay fused and exact when the program "
+                              "trims them (ovpasses.sliding_window_trim: ov.Core and optimum-intel programs); a "
+                              "client that does not trim (openvino_genai) runs it as unmodified")
         sub.add_argument("--paged-heads", choices=PAGED_HEADS_MODES, default="keep",
                          help="keep (default); pad: every KV cache and attention layer gets one KV-head count and "
                               "head size (zero padding, repeated KV heads), which the CPU PagedAttention of openvino "
                               "2025.2 - 2026.2 needs (continuous batching, OVMS), at more KV memory per token")
         sub.add_argument("--sliding-window-margin", type=int, default=0, metavar="N",
-                         help="with --sliding-window bounded: keep N positions more, so that a client may take "
+                         help="with --sliding-window bounded or trimmable: keep N positions more, so that a client "
+                              "may take "
                               "back N (openvino_genai's stateful chat takes back each answer); a longer rollback "
                               "fails the inference (default 0)")
 

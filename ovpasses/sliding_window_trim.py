@@ -41,6 +41,7 @@ so with it the model behaves as unmodified.
 from __future__ import annotations
 
 import ctypes
+import functools
 import ctypes.util
 import logging
 from collections.abc import Mapping
@@ -115,6 +116,7 @@ class SlidingWindowTrimmer:
         trimmer = cls(ov_model.request, trimmable_caches(ov_model.model), every)
         forward = ov_model.forward
 
+        @functools.wraps(forward)   # transformers' generate reads forward's signature
         def forward_and_trim(*args, **kwargs):
             out = forward(*args, **kwargs)
             trimmer.request = ov_model.request

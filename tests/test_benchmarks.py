@@ -66,7 +66,11 @@ def test_benchmark_script_runs(script, tmp_path):
         assert rows["stateful-padded"]["kv_bytes_per_token"] == rows["paged-padded"]["kv_bytes_per_token"]
     if script == "sliding_window":   # each form measured in a process of its own, both configs, every form
         assert {(row["config"], row["form"]) for row in data["rows"]} == {
-            (c, f) for c in ("default", "exact") for f in ("unmodified", "bounded", "unshared", "unshared+bounded")}
+            (c, f) for c in ("default", "exact") for f in ("unmodified", "bounded", "trimmable", "unshared",
+                                                           "unshared+bounded", "unshared+trimmable")}
+        exact = {row["form"]: row for row in data["rows"] if row["config"] == "exact"}
+        assert exact["trimmable"]["fused_sdpa"] == 2 and exact["unshared+trimmable"]["fused_sdpa"] == 8
+        assert exact["trimmable"]["tokens_equal_unmodified"] and exact["trimmable"]["trims"] > 0
         assert all(row["process_peak_rss_mib"] >= row["peak_rss_rise_mib"] > 0 for row in data["rows"])
     if script == "sliding_window_profile":   # the prefill's counters, per decoder layer (tiny8: 8 layers)
         row = data["rows"][0]

@@ -9,6 +9,7 @@ several times, trimming never, every step and every K steps. Fusion is counted i
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from ovpasses.plan.decisions import Action
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.sliding_window_trim import SlidingWindowTrimmer
+from ovpasses.testing.matrix import grid_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
@@ -152,3 +154,57 @@ def test_a_trimmer_needs_trimmable_caches():
     _, compiled = _compiled(TINY8, "full")
     with pytest.raises(OvpassesError, match="trimmable"):
         SlidingWindowTrimmer.for_model(_model(TINY8, "full"), compiled.create_infer_request())
+
+
+TRIM_MODES = ("trimmable", "unshared-trimmable")
+CLIENT_PATHS = ("core", "stateful", "paged", "default")
+
+
+@pytest.mark.xdist_group("sliding-window-trimmable-cells")
+@pytest.mark.parametrize("path", CLIENT_PATHS)
+@pytest.mark.parametrize("mode", TRIM_MODES)
+def test_clients_that_do_not_trim_decode_like_transformers(mode, path):
+    """Nobody trims in openvino_genai (stateful, paged, its default) or a plain ov.Core loop: the form is the
+    unmodified model's there, so each decodes transformers' tokens (tiny8: 12 + 20 positions, window 16)."""
+    result = grid_cell(Path(sys.executable), TINY8, mode, path, modes=TRIM_MODES, paths=CLIENT_PATHS)
+    assert result["status"] == "ok" and result["tokens_match"], result
+
+
+EXPORT_PYTHON = ROOT / ".venvs" / "export" / "bin" / "python"
+OPTIMUM_TRIMMED = """
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import optimum.intel
+from ovpasses.sliding_window_trim import SlidingWindowTrimmer
+folder, reference = sys.argv[2], json.loads(open(sys.argv[3]).read())
+model = optimum.intel.OVModelForCausalLM.from_pretrained(folder, device="CPU", ov_config=json.loads(sys.argv[4]))
+trimmer = SlidingWindowTrimmer.attach(model, every=3)
+ids = torch.tensor([reference["prompt_ids"]])
+n = len(reference["generated_ids"])
+out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                     do_sample=False)
+held = sorted({s.state.shape[2] for s in model.request.query_state()})
+print(json.dumps({"tokens": out[0, ids.shape[1]:].tolist(), "trims": trimmer.trims, "held": held}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not EXPORT_PYTHON.exists(), reason="needs .venvs/export (bash tools/venv.sh export)")
+def test_optimum_intel_decodes_the_reference_while_trimmed(tmp_path):
+    """``ovpass rewrite --sliding-window trimmable`` and SlidingWindowTrimmer.attach: OVModelForCausalLM.generate
+    decodes transformers' tokens while the sliding caches are cut back to 15 positions every 3 calls."""
+    import json
+    import subprocess
+
+    from ovpasses.testing.cli import run_main
+
+    folder = tmp_path / "trimmable"
+    assert run_main("rewrite", TINY8, "-o", folder, "--sliding-window", "trimmable").returncode == 0
+    reference = json.loads((TINY8 / "reference.json").read_text())
+    proc = subprocess.run([str(EXPORT_PYTHON), "-c", OPTIMUM_TRIMMED, str(ROOT), str(folder), str(TINY8 / "reference.json"),
+                           json.dumps(EXACT_CPU_CONFIG)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tokens"] == reference["generated_ids"]
+    total = len(reference["prompt_ids"]) + len(reference["generated_ids"]) - 1   # the last token is not fed
+    assert result["trims"] > 0 and result["held"][0] < 15 + 3 and result["held"][-1] == total

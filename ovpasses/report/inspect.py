@@ -37,6 +37,16 @@ SUMMARY_FIELDS = ("sliding_window_masks", "warnings", "lint", "unreadable_ops", 
 KV_BYTES_CONTEXT = 8192   # the context at which the report gives the KV-cache bytes
 
 
+# who gets what from sliding_window="trimmable" (measured: benchmarks/records/2026-11-26-bounded-vs-native.md)
+TRIMMABLE_CLIENTS = {
+    "ov.Core / optimum-intel with ovpasses.sliding_window_trim": (
+        "each sliding cache cut to its last W-1 (+ margin) positions every K steps and after each prefill chunk, "
+        "still in the plugin's fused kernel: less KV memory and faster decode once the context passes the window"),
+    "openvino_genai (stateful or paged), or a program that does not trim": (
+        "nothing trims: the model computes as unmodified (same tokens, caches and kernels)"),
+}
+
+
 def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str = "keep",
                   sliding_window: str = "full", paged_heads: str = "keep") -> dict:
     """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``,
@@ -161,11 +171,16 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         lines += ["", f"sliding window: {report['sliding_window']}"]
         for s in report["sdpa"]:
             if "window" in s:
+                held = ("trimmable" if report["sliding_window"] == "trimmable" else "bounded") \
+                    if s["cache_bounded"] else "whole"
                 lines.append(f"  layer {s['layer']}: " + ("full attention" if s["window"] is None else
-                             f"window {s['window']}, cache {'bounded' if s['cache_bounded'] else 'whole'}"))
+                             f"window {s['window']}, cache {held}"))
         kv = report["kv_bytes"]
         lines.append(f"  KV bytes at batch 1: {kv['per_token']} per token; at {kv['context']} tokens "
-                     f"{kv['full']} as exported, {kv['bounded']} bounded")
+                     f"{kv['full']} as exported, {kv['bounded']} " +
+                     ("once trimmed" if report["sliding_window"] == "trimmable" else "bounded"))
+        if report["sliding_window"] == "trimmable":
+            lines += [f"  {client}: {TRIMMABLE_CLIENTS[client]}" for client in TRIMMABLE_CLIENTS]
     shared = [v for v in report["variables"] if v["shared"]]
     if shared:
         lines += ["", "shared caches (owner: borrowers):"]

@@ -137,11 +137,14 @@ def summary_text(summary: RewriteSummary) -> str:
         lines.append(f"kept shared: {cache}: {reason}")
     bounded = summary.sliding_window_caches
     if summary.sliding_window != "full" and bounded is not None:
-        lines.append(f"sliding window: {summary.sliding_window}: {len(bounded.bounded)} caches bounded"
+        verb = "trimmable by the program (ovpasses.sliding_window_trim)" if summary.sliding_window == "trimmable" \
+            else "bounded"
+        lines.append(f"sliding window: {summary.sliding_window}: {len(bounded.bounded)} caches {verb}"
                      + (f" (window {', '.join(map(str, sorted({b.window for b in bounded.bounded.values()})))}, "
                         f"past length from {bounded.reference})" if bounded.bounded else ""))
         for vid, refusal in bounded.refused.items():
-            lines.append(f"  not bounded: {vid}: {refusal.message}")
+            lines.append(f"  not {'trimmable' if summary.sliding_window == 'trimmable' else 'bounded'}: {vid}: "
+                         f"{refusal.message}")
     lines += summary.paged_heads.lines() if summary.paged_heads else []
     for message in summary.analysis.unhandled:
         lines.append(f"not handled: {message}")
