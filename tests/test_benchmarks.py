@@ -25,6 +25,8 @@ CASES = {
     "paged_heads": (["--runtimes", "newest", "--decode", "2", "--repeats", "1"], "paged_heads"),
     "sliding_window": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2",
                         "--rounds", "1", "--config", "default", "exact"], "sliding_window-tiny8-40"),
+    "sliding_window_decode": (["--model", str(TINY8.parent), "--context", "64", "--decode", "4", "--every", "2",
+                               "--rounds", "1"], "sliding_window_decode-tiny8-default"),
     "sliding_window_exactness": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
                                  "sliding_window_exactness-tiny8-40"),
     "sliding_window_expand_forms": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode",
@@ -72,6 +74,10 @@ def test_benchmark_script_runs(script, tmp_path):
         assert exact["trimmable"]["fused_sdpa"] == 2 and exact["unshared+trimmable"]["fused_sdpa"] == 8
         assert exact["trimmable"]["tokens_equal_unmodified"] and exact["trimmable"]["trims"] > 0
         assert all(row["process_peak_rss_mib"] >= row["peak_rss_rise_mib"] > 0 for row in data["rows"])
+    if script == "sliding_window_decode":   # states set, not prefilled: the trimmable form trims and stays fused
+        rows = {row["form"]: row for row in data["rows"]}
+        assert rows["unmodified"]["fused_sdpa"] == rows["trimmable"]["fused_sdpa"] == 2
+        assert rows["trimmable"]["trim_ms"] > 0 and rows["unmodified"]["trim_ms"] is None
     if script == "sliding_window_profile":   # the prefill's counters, per decoder layer (tiny8: 8 layers)
         row = data["rows"][0]
         assert row["phase"] == "prefill" and row["steps"] == 3 and row["wall_s"] > 0
