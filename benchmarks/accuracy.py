@@ -6,11 +6,11 @@ CPU plugin's fused stateful SDPA kernels), the plugin's own SDPA decomposition, 
     python benchmarks/accuracy.py                          # under the installed runtime
     .venvs/ov-2026.0.0/bin/python benchmarks/accuracy.py   # under 2026.0
 
-The stack comes from :func:`ovpasses.testing.graphs.build_stack`: ``--layers`` attention blocks (16)
+The stack comes from :func:`testkit.graphs.build_stack`: ``--layers`` attention blocks (16)
 with residual connections, each owning an f32 KV cache read through Gather(beam_idx) (the form the
 plugin fuses), a float attention mask, pre-scaled Q (``Q * s`` into an SDPA whose scale is ``s``), hidden 512 (8 heads of 64).
 One prefill then decode steps, states carried; the reference is
-:func:`~ovpasses.testing.graphs.stack_reference` (float64, from the operation specifications).
+:func:`~testkit.graphs.stack_reference` (float64, from the operation specifications).
 Modes:
 
 * ``unmodified``: the IR as is; the plugin fuses every SDPA into its stateful kernel.
@@ -35,9 +35,9 @@ import openvino as ov  # noqa: E402
 from openvino.passes import Manager  # noqa: E402
 
 from ovpasses import DisableStatefulSDPAFusion, ScaledDotProductAttentionDecomposition  # noqa: E402
-from ovpasses.check import count_fused_sdpa, count_layer_type  # noqa: E402
+from ovpasses.app.check import count_fused_sdpa, count_layer_type  # noqa: E402
 from ovpasses.precision import EXACT_CPU_CONFIG  # noqa: E402
-from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps  # noqa: E402
+from testkit.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps  # noqa: E402
 
 MODES = {
     "unmodified": None,

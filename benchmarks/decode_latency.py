@@ -48,8 +48,8 @@ def worker(xml: Path, mode: str, prefill: int, decode: int, repeats: int) -> dic
     import numpy as np
     import openvino as ov
 
-    from ovpasses.check import count_fused_sdpa, make_feeds
-    from ovpasses.testing.matrix import apply_mode
+    from ovpasses.app.check import count_fused_sdpa, make_feeds
+    from testkit.matrix import apply_mode
 
     core = ov.Core()
     model = apply_mode(core.read_model(xml), mode)

@@ -10,7 +10,7 @@ Rows per runtime (each in its own process under the runtime's virtual environmen
 * ``stateful``: ``ovpasses.rewrite`` (as by default), the stateful model, greedy;
 * ``stateful-padded``: ``rewrite(paged_heads="pad")``, the stateful model: what the padding costs there;
 * ``paged``: ``rewrite`` then openvino's PagedAttention conversion (what openvino_genai's continuous
-  batching runs at load), fed one sequence by :class:`ovpasses.testing.paged.PagedSequence`;
+  batching runs at load), fed one sequence by :class:`testkit.paged.PagedSequence`;
 * ``paged-padded``: the same after ``rewrite(paged_heads="pad")``.
 
 Each compiles with ``ovpasses.precision.EXACT_CPU_CONFIG`` (f32 inference and KV cache, so that the tokens
@@ -51,7 +51,7 @@ def worker(fixture: Path, row: str, decode: int, repeats: int) -> dict:
 
     import ovpasses
     from ovpasses.precision import EXACT_CPU_CONFIG
-    from ovpasses.testing.paged import PagedSequence, to_paged
+    from testkit.paged import PagedSequence, to_paged
 
     paged_heads, path = ROWS[row]
     reference = json.loads((fixture / "reference.json").read_text())

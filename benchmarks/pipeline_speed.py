@@ -8,7 +8,7 @@ the same IR, in one process (median of several runs), and how the rewrite scales
 
 Models: the Gemma 4 E2B-shaped fixture (35 layers, 15 cache owners, 20 borrowers), any ``--ir``
 given (``tools/export_gemma4.py --preset e2b35 --num-layers 350 --num-kv-shared-layers 200`` makes
-the 10x one), and synthetic E2B-shaped stacks from :func:`ovpasses.testing.graphs.build_stack` at
+the 10x one), and synthetic E2B-shaped stacks from :func:`testkit.graphs.build_stack` at
 ``--layers`` (default 35 to 350). Each rewrite runs on a fresh clone (cloning is not timed);
 compile_model uses the plugin's default configuration. Writes
 ``benchmarks/results/pipeline_speed-<runtime>.json`` and a PNG of rewrite time against node count.
@@ -28,7 +28,7 @@ import openvino as ov  # noqa: E402
 
 import ovpasses  # noqa: E402
 from ovpasses.analysis import analyze_kv_sharing  # noqa: E402
-from ovpasses.testing.graphs import StackSpec, build_stack, sharing_layout  # noqa: E402
+from testkit.graphs import StackSpec, build_stack, sharing_layout  # noqa: E402
 
 FIXTURE = ROOT / "tests" / "fixtures" / "gemma4" / "e2b35" / "openvino_model.xml"
 

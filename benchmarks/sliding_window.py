@@ -61,7 +61,7 @@ def compile_form(model_dir: Path, name: str, config: dict, margin: int):
     import openvino as ov
 
     import ovpasses
-    from ovpasses.check import count_fused_sdpa, fused_sdpa_names
+    from ovpasses.app.check import count_fused_sdpa, fused_sdpa_names
     core = ov.Core()
     model = core.read_model(model_dir / "openvino_model.xml")
     form = FORMS[name]

@@ -35,7 +35,7 @@ def worker(model_dir: Path, form: str, context: int, decode: int, every: int, co
     import openvino as ov
 
     import ovpasses
-    from ovpasses.check import count_fused_sdpa
+    from ovpasses.app.check import count_fused_sdpa
     from ovpasses.precision import EXACT_CPU_CONFIG
     from ovpasses.sliding_window_trim import SlidingWindowTrimmer, trimmable_caches
 

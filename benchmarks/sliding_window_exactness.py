@@ -6,7 +6,7 @@
 Exact f32 config (:data:`ovpasses.precision.EXACT_CPU_CONFIG`). The unmodified IR prefilled in
 ``--chunk``-token chunks then ``--steps`` greedy steps is the base; each variant's logits over those steps
 are compared with it: the same IR prefilled in half-size chunks, unshared (fused everywhere), every SDPA
-decomposed (``ovpasses.check.side_by_side.decomposed_reference``: out of the fused kernel, nothing bounded) and bounded. A
+decomposed (``ovpasses.app.check.side_by_side.decomposed_reference``: out of the fused kernel, nothing bounded) and bounded. A
 bounded difference of the decomposed one's size is the cost of leaving the fused kernel, not of the bound.
 Writes ``benchmarks/results/sliding_window_exactness-<model folder>-<context>.json``.
 """
@@ -25,7 +25,7 @@ def logits(model_dir: Path, variant: str, context: int, chunk: int, steps: int) 
     import openvino as ov
 
     import ovpasses
-    from ovpasses.check.side_by_side import decomposed_reference
+    from ovpasses.app.check.side_by_side import decomposed_reference
     from ovpasses.precision import EXACT_CPU_CONFIG
     core = ov.Core()
     model = core.read_model(model_dir / "openvino_model.xml")

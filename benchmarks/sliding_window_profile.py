@@ -70,7 +70,7 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
     import openvino as ov
 
     import ovpasses
-    from ovpasses.check import count_fused_sdpa
+    from ovpasses.app.check import count_fused_sdpa
     core = ov.Core()
     model = core.read_model(model_dir / "openvino_model.xml")
     if FORMS[form] is not None:

@@ -42,7 +42,7 @@ from decode_latency import EXPORT_ARGS, MODEL
 sys.path.insert(0, str(ROOT / "tools"))
 from runtime_matrix import run_worker, venv_python  # noqa: E402
 
-MODES = {"keep": "rewritten", "unshare": "unshared"}   # benchmark mode -> ovpasses.testing.matrix.apply_mode
+MODES = {"keep": "rewritten", "unshare": "unshared"}   # benchmark mode -> testkit.matrix.apply_mode
 RUNTIMES = ["newest", "2026.0.0"]
 GOAL = 0.85   # unshare at most 0.85x keep's decode ms/token at the longest context
 
@@ -90,8 +90,8 @@ def worker(xml: Path, what: str, context: int, decode: int, repeats: int) -> dic
     import numpy as np
     import openvino as ov
 
-    from ovpasses.check import count_fused_sdpa, make_feeds
-    from ovpasses.testing.matrix import apply_mode
+    from ovpasses.app.check import count_fused_sdpa, make_feeds
+    from testkit.matrix import apply_mode
 
     core = ov.Core()
     modes = list(MODES) if what == "pair" else [what]

@@ -4,13 +4,12 @@
 ``paged_heads="keep"`` (default) changes nothing and still plans, so that the reports can name the
 option and its price on a model and runtime that need it; ``"pad"`` pads every cache to one layout
 (see :mod:`ovpasses.passes.attention_head_padding`). Decisions are data (:class:`PagedHeadsAction`);
-sentences are made here, at the edge, from them.
+the report lines are the application's (:func:`ovpasses.app.render.text.paged_heads_lines`).
 """
 
 from __future__ import annotations
 
 import enum
-from collections import Counter
 from dataclasses import dataclass
 
 import openvino as ov
@@ -19,7 +18,6 @@ from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.paged_heads import PagedHeads, analyze_paged_heads
 from ovpasses.errors import OvpassesError
-from ovpasses.passes.attention_head_padding import AttentionHeadPadding
 
 PAGED_HEADS_MODES = ("keep", "pad")
 
@@ -44,14 +42,11 @@ class PagedHeadsStep:
     changed: tuple[str, ...] = ()   # variable ids padded
 
     def cost(self) -> str:
-        return _cost(self.plan.bytes_per_token(), self.plan.bytes_per_token(padded=True) if self.plan.target else None)
+        return kv_cost_text(self.plan.bytes_per_token(), self.plan.bytes_per_token(padded=True) if self.plan.target else None)
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "action": self.action.value, "needed": self.needed,
                 "changed": list(self.changed), **self.plan.to_dict()}
-
-    def lines(self) -> list[str]:
-        return summary_lines(self.to_dict())
 
     def warnings(self) -> list[str]:
         if self.mode == "pad" and not self.needed and self.plan.padded:
@@ -63,42 +58,11 @@ class PagedHeadsStep:
         return []
 
 
-def _cost(before: int | None, after: int | None) -> str:
+def kv_cost_text(before: int | None, after: int | None) -> str:
+    """KV bytes per token before and after the padding, as a phrase."""
     if not before or not after:
         return "KV bytes per token unknown (a dynamic dimension)"
     return f"KV bytes per token (batch 1) {before} -> {after} ({after / before:.2f}x)"
-
-
-def summary_lines(data: dict) -> list[str]:
-    """The report lines of a :meth:`PagedHeadsStep.to_dict` (rewrite and inspect print the same); none when
-    there is nothing to say (one layout, or padding neither asked for nor needed by the runtime)."""
-    target = "x".join(map(str, data["target"])) if data["target"] else None
-    cost = _cost(data["bytes_per_token"], data["bytes_per_token_padded"])
-    action = PagedHeadsAction(data["action"])
-    if action == PagedHeadsAction.PADDED:
-        return [f"paged heads: pad: {len(data['changed'])} caches padded to {target} (KV heads x head size; were "
-                f"{data['layouts']})", f"  {cost}", f"  layers: {_layer_heads(data['layers'])}"]
-    if action == PagedHeadsAction.REFUSED:
-        return [f"paged heads: not padded: {r['message']}" for r in data["refusals"][:3]]
-    if action == PagedHeadsAction.NOT_SELECTED:
-        return [f"paged heads: not applied (pass {AttentionHeadPadding.NAME} not selected); planned: "
-                f"{len(data['padded'])} caches to {target}"]
-    if action == PagedHeadsAction.KEPT and data["padded"] and data["needed"]:
-        return [f"paged heads: {data['layouts']} (KV heads x head size)",
-                f"  --paged-heads pad would make every cache {target}: {cost}",
-                f"  layers: {_layer_heads(data['layers'])}"]
-    return []
-
-
-def _layer_heads(layers: list[dict]) -> str:
-    """``"8 query heads on 1x8 in 28 layers, ..."``: the layers' heads as exported (query heads on KV heads x
-    head size; ``/Ev`` where V's head size differs), grouped."""
-    def one(layer: dict) -> str:
-        v_size = "" if layer["v_head_size"] == layer["head_size"] else f"/{layer['v_head_size']}"
-        return f"{layer['q_heads']} query heads on {layer['kv_heads']}x{layer['head_size']}{v_size}"
-
-    counts = Counter(one(layer) for layer in layers)
-    return ", ".join(f"{heads} in {n} layer{'s' if n > 1 else ''}" for heads, n in counts.items())
 
 
 def sdpa_by_name(model: ov.Model, names: set[str]) -> dict[str, ov.Node]:

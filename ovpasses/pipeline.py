@@ -34,7 +34,6 @@ import openvino as ov
 
 from ovpasses.devices import normalize_device, resolve_device
 from ovpasses.errors import OvpassesError, UnreadableOperationError
-from ovpasses.files.io import read_ir
 from ovpasses.lowering import outcomes, refusal_message
 from ovpasses.paged_padding import check_paged_heads
 from ovpasses.passes import (
@@ -189,7 +188,7 @@ def run_pipeline(model: ov.Model, runtime: str | None = None, passes: str | Iter
         run.warnings, run.kinds, run.findings, lowered,
         kv_sharing, run.unshared, run.kept_shared, run.analysis if run.analysis is not run.detected else None,
         sliding_window, run.caches, run.heads, run.eager, run.recovered, run.eager_not_applied)
-    log.info("ovpasses.rewrite: %s", str(summary).replace("\n", "; "))
+    log.info("ovpasses.rewrite: %r", summary)
     return summary
 
 
@@ -200,8 +199,9 @@ def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", conf
     """Rewrite a clone of ``model`` for ``runtime`` (and ``kv_sharing``, ``sliding_window``) and compile it on
     ``device`` (CPU or GPU).
 
-    ``model`` is an ``ov.Model`` or, as for OpenVINO's own ``compile_model``, the path of an IR ``.xml``
-    (read with :func:`ovpasses.files.io.read_ir`). ``device`` is any case in its family part (``"cpu"``,
+    ``model`` is an ``ov.Model`` or, as for OpenVINO's own ``compile_model``, the path of a model file
+    (read with ``core.read_model``; the ``ovpass`` application reads IRs through its file layer, which
+    also checks the pair and waits for an ``ovpass`` writer's lock). ``device`` is any case in its family part (``"cpu"``,
     ``"gpu.0"``); one that OpenVINO does not see here raises :class:`DeviceNotAvailableError`.
     """
     core = core or ov.Core()
@@ -210,7 +210,7 @@ def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", conf
         raise OvpassesError(f"compile_model supports the CPU and GPU plugins, not '{device}'")
     name = resolve_device(device, core)
     if isinstance(model, (str, os.PathLike)):
-        clone = read_ir(model, core)
+        clone = core.read_model(os.fspath(model))
     elif isinstance(model, ov.Model):
         clone = model.clone()
     else:

@@ -1,8 +1,8 @@
 """What one run of the pipeline detected, decided and changed: :class:`RewriteSummary`, plain data.
 
 Its decisions are typed (:mod:`ovpasses.plan.decisions`); :meth:`RewriteSummary.to_dict` carries their
-enum values (schema :data:`ovpasses.report.schemas.REWRITE`), and its text is rendered by
-:func:`ovpasses.report.text.summary_text`.
+enum values (schema :data:`ovpasses.report.schemas.REWRITE`). Its text is the application's to render
+(:func:`ovpasses.app.render.text.summary_text`); the library carries no sentences of its own.
 """
 
 from __future__ import annotations
@@ -75,11 +75,6 @@ class RewriteSummary:
         return (f"RewriteSummary(runtime {self.profile.version_string} {self.profile.name}, {len(self.decisions)} "
                 f"SDPA: exclusive={counts['exclusive']} shared={counts['shared']} stateless={counts['stateless']}, "
                 f"changed {sum(len(p.changed) for p in self.passes)} nodes)")
-
-    def __str__(self) -> str:
-        from ovpasses.report.text import summary_text
-
-        return summary_text(self)
 
     def not_applied(self) -> dict[str, list[str]]:
         """Per pass that was not selected, the SDPAs it would have changed (in topological order)."""

@@ -1,4 +1,4 @@
-"""ovpasses.check: the verdict of a side-by-side run, from the outputs and the runs' fates, and the
+"""ovpasses.app.check: the verdict of a side-by-side run, from the outputs and the runs' fates, and the
 checks on check_model's arguments. The CLI's exit codes for the same verdicts are in test_cli.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from ovpasses import OvpassesError
-from ovpasses.check import (
+from ovpasses.app.check import (
     FIXED,
     INCONCLUSIVE,
     OK,
@@ -21,10 +21,10 @@ from ovpasses.check import (
     decide,
     run_steps,
 )
-from ovpasses.check.inputs import InputSource, make_feeds
+from ovpasses.app.check.inputs import InputSource, make_feeds
 from ovpasses.precision import EXACT_CPU_CONFIG, Precision
-from ovpasses.testing.fixture_variants import scale_sdpa
-from ovpasses.testing.graphs import StackSpec, build_stack
+from testkit.fixture_variants import scale_sdpa
+from testkit.graphs import StackSpec, build_stack
 
 TINY8 = Path(__file__).resolve().parent / "fixtures" / "gemma4" / "tiny8"
 

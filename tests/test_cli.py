@@ -1,5 +1,5 @@
-"""The ``ovpass`` command on the tiny8 Gemma 4 fixture: in this process (``ovpasses.cli.main``, through
-``ovpasses.testing.cli.run_main``) where a process of its own adds nothing, and as the installed console
+"""The ``ovpass`` command on the tiny8 Gemma 4 fixture: in this process (``ovpasses.app.cli.main``, through
+``testkit.cli.run_main``) where a process of its own adds nothing, and as the installed console
 script (a subprocess) for the console script itself, a traceback that ends the process, and another
 runtime's virtual environment (``AFFECTED_OVPASS``).
 
@@ -23,13 +23,13 @@ import pytest
 from ovpasses import analyze_kv_sharing
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
-from ovpasses.report.text import fusion_text
+from ovpasses.app.render.text import fusion_text
 from ovpasses.pipeline import PASSES
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import installed_version
-from ovpasses.testing.cli import run_main
-from ovpasses.testing.fixture_variants import compress_weights, fill_weight, variant_folder
-from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
+from testkit.cli import run_main
+from testkit.fixture_variants import compress_weights, fill_weight, variant_folder
+from testkit.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 
 NATIVE, SHAPEOF = Action.NATIVE, Action.SHAPEOF
 
@@ -47,8 +47,15 @@ RUNTIMES = [pytest.param(OVPASS, id="installed"),
 EMBEDDINGS = "self.model.embed_tokens.weight"   # tiny8's token embedding, tied to its output projection
 LAYER0 = "__module.model.layers.0.self_attn/aten::scaled_dot_product_attention/ScaledDotProductAttention"
 
-pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not installed at {OVPASS}; "
-                                                            "pip install -e . in this environment")
+
+
+def test_the_console_script_is_installed():
+    """The tests of this file (and of test_folder.py and test_file_commit.py) run the console script;
+    without it they fail, never skip."""
+    assert OVPASS.exists(), f"console script not installed at {OVPASS}; pip install -e . in this environment"
+    assert "from ovpasses.app.cli import main" in OVPASS.read_text()
+    result = subprocess.run([str(OVPASS), "--version"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.startswith("ovpass "), result.stderr
 
 
 def ovpass(*args, exe: Path = OVPASS, cwd: Path | None = None, process: bool = False):
@@ -619,7 +626,7 @@ def test_rewrite_for_a_runtime_that_reads_erfinv_keeps_it(gemma3n, tmp_path):
 
 
 def test_rewrite_refuses_an_op_it_cannot_replace_in_one_line(tmp_path):
-    from ovpasses.testing.graphs import NewerOpsSpec, build_newer_ops
+    from testkit.graphs import NewerOpsSpec, build_newer_ops
     source = tmp_path / "erfinv.xml"
     ov.save_model(build_newer_ops(NewerOpsSpec(erfinv="parameter")), source, compress_to_fp16=False)
     before = snapshot(tmp_path)

@@ -18,7 +18,7 @@ import openvino as ov
 import pytest
 
 from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
-from ovpasses.testing.cli import run_main
+from testkit.cli import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -63,7 +63,7 @@ def vlm_cases() -> list[dict]:
 @pytest.mark.parametrize("case", vlm_cases(), ids=lambda c: c["name"])
 @pytest.mark.parametrize("path", ["stateful", "paged"])
 def test_vlm_pipeline_decodes_the_reference_from_the_rewritten_folder(rewritten_vlm, path, case):
-    from ovpasses.check.genai import token_collector
+    from ovpasses.app.check.genai import token_collector
     kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
     pipe = genai.VLMPipeline(str(rewritten_vlm), "CPU", **kwargs, **EXACT)
     config = genai.GenerationConfig()

@@ -3,7 +3,7 @@ leaves alone and why, and the eager fixtures exported by tools/export_gemma4.py 
 
 The synthetic cases compare the recovered SDPA with a float64 reference from the SDPA-13 specification and
 with the eager graph's own output (ov.Core, EXACT_CPU_CONFIG). The fixtures run in one worker process per
-fixture and runtime (ovpasses.testing.matrix, every mode on every path).
+fixture and runtime (testkit.matrix, every mode on every path).
 """
 
 import itertools
@@ -20,14 +20,15 @@ import ovpasses
 from ovpasses import EagerAttentionToSDPA
 from ovpasses.analysis.eager_attention import find_eager_attention
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.testing.graphs import (
+from ovpasses.app.render.text import summary_text
+from testkit.graphs import (
     EagerAttentionSpec,
     build_eager_attention,
     eager_attention_inputs,
     eager_attention_reference,
     round_to_bf16,
 )
-from ovpasses.testing.matrix import grid_in
+from testkit.matrix import grid_in
 
 ROOT = Path(__file__).resolve().parent.parent
 NEWEST = Path(sys.executable)
@@ -173,7 +174,7 @@ def test_the_pipeline_reports_what_it_left_eager():
     summary = ovpasses.rewrite(model)
     (entry,) = summary.to_dict()["eager_attention"]
     assert entry["recovered"] is False and "softcap" in entry["reason"]
-    assert "left eager: attention: softcap" in str(summary)
+    assert "left eager: attention: softcap" in summary_text(summary)
 
 
 def test_passes_can_leave_the_recovery_out():
@@ -240,7 +241,8 @@ def test_affected_recovered_sdpas_need_the_plan(fixture):
 
 
 def test_inspect_lists_the_subgraphs_and_why_one_stays_eager():
-    from ovpasses.report.inspect import inspect_model, inspect_text
+    from ovpasses.app.render.inspect import inspect_text
+    from ovpasses.report.inspect import inspect_model
 
     model = build_eager_attention(EagerAttentionSpec(refuse="softcap"))
     report = inspect_model(model)
@@ -260,7 +262,7 @@ def test_inspect_lists_the_subgraphs_and_why_one_stays_eager():
 def test_an_eager_export_folder_is_rewritten(fixture):
     """ovpass rewrite DIR takes the IR with a state and a Softmax (and no SDPA), not the tokenizers nor (in
     the VLM) the vision model, whose attention is eager too but holds no state."""
-    from ovpasses.files.folder import stateful_irs
+    from ovpasses.app.folder import stateful_irs
 
     folder = ROOT / "tests" / "fixtures" / fixture
     assert stateful_irs(folder) == [language_model(folder).name]

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from ovpasses.files import commit, io
-from ovpasses.testing.cli import run_main
+from ovpasses.app.files import commit, io
+from testkit.cli import run_main
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
@@ -42,11 +42,11 @@ def _ptrace_works() -> bool:
 needs_strace = pytest.mark.skipif(not _ptrace_works() and not os.environ.get("CI"),
                                   reason="strace is missing or ptrace is not permitted here; fault injection needs "
                                          "both (apt-get install strace)")
-pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not installed at {OVPASS}")
+# the console script is needed: without it these tests fail (tests/test_cli.py says why)
 
 
 def ovpass(*args, strace: list[str] | None = None, process: bool = False, **kwargs):
-    """``ovpass ARGS``: in this process (``ovpasses.testing.cli.run_main``) where that is safe, else the
+    """``ovpass ARGS``: in this process (``testkit.cli.run_main``) where that is safe, else the
     console script: under strace, outside the main thread (main() redirects this process's stdout), and
     where ``process`` asks for a fresh process (a rewrite's bytes hold node names that count up per process)."""
     if not process and strace is None and not kwargs and threading.current_thread() is threading.main_thread():
@@ -285,7 +285,7 @@ def test_replace_all_changes_nothing_when_one_target_cannot_be_replaced(tmp_path
 def test_a_kill_at_any_step_of_a_folder_commit_is_recovered(tmp_path):
     """The same guarantee for a folder replaced with a file beside it (folder mode's commit)."""
     script = (
-        "import sys; from pathlib import Path; from ovpasses.files import commit\n"
+        "import sys; from pathlib import Path; from ovpasses.app.files import commit\n"
         "root = Path(sys.argv[1])\n"
         "reps = []\n"
         "for final, content in (('exp', {'m.xml': b'new xml', 'm.bin': b'new bin'}), ('note', b'new note')):\n"
@@ -560,7 +560,7 @@ def test_a_signal_at_any_step_of_a_commit_loses_nothing(ir_versions, tmp_path, n
 WRITER = """
 import sys, shutil, time
 from pathlib import Path
-from ovpasses.files import commit
+from ovpasses.app.files import commit
 parent, seconds = Path(sys.argv[1]), float(sys.argv[2])
 commit.LOCK_POLL_S = float(sys.argv[3])
 versions = [parent / "A", parent / "B"]

@@ -19,10 +19,10 @@ from pathlib import Path
 import openvino as ov
 import pytest
 
-from ovpasses.files import commit
-from ovpasses.files.folder import holds_stateful_attention, ir_files_in, rewrite_folder
+from ovpasses.app.files import commit
+from ovpasses.app.folder import holds_stateful_attention, ir_files_in, rewrite_folder
 from ovpasses.report import schemas
-from ovpasses.testing.cli import run_main
+from testkit.cli import run_main
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
@@ -33,11 +33,11 @@ AFFECTED = "2026.0"
 needs_strace = pytest.mark.skipif(STRACE is None and not os.environ.get("CI"),
                                   reason="strace is missing: the faults and races cannot be staged (apt-get install strace)")
 
-pytestmark = pytest.mark.skipif(not OVPASS.exists(), reason=f"console script not installed at {OVPASS}")
+# the console script is needed: without it these tests fail (tests/test_cli.py says why)
 
 
 def ovpass(*args, strace: list[str] | None = None, exe: Path = OVPASS, process: bool = False):
-    """``ovpass ARGS``: in this process (``ovpasses.testing.cli.run_main``), unless it runs under strace,
+    """``ovpass ARGS``: in this process (``testkit.cli.run_main``), unless it runs under strace,
     ``exe`` is another runtime's console script, or ``process`` asks for a fresh process (then a
     ``subprocess.CompletedProcess``, read the same way)."""
     if strace is None and exe == OVPASS and not process:
@@ -542,13 +542,13 @@ def test_a_gemma3n_folder_for_an_older_runtime(tmp_path):
 
 
 def _with_extra_ir(export: Path, spec) -> Path:
-    from ovpasses.testing.graphs import build_newer_ops
+    from testkit.graphs import build_newer_ops
     ov.save_model(build_newer_ops(spec), export / "openvino_extra_model.xml", compress_to_fp16=False)
     return export / "openvino_extra_model.xml"
 
 
 def test_an_ir_without_stateful_attention_gets_only_its_unreadable_ops_replaced(export, tmp_path):
-    from ovpasses.testing.graphs import NewerOpsSpec
+    from testkit.graphs import NewerOpsSpec
     extra = _with_extra_ir(export, NewerOpsSpec(erfinv="none", one_hot="normalize"))
     summary = rewrite_folder(export, tmp_path / "old", runtime="2025.2")
     [lowered] = [m for m in summary.models if m.op_versions]
@@ -563,7 +563,7 @@ def test_an_ir_without_stateful_attention_gets_only_its_unreadable_ops_replaced(
 
 
 def test_an_op_that_cannot_be_replaced_refuses_the_folder_naming_the_file(export, tmp_path):
-    from ovpasses.testing.graphs import NewerOpsSpec
+    from testkit.graphs import NewerOpsSpec
     extra = _with_extra_ir(export, NewerOpsSpec(erfinv="parameter"))
     result = ovpass("rewrite", export, "-o", tmp_path / "out", "--runtime", AFFECTED)
     assert result.returncode == 2

@@ -5,7 +5,7 @@ The cases run in a subprocess under the runtime's own virtual environment (the d
 for the newest, .venvs/ov-2026.0.0 for the affected one), as tests/test_runtimes.py does, one process
 per runtime for every case (the tests are one xdist group: one pytest-xdist worker starts it once): the
 worker compiles each model and maps the runtime model's fused SDPA kernels back to the IR's SDPA names
-through their ``originalLayersNames`` (ovpasses.check.fused_sdpa_names).
+through their ``originalLayersNames`` (ovpasses.app.check.fused_sdpa_names).
 """
 
 import functools
@@ -41,10 +41,10 @@ SYNTHETIC = {
 
 WORKER = """
 import json, sys, openvino as ov, ovpasses
-from ovpasses.check import fused_sdpa_names
+from ovpasses.app.check import fused_sdpa_names
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.report.text import fusion_text
-from ovpasses.testing.graphs import *
+from ovpasses.app.render.text import fusion_text
+from testkit.graphs import *
 for source in sys.argv[1:]:
     out = {"source": source, "runtime": ov.get_version().split("-")[0]}
     for mode in ("unmodified", "rewritten"):

@@ -14,8 +14,9 @@ import openvino as ov
 import pytest
 
 import ovpasses
-from ovpasses import OvpassesError, analyze_kv_sharing, cli
-from ovpasses.files.folder import rewrite_folder
+from ovpasses import OvpassesError, analyze_kv_sharing
+from ovpasses.app import cli
+from ovpasses.app.folder import rewrite_folder
 from ovpasses.passes.shared_kv_cache_unsharing import (
     NO_INITIALISER,
     SCALAR_MASK,
@@ -25,8 +26,9 @@ from ovpasses.passes.shared_kv_cache_unsharing import (
     plan_unsharing,
 )
 from ovpasses.plan.decisions import Action
-from ovpasses.check import count_fused_sdpa
-from ovpasses.testing.graphs import (
+from ovpasses.app.check import count_fused_sdpa
+from ovpasses.app.render.text import summary_text
+from testkit.graphs import (
     CacheLoopSpec,
     StackSpec,
     build_cache_loop,
@@ -242,7 +244,7 @@ def test_cache_read_by_a_loop_stays_shared():
     assert plan_unsharing(analyze_kv_sharing(model)).refused == {vid: SUBGRAPH_READER}
     summary = ovpasses.rewrite(model, kv_sharing="unshare")
     assert not summary.changed and summary.kept_shared == {vid: SUBGRAPH_READER}
-    assert f"kept shared: {vid}: {SUBGRAPH_READER}" in str(summary)
+    assert f"kept shared: {vid}: {SUBGRAPH_READER}" in summary_text(summary)
 
 
 def test_unsharing_pass_not_selected_is_reported():
@@ -308,7 +310,7 @@ def test_fusion_prediction_follows_the_unshared_model():
     compiled model agrees; the unmodified prediction stays that of the input."""
     import openvino as ov
 
-    from ovpasses.check import check_model
+    from ovpasses.app.check import check_model
     report = check_model(ov.Core().read_model(f"{TINY8}/openvino_model.xml"), steps=1, kv_sharing="unshare")
     assert report.rewritten.fused_sdpa == 8 and report.rewritten.fusion_disagreements == []
     assert report.original.fusion_disagreements == [] and report.original.fused_sdpa == 2

@@ -15,7 +15,7 @@ import networkx as nx
 from ovpasses.analysis import RT_OWNER_OF, RT_STATUS, RT_VARIABLES, KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.analysis.kv_sharing import layer_indices
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
-from ovpasses.testing.graphs import (
+from testkit.graphs import (
     LOOP_NAME,
     LOOP_SDPA,
     CacheLoopSpec,

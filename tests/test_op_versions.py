@@ -1,8 +1,8 @@
 """Operations newer than the target runtime reads (issue 10): found, folded or converted where that is
 exact, refused otherwise; and what the target runtime itself does with the result.
 
-The graphs come from ``ovpasses.testing.graphs.build_newer_ops``; values are checked against the
-float64 references of ``ovpasses.testing.reference`` (ErfInv by bisection on ``math.erf``, OneHot
+The graphs come from ``testkit.graphs.build_newer_ops``; values are checked against the
+float64 references of ``testkit.reference`` (ErfInv by bisection on ``math.erf``, OneHot
 from the OneHot-16 specification). The runs under older runtimes are subprocesses in their venvs.
 """
 
@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ovpasses.app.render.text import summary_text
 import ovpasses
 from ovpasses.analysis.op_versions import analyze_op_versions, layer_versions, unreadable_versions
 from ovpasses.errors import UnreadableOperationError
@@ -30,7 +31,7 @@ from ovpasses.lowering import LOWERING_PASSES, lower_op_versions
 from ovpasses.plan.decisions import Lowered
 from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
 from ovpasses.plan.runtimes import OPS_FIRST_READ, installed_version, parse_release
-from ovpasses.testing.graphs import (
+from testkit.graphs import (
     NewerOpsSpec,
     build_erfinv_in_if_body,
     build_erfinv_of_a_converted_constant,
@@ -39,7 +40,7 @@ from ovpasses.testing.graphs import (
     newer_ops_inputs,
     newer_ops_reference,
 )
-from ovpasses.testing.reference import erfinv_reference
+from testkit.reference import erfinv_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 OLD = "2026.0"          # reads opset16, not ErfInv (opset17)
@@ -138,7 +139,7 @@ def test_an_unmeasured_release_between_measured_ones_is_taken_as_the_older_one()
     """2026.2.0 was not measured; 2026.1.0 refuses ErfInv, 2026.2.1 reads it: the fold runs (conservative)."""
     summary = ovpasses.rewrite(build_newer_ops(NewerOpsSpec()), runtime="2026.2")
     assert [p.name for p in summary.passes if p.changed] == ["ErfInvConstantFolding"]
-    assert "2026.2.0 is not known to read ErfInv (opset17)" in str(summary)
+    assert "2026.2.0 is not known to read ErfInv (opset17)" in summary_text(summary)
 
 
 # ---------------------------------------------------------------- refusals

@@ -22,9 +22,10 @@ from ovpasses.analysis.sliding_window_masks import find_sliding_window_masks
 from ovpasses.plan.decisions import MaskAction
 from ovpasses.plan.profiles import profile_for
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.report.inspect import inspect_model, inspect_text
-from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
-from ovpasses.testing.paged import heads_stack_paged_outputs, paged_attention_inputs, to_paged
+from ovpasses.app.render.inspect import inspect_text
+from ovpasses.report.inspect import inspect_model
+from testkit.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
+from testkit.paged import heads_stack_paged_outputs, paged_attention_inputs, to_paged
 
 MASK_IGNORED, MASK_NATIVE = MaskAction.IGNORED, MaskAction.NATIVE
 MASK_SLICE, MASK_SLICED_ALREADY = MaskAction.SLICE, MaskAction.SLICED_ALREADY
@@ -137,7 +138,7 @@ def test_newest_converter_reads_the_window_unaided():
 
 AFFECTED_CONVERTER = """
 import json, openvino as ov, ovpasses
-from ovpasses.testing.paged import paged_attention_inputs, to_paged
+from testkit.paged import paged_attention_inputs, to_paged
 path = "tests/fixtures/gemma4/tiny8/openvino_model.xml"
 out = {"runtime": ov.get_version()}
 for mode in ("unmodified", "rewritten"):
@@ -190,8 +191,8 @@ def test_newest_paged_attention_still_needs_one_query_head_count():
 AFFECTED_KERNEL = """
 import json, numpy as np
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
-from ovpasses.testing.paged import heads_stack_paged_outputs
+from testkit.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
+from testkit.paged import heads_stack_paged_outputs
 spec, tokens = HeadsStackSpec(%r), %r
 got = heads_stack_paged_outputs(spec, tokens, prefill=6, config=EXACT_CPU_CONFIG)
 error = np.nan_to_num(np.abs(got - heads_stack_reference(spec, tokens)), nan=np.inf).max()

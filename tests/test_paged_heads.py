@@ -6,7 +6,7 @@ Numbers against the float64 reference of :func:`heads_stack_reference` on synthe
 Gemma 4 layouts (E2B/E4B: one KV head, head sizes differing, KV-shared borrowers; 26B/31B: sliding 4 KV
 heads x 8, full 1 x 16 with K = V, adjacent full layers), through the stateful model and the real
 PagedAttention converter and kernel (newest runtime here; 2026.0 in .venvs/ov-2026.0.0). The Gemma 4
-fixture e2b35 through openvino_genai's continuous batching on 2026.0 (``ovpasses.testing.matrix``,
+fixture e2b35 through openvino_genai's continuous batching on 2026.0 (``testkit.matrix``,
 mode ``paged-pad``).
 """
 
@@ -23,19 +23,20 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from ovpasses.testing.cli import CliResult, run_main
-from ovpasses.testing.matrix import cell_in, cells_in
+from testkit.cli import CliResult, run_main
+from testkit.matrix import cell_in, cells_in
 from hypothesis import assume, given
 
+from ovpasses.app.render.text import summary_text
 import ovpasses
 from ovpasses.analysis.kv_sharing import analyze_kv_sharing
 from ovpasses.analysis.paged_heads import HeadsRefusal, analyze_paged_heads
 from ovpasses.paged_padding import PagedHeadsAction
 from ovpasses.passes.attention_head_padding import AttentionHeadPadding
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference, run_heads_stack
-from ovpasses.testing.paged import heads_stack_paged_outputs
-from ovpasses.testing.strategies import heads_stack_specs, register_profiles
+from testkit.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference, run_heads_stack
+from testkit.paged import heads_stack_paged_outputs
+from testkit.strategies import heads_stack_specs, register_profiles
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
@@ -208,7 +209,7 @@ def test_without_the_pass_selected_nothing_is_padded_and_the_plan_says_so():
     assert summary.paged_heads.plan.padded == ["past_key_values.0.keypresent.0.key",
                                                "past_key_values.0.valuepresent.0.value"]
     assert {v.get_info().data_shape[3].get_length() for v in model.get_variables()} == {8, 16}
-    assert "paged heads: not applied (pass AttentionHeadPadding not selected)" in str(summary)
+    assert "paged heads: not applied (pass AttentionHeadPadding not selected)" in summary_text(summary)
 
 
 def test_keep_changes_nothing_and_plans():
@@ -226,7 +227,7 @@ def test_keep_changes_nothing_and_plans():
 def test_padding_composes_with_unsharing_and_bounding(fixture, options):
     """The stateful path of the padded IR with the other opt-in rewrites: transformers' 20 tokens (tiny8:
     12 + 20 tokens, past its window of 16, so a bounded cache really drops positions)."""
-    from ovpasses.testing.greedy import greedy_generate
+    from testkit.greedy import greedy_generate
 
     reference = json.loads((FIXTURES / fixture / "reference.json").read_text())
     model = ov.Core().read_model(FIXTURES / fixture / "openvino_model.xml")
@@ -396,7 +397,7 @@ AFFECTED_GENAI_STACK = """
 import json, os, shutil, tempfile, numpy as np, openvino as ov, openvino_genai as genai, ovpasses
 from pathlib import Path
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_greedy
+from testkit.graphs import HeadsStackSpec, build_heads_stack, heads_stack_greedy
 spec, prompt, steps = HeadsStackSpec(*%r, kv_source=%r, k_eq_v=%r, hidden=%r, seed=%r, scale=%r), %r, 12
 mode, path = %r, %r
 expected, margin = heads_stack_greedy(spec, prompt, steps)
@@ -453,8 +454,8 @@ def test_affected_genai_paged_decodes_the_large_layout_once_padded():
 AFFECTED_STACK = """
 import json, numpy as np, ovpasses
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
-from ovpasses.testing.paged import heads_stack_paged_outputs
+from testkit.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
+from testkit.paged import heads_stack_paged_outputs
 spec, tokens, pad = HeadsStackSpec(*%r, kv_source=%r, k_eq_v=%r, hidden=%r), %r, %r
 model = build_heads_stack(spec)
 if pad:

@@ -1,7 +1,7 @@
 """``--paged-heads pad`` (issue 23) where users meet it: export folders (``ovpass rewrite DIR -o NEW``, text
 and image-text-to-text), ``ovpass check``, ``ovpass inspect`` and ``ovpasses.compile_model``.
 
-The openvino_genai runs go through the runtime-matrix worker (``ovpasses.testing.matrix``): one process per
+The openvino_genai runs go through the runtime-matrix worker (``testkit.matrix``): one process per
 folder runs several pipelines, and leaves with ``os._exit`` (genai 2026.0 - 2026.2.1 segfaults now and then
 at teardown). An IR that the paged path of 2026.0 gets wrong runs in a process of its own: its kernel may
 corrupt the heap for the next pipeline.
@@ -20,12 +20,12 @@ import openvino as ov
 import pytest
 
 import ovpasses
-from ovpasses.check.genai import GenaiPathReport, GenaiRun
+from ovpasses.app.check.genai import GenaiPathReport, GenaiRun
 from ovpasses.errors import OvpassesError
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.testing.cli import run_main
-from ovpasses.testing.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference, run_heads_stack
-from ovpasses.testing.matrix import cell_in, cells_in
+from testkit.cli import run_main
+from testkit.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference, run_heads_stack
+from testkit.matrix import cell_in, cells_in
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
@@ -39,7 +39,7 @@ E2B_LAYERS = "layers: 8 query heads on 1x8 in 28 layers, 8 query heads on 1x16 i
 
 
 def ovpass(*args, bin_dir: Path = NEWEST.parent):
-    """``ovpass ARGS``: in this process (``ovpasses.testing.cli.run_main``) for the newest runtime, else the
+    """``ovpass ARGS``: in this process (``testkit.cli.run_main``) for the newest runtime, else the
     console script of ``bin_dir``'s venv (a ``subprocess.CompletedProcess``, read the same way)."""
     if bin_dir == NEWEST.parent:
         return run_main(*args)

@@ -1,5 +1,7 @@
 """ovpasses.compile_model and the pipeline's plan on CPU, and the GPU path where an Intel GPU is present."""
 
+import json
+
 import openvino as ov
 import pytest
 
@@ -9,7 +11,8 @@ from ovpasses.pipeline import PASSES, PIPELINE_PASSES, STEPS
 from ovpasses.plan.decisions import Action
 from ovpasses.report import schemas
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
-from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_steps
+from ovpasses.app.render.text import summary_text
+from testkit.graphs import StackSpec, build_stack, run_stack, stack_steps
 
 from test_regressions import assert_matches_reference  # noqa: E402  (tests/ is on sys.path)
 
@@ -118,10 +121,16 @@ def test_compile_model_gpu():
 
 def test_reasons_come_with_the_plan_and_reprs_are_short():
     summary = ovpasses.rewrite(build_stack(SPEC))
-    assert summary.reasons[SPEC.sdpa_name(1)] == ("layer 1's K cache is also read off the Assign's path by layer 2 "
-                                                 "(its own Gather/Concat on the ReadValue)")
-    assert summary.reasons[SPEC.sdpa_name(3)] == "reads no cache"
-    assert summary.to_dict()["reasons"] == summary.reasons
+    # layer 2 reads layer 1's K cache through a Gather/Concat of its own: both are kept out of fusion
+    shared_k = "layer 1's K cache is also read off the Assign's path by layer 2 (its own Gather/Concat on the ReadValue)"
+    expected = {SPEC.sdpa_name(0): "exclusive cache", SPEC.sdpa_name(1): shared_k, SPEC.sdpa_name(2): shared_k,
+                SPEC.sdpa_name(3): "reads no cache"}
+    assert summary.reasons == expected
+    # the JSON report: each SDPA's action value beside its reason, as written out by hand
+    data = json.loads(json.dumps(summary.to_dict()))
+    assert data["reasons"] == expected
+    assert data["actions"] == {SPEC.sdpa_name(0): "native", SPEC.sdpa_name(1): "barrier",
+                               SPEC.sdpa_name(2): "barrier", SPEC.sdpa_name(3): "stateless"}
     # issue 15: repr() was a one-line dump of whole dataclasses
     assert repr(summary).startswith("RewriteSummary(runtime ") and len(repr(summary)) < 150
     assert "CacheInfo" not in repr(summary) and "SDPAInfo" not in repr(summary.analysis)
@@ -147,4 +156,4 @@ def test_json_carries_enum_values_and_what_was_not_applied():
                                SPEC.sdpa_name(2): "barrier", SPEC.sdpa_name(3): "stateless"}
     assert data["not_applied"] == {"DisableStatefulSDPAFusion": [SPEC.sdpa_name(1), SPEC.sdpa_name(2)]}
     assert "not applied (DisableStatefulSDPAFusion not selected): layers 1, 2; planned: kept out of stateful " \
-           "fusion (no-op Reshape on K/V)" in str(summary)
+           "fusion (no-op Reshape on K/V)" in summary_text(summary)

@@ -1,6 +1,6 @@
 """Property tests of the pipeline over generated decoder stacks (hypothesis).
 
-Profiles (registered in :mod:`ovpasses.testing.strategies`): ``ci`` by default, ``thorough`` with
+Profiles (registered in :mod:`testkit.strategies`): ``ci`` by default, ``thorough`` with
 ``HYPOTHESIS_PROFILE=thorough`` (10,000 examples per property).
 
 Tolerances, absolute, scaled by ``max(1, max|expected|)`` (the hidden state grows with depth):
@@ -36,7 +36,8 @@ from ovpasses import OvpassesError, ScaledDotProductAttentionDecomposition, anal
 from ovpasses.passes.shared_kv_cache_unsharing import NO_INITIALISER, SCALAR_MASK
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
-from ovpasses.testing.graphs import (
+from ovpasses.app.render.text import summary_text
+from testkit.graphs import (
     STACK_OUTPUT,
     StackSpec,
     build_stack,
@@ -45,8 +46,8 @@ from ovpasses.testing.graphs import (
     stack_reference,
     stack_steps,
 )
-from ovpasses.testing.matrix import apply_mode
-from ovpasses.testing.strategies import register_profiles, stack_specs, step_counts
+from testkit.matrix import apply_mode
+from testkit.strategies import register_profiles, stack_specs, step_counts
 
 import test_regressions  # noqa: E402  (tests/ is on sys.path: pytest's rootdir-relative import)
 
@@ -214,7 +215,7 @@ def test_rewrite_is_numerically_equivalent_and_keeps_names(runtime, spec, counts
     before_names = io_names(original)
     rewritten = original.clone()
     summary = rewrite_or_known_bug(rewritten, spec, runtime)   # property 6: never raises on a valid model
-    note(str(summary))
+    note(summary_text(summary))
 
     # 5: tensor names of inputs and outputs, and friendly names of replaced outputs
     assert io_names(rewritten) == before_names
@@ -398,7 +399,7 @@ def test_unshare_keeps_outputs_and_leaves_every_sdpa_exclusive(spec, counts):
     steps = stack_steps(spec, *counts)
     model = build_stack(spec)
     summary = ovpasses.rewrite(model, kv_sharing="unshare")
-    note(str(summary))
+    note(summary_text(summary))
     shared = {vid: cache for vid, cache in summary.analysis.caches.items() if cache.shared}
     # a cache stays shared where the plugin could not run it exclusive: the builder gives a cache a
     # ReadValue without an initialiser exactly when its element type differs from the model's, and
@@ -453,7 +454,7 @@ def test_profiles_are_registered():
     from hypothesis import settings
     assert settings.get_profile("thorough").max_examples >= 10_000
     assert settings.get_profile("ci").deadline is None
-    assert sys.modules["ovpasses.testing.strategies"].PROFILE_ENV == "HYPOTHESIS_PROFILE"
+    assert sys.modules["testkit.strategies"].PROFILE_ENV == "HYPOTHESIS_PROFILE"
 
 
 @COUNTED

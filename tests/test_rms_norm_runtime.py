@@ -23,7 +23,7 @@ import openvino as ov
 import pytest
 
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.testing.graphs import RMSNormSpec, build_rms_norm, rms_norm_inputs, rms_norm_reference
+from testkit.graphs import RMSNormSpec, build_rms_norm, rms_norm_inputs, rms_norm_reference
 
 ROOT = Path(__file__).resolve().parent.parent
 AFFECTED = ROOT / ".venvs" / "ov-2026.2.1" / "bin" / "python"
@@ -37,7 +37,7 @@ RUN_UNDER = """
 import json, sys
 import openvino as ov
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.testing.graphs import RMSNormSpec, build_rms_norm, rms_norm_inputs
+from testkit.graphs import RMSNormSpec, build_rms_norm, rms_norm_inputs
 spec = RMSNormSpec(**json.loads(sys.argv[1]))
 compiled = ov.Core().compile_model(build_rms_norm(spec), "CPU", EXACT_CPU_CONFIG)
 layers = sorted({op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ordered_ops()})

@@ -26,7 +26,7 @@ from ovpasses.plan.runtimes import (
     parse_release,
     reads_op,
 )
-from ovpasses.testing.graphs import AttentionSpec, StackSpec, build_attention, build_stack
+from testkit.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 
 ROOT = Path(__file__).resolve().parent.parent
 MATRIX = ROOT / "benchmarks" / "results" / "runtime_matrix.json"

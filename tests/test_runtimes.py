@@ -4,7 +4,7 @@ fixtures with unshared KV caches (issue 12).
 
 Each case runs in a subprocess under the runtime's own virtual environment (.venvs/dev for the
 newest, .venvs/ov-2026.0.0 for the affected one; tools/test.sh creates both; 2025.2.0 and 2026.1.0
-run where their venvs exist), through ``python -m ovpasses.testing.matrix``.
+run where their venvs exist), through ``python -m testkit.matrix``.
 """
 
 import json
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ovpasses.testing.matrix import cell_in, grid_cell
+from testkit.matrix import cell_in, grid_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
@@ -135,8 +135,8 @@ def test_affected_unshared_fuses_every_layer_and_decodes_like_transformers(fixtu
 
 SYNTHETIC = """
 import json, numpy as np, openvino as ov, ovpasses
-from ovpasses.testing.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
-from ovpasses.check import count_fused_sdpa
+from testkit.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps
+from ovpasses.app.check import count_fused_sdpa
 from ovpasses.precision import EXACT_CPU_CONFIG
 spec = StackSpec(k_source=(0, 1, 2, 3), gqa_form="bidirectional", past_length_from=(0,), past_length_at="concat")
 steps = stack_steps(spec)
@@ -188,7 +188,7 @@ OLD_RUNTIMES = [old_runtime("2026.0.0", default=True), old_runtime("2025.2.0"), 
 def prepared(tmp_path_factory):
     """Gemma 3n rewritten by this (newest) runtime for an older one: ``ovpass rewrite DIR -o DIR2
     --runtime VERSION``, once per version."""
-    from ovpasses.files.folder import rewrite_folder
+    from ovpasses.app.folder import rewrite_folder
     folders: dict[str, Path] = {}
 
     def get(version: str) -> Path:

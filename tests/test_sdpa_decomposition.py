@@ -10,7 +10,7 @@ from openvino.passes import Manager
 from ovpasses import ScaledDotProductAttentionDecomposition
 from ovpasses.precision import EXACT_CPU_CONFIG as F32
 from ovpasses.plan.runtimes import installed_version
-from ovpasses.testing.graphs import AttentionSpec, attention_inputs, attention_reference, build_attention
+from testkit.graphs import AttentionSpec, attention_inputs, attention_reference, build_attention
 
 
 # Absolute tolerances. f32: the 1e-5 (outputs are O(1), f32 eps is 1.2e-7, so this leaves
@@ -137,7 +137,7 @@ def test_prescaled_q_numerically(core):
     inputs = attention_inputs(spec, seed=3)
     decompose(model)
     got = core.compile_model(model, "CPU", F32)(inputs)["attention"]
-    from ovpasses.testing.reference import sdpa_reference
+    from testkit.reference import sdpa_reference
     q = inputs["q"].astype(np.float64)
     s = np.float64(np.float32(0.3))
     twice = sdpa_reference(q * s, inputs["k"], inputs["v"], scale=s)

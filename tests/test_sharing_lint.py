@@ -11,7 +11,8 @@ import ovpasses
 from ovpasses.analysis import analyze_kv_sharing
 from ovpasses.analysis.attention_kinds import attention_kinds
 from ovpasses.analysis.sharing_lint import lint_kv_sharing
-from ovpasses.testing.graphs import LayerKindsSpec, StackSpec, build_layer_kinds, build_stack, sharing_layout
+from ovpasses.app.render.text import summary_text
+from testkit.graphs import LayerKindsSpec, StackSpec, build_layer_kinds, build_stack, sharing_layout
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 EXPORTS = {
@@ -111,5 +112,5 @@ def test_rewrite_summary_warns_and_inspect_reports_the_findings():
     model = build_layer_kinds(LayerKindsSpec(k_source=(0, 1, 1), window=(4, None, 4), head_dims=(8, 8, 8)))
     summary = ovpasses.rewrite(model)
     assert [f.code for f in summary.findings] == ["borrower_kind"]
-    assert "warning: KV sharing: layer 2 (sliding 4) reads the cache of layer 1 (full)" in str(summary)
+    assert "warning: KV sharing: layer 2 (sliding 4) reads the cache of layer 1 (full)" in summary_text(summary)
     assert summary.to_dict()["lint"][0]["layers"] == [2, 1]

@@ -2,7 +2,7 @@
 positions.
 
 Exactness is claimed against the unmodified IR's greedy tokens (on an affected runtime, where the unmodified IR
-cannot run, against ``rewrite()`` in the default mode) and, through ``ovpasses.testing.matrix``, against
+cannot run, against ``rewrite()`` in the default mode) and, through ``testkit.matrix``, against
 transformers' tokens in reference.json, on the tiny fixtures (window 16, so caches wrap within a few steps).
 Structure is asserted on the rewritten graph.
 """
@@ -20,17 +20,19 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from ovpasses.testing.matrix import grid_cell
+from testkit.matrix import grid_cell
 
 import ovpasses
-from ovpasses import OvpassesError, cli
+from ovpasses import OvpassesError
+from ovpasses.app import cli
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, analyze_kv_sharing
 from ovpasses.analysis.sliding_window_caches import Refusal
 from ovpasses.passes.sliding_window_cache_bounding import CHECK_SUFFIX, SlidingWindowKVCacheBounding
 from ovpasses.plan.decisions import Action
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
-from ovpasses.testing.graphs import StackSpec, build_stack
+from ovpasses.app.render.text import summary_text
+from testkit.graphs import StackSpec, build_stack
 
 BOUNDED = Action.BOUNDED
 
@@ -149,7 +151,7 @@ def test_fusion_prediction_says_bounded_layers_leave_the_kernel():
     summary = ovpasses.rewrite(model, sliding_window="bounded")
     fusion = summary.fusion()
     compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
-    from ovpasses.check import count_fused_sdpa
+    from ovpasses.app.check import count_fused_sdpa
     assert count_fused_sdpa(compiled) == sum(v.expected for v in fusion.values()) == 0
     exclusive = {n for n in fusion if summary.analysis.layer(n) in (0, 1)}   # the others: a shared Concat first
     assert all("is bounded" in fusion[n].reason for n in exclusive) and len(exclusive) == 2
@@ -197,7 +199,7 @@ def test_one_head_caches_reach_the_sdpa_without_the_gqa_expand():
         assert [s.get_type_name() for s in sources] == ["Concat", "Concat"], sdpa.get_friendly_name()
         assert all(s.get_output_partial_shape(0)[1].get_length() == 1 for s in sources)
         assert sdpa.get_input_partial_shape(0)[1].get_length() == 8
-    from ovpasses.check import count_fused_sdpa
+    from ovpasses.app.check import count_fused_sdpa
     unshared = read(e2b35)
     ovpasses.rewrite(unshared, kv_sharing="unshare", sliding_window="bounded")
     assert count_fused_sdpa(ov.Core().compile_model(unshared, "CPU", EXACT_CPU_CONFIG)) == 7
@@ -217,7 +219,7 @@ def test_several_kv_head_expands_broadcast_in_numpy_mode_bit_for_bit(kv_sharing,
     cache (unshared) keeps the exported expand, and the plugin's stateful kernel still takes those layers (2).
     A prompt of 40 in chunks of 7 and 30 tokens: logits bit-identical to the bounded model with the exported
     (bidirectional) expands; the tokens against the unmodified model are test_greedy_tokens_equal_the_unmodified_model's."""
-    from ovpasses.check import count_fused_sdpa
+    from ovpasses.app.check import count_fused_sdpa
     from ovpasses.passes import sliding_window_cache_bounding as bounding
 
     model = read()
@@ -302,7 +304,7 @@ def test_a_model_without_sliding_layers_is_left_as_it_is():
     assert not summary.sliding_window_caches.bounded
     assert SlidingWindowKVCacheBounding.NAME not in [p.name for p in summary.passes]
     assert {r.reason for r in summary.sliding_window_caches.refused.values()} == {Refusal.FULL_ATTENTION}
-    assert "not bounded" in str(summary)
+    assert "not bounded" in summary_text(summary)
 
 
 def test_modes_are_checked():
@@ -381,7 +383,7 @@ def test_check_says_when_the_context_never_exceeds_the_bound_and_catches_a_bound
     here by shrinking the analysis' keep) fails the check as soon as a step needs a dropped position."""
     from dataclasses import replace
 
-    from ovpasses.check import WORSE, check_model
+    from ovpasses.app.check import WORSE, check_model
     from ovpasses.plan import targets   # where the pipeline plans the bounding
 
     short = check_model(read(), prefill=8, steps=3, sliding_window="bounded")
@@ -442,7 +444,7 @@ def chat(pipe, turns: tuple[str, ...] = TURNS, answer: int = ANSWER) -> list[lis
     ``answer`` tokens each, between start_chat and finish_chat."""
     import openvino_genai as genai
 
-    from ovpasses.check.genai import token_collector
+    from ovpasses.app.check.genai import token_collector
     config = genai.GenerationConfig()
     config.max_new_tokens = config.min_new_tokens = answer
     config.do_sample = False
@@ -492,7 +494,7 @@ def test_vlm_chat_equals_the_unmodified_folder(tmp_path, capsys):
     one the template says."""
     import openvino_genai as genai
 
-    from ovpasses.testing.greedy import vlm_greedy
+    from testkit.greedy import vlm_greedy
     vlm8 = FIXTURES / "vlm8"
     bounded = tmp_path / "bounded"
     assert cli.main(["rewrite", str(vlm8), "-o", str(bounded), "--sliding-window", "bounded"]) == 0

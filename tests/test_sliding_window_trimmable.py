@@ -17,14 +17,14 @@ import openvino as ov
 import pytest
 
 import ovpasses
-from ovpasses.check import count_fused_sdpa
+from ovpasses.app.check import count_fused_sdpa
 from ovpasses.errors import OvpassesError
 from ovpasses.passes.sliding_window_cache_trimmable import RT_NODE, trimmable_caches
 from ovpasses.plan.decisions import Action
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.sliding_window_trim import SlidingWindowTrimmer
-from ovpasses.testing.matrix import grid_cell
+from testkit.matrix import grid_cell
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
@@ -196,7 +196,7 @@ def test_optimum_intel_decodes_the_reference_while_trimmed(tmp_path):
     import json
     import subprocess
 
-    from ovpasses.testing.cli import run_main
+    from testkit.cli import run_main
 
     folder = tmp_path / "trimmable"
     assert run_main("rewrite", TINY8, "-o", folder, "--sliding-window", "trimmable").returncode == 0

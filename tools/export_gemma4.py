@@ -982,7 +982,7 @@ def ir_greedy_reference(xml: Path, prompt_ids: list[int], new_tokens: int) -> di
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from ovpasses.precision import EXACT_CPU_CONFIG
-    from ovpasses.testing.greedy import greedy_generate
+    from testkit.greedy import greedy_generate
 
     compiled = ov.Core().compile_model(xml, "CPU", EXACT_CPU_CONFIG)
     return {"generated_ids": greedy_generate(compiled, prompt_ids, new_tokens),
@@ -1099,7 +1099,7 @@ def verify(out_dir: Path, device: str = "CPU", precision: str = "exact") -> bool
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from ov_greedy import fixture_cases, run_core
-    from ovpasses.check.genai import token_collector
+    from ovpasses.app.check.genai import token_collector
     from ovpasses.precision import EXACT_CPU_CONFIG
 
     ref = json.loads((out_dir / "reference.json").read_text())

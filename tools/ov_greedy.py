@@ -5,7 +5,7 @@ its prompt through ov.Core and compare with transformers' tokens in ``reference.
     python tools/ov_greedy.py tests/fixtures/gemma4/tiny8 [--device CPU] [--precision exact|default]
 
 Exits non-zero when the tokens differ. A causal-LM folder (``openvino_model.xml``) is decoded by
-:func:`ovpasses.testing.greedy.greedy_generate`. A multimodal folder (``openvino_language_model.xml``, Gemma 4)
+:func:`testkit.greedy.greedy_generate`. A multimodal folder (``openvino_language_model.xml``, Gemma 4)
 is decoded by :func:`vlm_greedy`: the text and per-layer embedding IRs turn ids into the language
 model's ``inputs_embeds`` and ``per_layer_inputs``; for the image prompt the vision IR's soft tokens
 replace the embeddings of the image tokens, as openvino_genai's VLMPipeline does. Both prompts of
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))   # run from a checkout without installing
 
 
-from ovpasses.testing.greedy import gemma4_patches, vlm_greedy  # noqa: E402,F401 - re-exported
+from testkit.greedy import gemma4_patches, vlm_greedy  # noqa: E402,F401 - re-exported
 
 
 def fixture_cases(folder: Path, reference: dict) -> list[dict]:
@@ -46,8 +46,8 @@ def run_core(folder: Path, case: dict, device: str = "CPU", config: dict | None 
     """One case of :func:`fixture_cases` through ov.Core: the tokens and the fused SDPA count."""
     import openvino as ov
 
-    from ovpasses.check import count_fused_sdpa
-    from ovpasses.testing.greedy import greedy_generate
+    from ovpasses.app.check import count_fused_sdpa
+    from testkit.greedy import greedy_generate
 
     steps = len(case["expected"])
     if (folder / "openvino_language_model.xml").exists():

@@ -7,7 +7,7 @@
 
 Each runtime runs in its own virtual environment, .venvs/ov-VERSION (``newest`` is .venvs/dev). Each
 cell (fixture x mode x ov.Core / genai stateful / genai paged) runs in its own process via
-``python -m ovpasses.testing.matrix``. A fixture is a folder under tests/fixtures (``gemma3n/tiny8``;
+``python -m testkit.matrix``. A fixture is a folder under tests/fixtures (``gemma3n/tiny8``;
 a bare name such as ``tiny8`` is one of tests/fixtures/gemma4) or any path to an export folder with
 a ``reference.json``.
 
@@ -83,7 +83,7 @@ def prepare(fixture: Path, runtime: str, folder: Path, timeout: int) -> dict | N
     version = subprocess.run([newest, "-c", "import openvino; print(openvino.get_version())"],
                              capture_output=True, text=True, check=True).stdout.split("-")[0].strip()
     target = version if runtime == "newest" else runtime
-    cmd = [str(venv_python("newest", False)), "-m", "ovpasses.cli", "rewrite", str(fixture), "-o", str(folder),
+    cmd = [str(venv_python("newest", False)), "-m", "ovpasses.app.cli", "rewrite", str(fixture), "-o", str(folder),
            "--runtime", target]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=ENV)
@@ -100,7 +100,7 @@ def run_cell(python: Path, fixture: str, mode: str, path: str, timeout: int, pre
     labels = {"fixture": fixture, "mode": mode, "path": path}
     name, _, prompt = fixture.partition(":")
     folder, worker_mode = (prepared, "unmodified") if mode == "prepared" else (fixture_path(name), mode)
-    cmd = [str(python), "-m", "ovpasses.testing.matrix", str(folder), "--mode", worker_mode, "--path", path,
+    cmd = [str(python), "-m", "testkit.matrix", str(folder), "--mode", worker_mode, "--path", path,
            "--prompt", prompt or "default"]
     cell = run_worker(cmd, timeout, labels)
     cell.update(labels)

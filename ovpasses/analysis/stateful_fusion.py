@@ -36,7 +36,7 @@ from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 
 
 class Fusion(Enum):
-    """What the CPU plugin is expected to do with one SDPA (the sentences: ``report.text.FUSION_TEXT``)."""
+    """What the CPU plugin is expected to do with one SDPA (the sentences: ``ovpasses.app.render.text.FUSION_TEXT``)."""
 
     FUSED = "fused"
     FUSED_AFTER_REWRITE = "fused_after_rewrite"   # fused because the rewrite took the ShapeOf off its Concat
@@ -47,7 +47,7 @@ class Fusion(Enum):
 @dataclass(frozen=True)
 class FusionVerdict:
     """Whether the CPU plugin is expected to fuse one SDPA into its stateful kernel (``outcome``), and why
-    (``reason``, without the verdict: it is rendered with it only at the edge, ``report.text.fusion_text``)."""
+    (``reason``, without the verdict: it is rendered with it only at the edge, ``ovpasses.app.render.text.fusion_text``)."""
 
     outcome: Fusion
     reason: str

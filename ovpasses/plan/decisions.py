@@ -4,13 +4,13 @@ sliding-window mask (openvino_genai's paged path) and :func:`paged_warnings` for
 that path.
 
 A decision is an enum value (:class:`Action`, :class:`MaskAction`) and a reason; the sentences a person
-reads are rendered at the edge (:mod:`ovpasses.report.text`), and the JSON reports carry the enum values.
+reads are rendered at the edge (:mod:`ovpasses.app.render.text`), and the JSON reports carry the enum values.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from ovpasses._strenum import StrEnum
 
 from ovpasses.analysis import stateful_fusion as why
 from ovpasses.analysis.attention_heads import AttentionHeads, head_layouts

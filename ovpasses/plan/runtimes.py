@@ -2,7 +2,7 @@
 
 The pipeline chooses its profile from :data:`OLDEST_SUPPORTED` and :data:`FIRST_FIXED`
 (:func:`ovpasses.plan.profiles.profile_for`), the IR reader checks an IR's version against
-:data:`IR_VERSIONS_READ` before OpenVINO sees the file (:func:`ovpasses.files.io.check_ir_file`), and the
+:data:`IR_VERSIONS_READ` before OpenVINO sees the file (:func:`ovpasses.app.files.io.check_ir_file`), and the
 operation-version analysis asks :func:`reads_op` which operations a target runtime reads
 (:mod:`ovpasses.analysis.op_versions`). Nothing else compares version numbers; a new measurement
 changes this module, not the passes.
@@ -77,11 +77,11 @@ PAGED_CPU_IGNORES_WINDOW: tuple[Version, Version | None] = ((2025, 2, 0), (2026,
 # out part of the head layout, so a layer whose layout differs from the first's runs kernels made for
 # another: garbage, NaN or heap corruption. Until 2026.2 the key is the precision only; openvino PR
 # #36363 (in 2026.3) adds head size and KV heads, not query heads. Measured with
-# ovpasses.testing.paged on two-layer stacks without sharing or masks, against a float64 reference:
+# testkit.paged on two-layer stacks without sharing or masks, against a float64 reference:
 # head sizes 16 and 32 (4 query heads), or 8 and 16 (8 query heads): wrong on 2026.0.0, 2026.1.0 and
 # 2026.2.1, right on 2026.3.1 and 2026.4.1; 4 and 8 query heads (head size 16): wrong on all of these;
 # 2 and 1 KV heads: right on all; one layout: right on all. On 2025.2.0 and 2025.4.1 (the same
-# precision-only key in their sources; their CPU cache layout is not the one ovpasses.testing.paged
+# precision-only key in their sources; their CPU cache layout is not the one testkit.paged
 # feeds) e2b35 (head sizes 8 and 16) is wrong from the first token through openvino_genai, its window
 # (512) not reached. None: not fixed in any release measured (2026.4.1 the newest).
 PAGED_CPU_NEEDS_ONE_HEAD_SIZE: tuple[Version, Version | None] = ((2025, 2, 0), (2026, 3, 0))

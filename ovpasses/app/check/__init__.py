@@ -1,11 +1,10 @@
 """Checks that the rewrite is right: the original and the rewritten model side by side on ov.Core
-(:mod:`~ovpasses.check.side_by_side`) and the verdict (:mod:`~ovpasses.check.verdict`), the inputs they are fed (:mod:`~ovpasses.check.inputs`), the same
-through openvino_genai (:mod:`~ovpasses.check.genai`) and over an export folder (:mod:`~ovpasses.check.folder`)."""
+(:mod:`~ovpasses.app.check.side_by_side`) and the verdict (:mod:`~ovpasses.app.check.verdict`), the inputs they are fed (:mod:`~ovpasses.app.check.inputs`), the same
+through openvino_genai (:mod:`~ovpasses.app.check.genai`) and over an export folder (:mod:`~ovpasses.app.check.folder`)."""
 
-from ovpasses.check.inputs import make_feeds
-from ovpasses.check.side_by_side import (
+from ovpasses.app.check.inputs import make_feeds
+from ovpasses.app.check.side_by_side import (
     CheckReport,
-    RunResult,
     check_model,
     check_tolerance,
     count_fused_sdpa,
@@ -14,12 +13,13 @@ from ovpasses.check.side_by_side import (
     fusion_disagreements,
     run_steps,
 )
-from ovpasses.check.verdict import (
+from ovpasses.app.check.verdict import (
     FIXED,
     INCONCLUSIVE,
     OK,
     WORSE,
     Comparison,
+    RunResult,
     cannot_decide,
     compare_outputs,
     decide,

@@ -1,6 +1,6 @@
 """Run one exported LLM fixture one way, under whichever OpenVINO this interpreter has.
 
-    python -m ovpasses.testing.matrix FIXTURE_DIR --mode unmodified|rewritten|recovered|unshared|bounded|unshared-bounded|trimmable|unshared-trimmable|paged-pad|decomposed
+    python -m testkit.matrix FIXTURE_DIR --mode unmodified|rewritten|recovered|unshared|bounded|unshared-bounded|trimmable|unshared-trimmable|paged-pad|decomposed
                                       --path core|stateful|paged|default|batching [PATH ...]
                                       [--prompt default|long]
 
@@ -49,9 +49,19 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from ovpasses.check import count_fused_sdpa
-from ovpasses.testing.greedy import greedy_generate
+from ovpasses.app.check import count_fused_sdpa
+from testkit.greedy import greedy_generate
 from ovpasses.precision import EXACT_CPU_CONFIG
+
+ROOT = Path(__file__).resolve().parents[1]   # the checkout: testkit/ and ovpasses/ side by side
+
+
+def worker_env() -> dict[str, str]:
+    """The environment of a worker process: this one's, with the checkout first on ``PYTHONPATH``, so that
+    another venv's interpreter imports ``testkit`` (which no wheel holds) and ``ovpasses`` from this
+    checkout, whatever that venv has installed."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
 
 REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded", "trimmable", "unshared-trimmable", "paged-pad",
                  "recovered")
@@ -113,9 +123,9 @@ def grid_in(python: Path, folder: Path, modes: list[str], paths: list[str], prom
     with its stderr's end."""
     import subprocess
 
-    proc = subprocess.run([str(python), "-m", "ovpasses.testing.matrix", str(folder), "--mode", ",".join(modes),
+    proc = subprocess.run([str(python), "-m", "testkit.matrix", str(folder), "--mode", ",".join(modes),
                            "--path", ",".join(paths), "--prompt", prompt], capture_output=True, text=True,
-                          timeout=timeout, cwd=Path(__file__).resolve().parents[2])
+                          timeout=timeout, cwd=ROOT, env=worker_env())
     cells = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     expected = len(modes) * len(paths)
     assert proc.returncode == 0 and len(cells) == expected, \
@@ -182,9 +192,9 @@ VLM_MODEL = "openvino_language_model.xml"
 
 def _vlm(fixture: Path, mode: str, path: str, prompt: list[int], steps: int, result: dict) -> list[int]:
     """A Gemma 4 image-text-to-text export (text prompt): its language model as the mode runs it, in a copy
-    of the folder; ``core`` through its embedding IRs (:func:`ovpasses.testing.greedy.vlm_greedy`), ``stateful``
+    of the folder; ``core`` through its embedding IRs (:func:`testkit.greedy.vlm_greedy`), ``stateful``
     and ``paged`` through openvino_genai's VLMPipeline given the reference's ``prompt_text``."""
-    from ovpasses.testing.greedy import vlm_greedy
+    from testkit.greedy import vlm_greedy
 
     with tempfile.TemporaryDirectory(prefix="ovpasses-vlm-") as tmp:
         folder = Path(tmp) / fixture.name
@@ -198,7 +208,7 @@ def _vlm(fixture: Path, mode: str, path: str, prompt: list[int], steps: int, res
             return tokens
         import openvino_genai as genai
 
-        from ovpasses.check.genai import token_collector
+        from ovpasses.app.check.genai import token_collector
         kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
         pipe = genai.VLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
         config = genai.GenerationConfig()

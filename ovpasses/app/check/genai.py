@@ -14,7 +14,7 @@ takes as they are (:func:`prompt_ids`: the config's ``bos_token_id``, then seede
 openvino_genai 2026.4.1: built without a tokenizer, ``generate`` fails with "Tokenizer::encode is not
 available", and no overload takes ids), so an image-text-to-text export needs its tokenizer IRs.
 
-Each pipeline runs in its own process (``python -m ovpasses.check.genai``): some releases crash
+Each pipeline runs in its own process (``python -m ovpasses.app.check.genai``): some releases crash
 the whole process on some IRs (README's runtime notes), and a crash must be a result, not the end
 of the check. The worker leaves with ``os._exit`` once its result is printed: openvino_genai 2026.0 -
 2026.2.1 segfaults now and then when a pipeline is destroyed, after its work is done.
@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ovpasses.check.inputs import InputSource
+from ovpasses.app.check.inputs import InputSource
 from ovpasses.errors import OvpassesError
 from ovpasses.precision import EXACT_CPU_CONFIG
 
@@ -211,7 +211,7 @@ def run_genai(folder: Path, path: str, prompt: str, max_new_tokens: int, device:
 def run_isolated(folder: Path, path: str, prompt: str, max_new_tokens: int, device: str,
                  timeout: float = 600) -> GenaiRun:
     """:func:`run_genai` in a child process; a crash or an exception is recorded as an error."""
-    command = [sys.executable, "-m", "ovpasses.check.genai", str(folder), "--path", path, "--prompt", prompt,
+    command = [sys.executable, "-m", "ovpasses.app.check.genai", str(folder), "--path", path, "--prompt", prompt,
                "--max-new-tokens", str(max_new_tokens), "--device", device]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)

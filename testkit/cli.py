@@ -1,4 +1,4 @@
-"""``ovpass`` run in this process: :func:`ovpasses.cli.main` with its output captured, for the tests whose
+"""``ovpass`` run in this process: :func:`ovpasses.app.cli.main` with its output captured, for the tests whose
 command gains nothing from a process of its own (a fresh interpreter costs about a second per command).
 
 What still needs a real process runs one (tests/test_cli.py keeps those): the console script itself, an
@@ -28,7 +28,7 @@ class CliResult:
 def run_main(*args, cwd: str | os.PathLike | None = None) -> CliResult:
     """``ovpass ARGS`` in this process (in ``cwd`` when given): main()'s exit code, or argparse's
     (``SystemExit``), and what the command printed."""
-    from ovpasses.cli import main  # noqa: PLC0415 - the CLI is not part of what the builders need
+    from ovpasses.app.cli import main  # noqa: PLC0415 - the CLI is not part of what the builders need
 
     out, err = io.StringIO(), io.StringIO()
     here = Path.cwd()

@@ -1,12 +1,12 @@
-"""Hypothesis strategies over the shared graph builders of :mod:`ovpasses.testing.graphs`.
+"""Hypothesis strategies over the shared graph builders of :mod:`testkit.graphs`.
 
-They draw *specifications* (:class:`~ovpasses.testing.graphs.StackSpec`), never graphs built here:
-the graph always comes from :func:`~ovpasses.testing.graphs.build_stack`, so a property test, a
+They draw *specifications* (:class:`~testkit.graphs.StackSpec`), never graphs built here:
+the graph always comes from :func:`~testkit.graphs.build_stack`, so a property test, a
 benchmark and a hand-written test see the same construction. Every axis the builder has is drawn:
 
 * number of layers and the KV-sharing layout: owners, borrowers (several per owner included),
   stateless layers, no sharing at all, and Gemma-style layouts from
-  :func:`~ovpasses.testing.graphs.sharing_layout`;
+  :func:`~testkit.graphs.sharing_layout`;
 * K and V shared jointly (``v_source=None``) or each with its own layout;
 * how a borrower reaches its owner's cache: through the owner's Concat, or through its own
   Gather/Concat on the owner's ReadValue (``borrow_path="own_concat"``, off the Assign's path);
@@ -19,7 +19,7 @@ benchmark and a hand-written test see the same construction. Every axis the buil
 * static or dynamic batch (the sequence dimension of a cache is always dynamic), batch 1 or 2;
 * f32 or f16.
 
-:func:`heads_stack_specs` draws :class:`~ovpasses.testing.graphs.HeadsStackSpec` head layouts (KV heads,
+:func:`heads_stack_specs` draws :class:`~testkit.graphs.HeadsStackSpec` head layouts (KV heads,
 head sizes, KV-shared borrowers, K = V layers, scale present or not) for the paged head padding.
 
 Settings profiles for the property tests are registered here too (see :func:`register_profiles`).
@@ -32,7 +32,7 @@ import os
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from ovpasses.testing.graphs import HeadsStackSpec, StackSpec, sharing_layout
+from testkit.graphs import HeadsStackSpec, StackSpec, sharing_layout
 
 Sources = tuple[int | None, ...]
 
@@ -180,6 +180,6 @@ def heads_stack_specs(draw, max_layers: int = 4) -> HeadsStackSpec:
 
 
 def step_counts() -> st.SearchStrategy[tuple[int, int]]:
-    """``(prefill, decode)`` for :func:`~ovpasses.testing.graphs.stack_steps`."""
+    """``(prefill, decode)`` for :func:`~testkit.graphs.stack_steps`."""
     # a prefill of at least 2: with batch 2 the first row is left-padded by one position
     return st.tuples(st.integers(2, 5), st.integers(1, 3))

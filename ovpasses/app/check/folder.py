@@ -1,6 +1,6 @@
 """``ovpass check`` over an IR file or an export folder: each IR that holds stateful attention checked
-side by side (:func:`~ovpasses.check.side_by_side.check_model`), optionally openvino_genai on the folder
-and its rewritten copy (:mod:`~ovpasses.check.genai`), and the worst verdict."""
+side by side (:func:`~ovpasses.app.check.side_by_side.check_model`), optionally openvino_genai on the folder
+and its rewritten copy (:mod:`~ovpasses.app.check.genai`), and the worst verdict."""
 
 from __future__ import annotations
 
@@ -11,11 +11,12 @@ from pathlib import Path
 
 import openvino as ov
 
-from ovpasses.check import genai, inputs
-from ovpasses.check.side_by_side import FIXED, INCONCLUSIVE, OK, WORSE, CheckReport, check_model
+from ovpasses.app.check import genai, inputs
+from ovpasses.app.check.side_by_side import FIXED, INCONCLUSIVE, OK, WORSE, CheckReport, check_model
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
-from ovpasses.files import folder, io
+from ovpasses.app import folder
+from ovpasses.app.files import io
 from ovpasses.report import schemas
 
 # the verdict of a folder: the worst of its reports'

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from ovpasses.check.inputs import LLM_INPUTS
+from ovpasses.app.check.inputs import LLM_INPUTS
 from ovpasses.errors import OvpassesError
 
 
@@ -83,7 +83,7 @@ def vlm_greedy(folder: Path, prompt_ids: list[int], max_new_tokens: int, device:
                config: dict | None = None, image: np.ndarray | None = None) -> tuple[list[int], int]:
     """Greedy-decode a Gemma 4 image-text-to-text export (batch 1) over ov.Core; returns the tokens
     and the number of fused ScaledDotProductAttention kernels in the language model's runtime model."""
-    from ovpasses.check import count_fused_sdpa
+    from ovpasses.app.check import count_fused_sdpa
 
     core, config = ov.Core(), config or {}
     model_config = json.loads((folder / "config.json").read_text())

@@ -1,6 +1,6 @@
 """``ovpass check``: run an original and a rewritten model side by side on the same inputs and compare.
 
-:func:`check_model` compiles both, runs a prefill and decode steps (:func:`ovpasses.check.inputs.make_feeds`)
+:func:`check_model` compiles both, runs a prefill and decode steps (:func:`ovpasses.app.check.inputs.make_feeds`)
 through each (:func:`run_steps`) and returns a :class:`CheckReport` with the verdict. Where the original
 cannot run, the rewritten model is compared with an independent reference that can: the same IR with
 every SDPA decomposed by :class:`~ovpasses.passes.ScaledDotProductAttentionDecomposition` (the
@@ -21,16 +21,16 @@ import numpy as np
 import openvino as ov
 
 from ovpasses._ov import SDPA_TYPE
-from ovpasses.check.inputs import InputSource, InputUnknownError, make_feeds  # noqa: F401 - make_feeds re-exported
-from ovpasses.check.verdict import FIXED, INCONCLUSIVE, OK, WORSE, Comparison
-from ovpasses.check.verdict import cannot_decide, compare_outputs, decide, reduced_precision
+from ovpasses.app.check.inputs import InputSource, InputUnknownError, make_feeds  # noqa: F401 - make_feeds re-exported
+from ovpasses.app.check.verdict import FIXED, INCONCLUSIVE, OK, WORSE, Comparison, RunResult
+from ovpasses.app.check.verdict import cannot_decide, compare_outputs, decide, reduced_precision
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.pipeline import rewrite
 from ovpasses.precision import EXACT_CPU_CONFIG, Precision, compiled_precision
 from ovpasses.plan.runtimes import installed_version, version_string
-from ovpasses.report.text import fusion_text
+from ovpasses.app.render.text import fusion_text
 from ovpasses.step import run_step
 
 log = logging.getLogger(__name__)
@@ -73,36 +73,6 @@ def fusion_disagreements(predicted: dict, fused: list[str] | None) -> list[str]:
     return [f"{name}: predicted {'fused' if verdict.expected else 'not fused'} ({fusion_text(verdict)}), "
             f"but the compiled model {'fused' if name in got else 'did not fuse'} it"
             for name, verdict in predicted.items() if verdict.expected != (name in got)]
-
-
-@dataclass
-class RunResult:
-    """How one model fared: whether it compiled and how many steps it ran, with the outputs it gave."""
-
-    label: str
-    compiled: bool = False
-    steps_run: int = 0
-    steps_total: int = 0
-    error: str | None = None
-    fused_sdpa: int | None = None
-    # friendly names of the model's SDPA nodes that the compiled model fused (fused_sdpa_names)
-    fused_sdpa_names: list[str] | None = None
-    # SDPAs whose fusion differs from the prediction (RewriteSummary.fusion), one line each
-    fusion_disagreements: list[str] = field(default_factory=list)
-    compile_seconds: float | None = None
-    # what the compiled model computes in (ovpasses.precision); None: not compiled, or not read
-    precision: Precision | None = None
-    outputs: list[list[np.ndarray]] = field(default_factory=list, repr=False)
-
-    @property
-    def ran(self) -> bool:
-        return self.compiled and self.error is None and self.steps_run == self.steps_total
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data.pop("outputs")
-        data["ran"] = self.ran
-        return data
 
 
 def run_steps(core: ov.Core, model: ov.Model, device: str, config: dict, feeds: list[dict[str, np.ndarray]],

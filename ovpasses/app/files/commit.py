@@ -9,7 +9,7 @@ prepared temporaries in place in one folder:
    (:func:`reading`) wait for a commit to end.
 2. Record each entry's identities: the device, inode and (for a file) size of the new artefact and
    of the one it replaces, if any.
-3. From here to the end SIGINT, SIGTERM and SIGHUP wait (:func:`ovpasses.files.signals.deferred`). Write
+3. From here to the end SIGINT, SIGTERM and SIGHUP wait (:func:`ovpasses.app.files.signals.deferred`). Write
    the journal ``.ovpass-journal.json`` (temporary name, fsync, rename).
 4. Put each entry in place: ``renameat2(RENAME_EXCHANGE)`` swaps the new artefact with the one it
    replaces in one step, ``renameat2(RENAME_NOREPLACE)`` creates a new name and fails if another
@@ -48,8 +48,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from ovpasses.files import journal, signals
-from ovpasses.files.fsops import (
+from ovpasses.app.files import journal, signals
+from ovpasses.app.files.fsops import (
     RENAME_EXCHANGE,
     RENAME_NOREPLACE,
     fsync_dir,
@@ -59,7 +59,7 @@ from ovpasses.files.fsops import (
     remove,
     renameat2,
 )
-from ovpasses.files.journal import JOURNAL_FORMAT, JOURNAL_NAME, Entry, Identity  # noqa: F401 - part of this API
+from ovpasses.app.files.journal import JOURNAL_FORMAT, JOURNAL_NAME, Entry, Identity  # noqa: F401 - part of this API
 from ovpasses.errors import OvpassesError
 
 log = logging.getLogger(__name__)

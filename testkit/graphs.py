@@ -6,7 +6,7 @@ Three families:
   combination the operation allows (mask kind and shape, explicit or pre-scaled scale, causal,
   element type, static or dynamic dimensions, GQA through Unsqueeze -> Broadcast -> Reshape).
 * :class:`StackSpec` / :func:`build_stack` — a stateful decoder stack the way LLM exporters make it,
-  with a KV-sharing layout given as data (see :mod:`ovpasses.testing.stack`).
+  with a KV-sharing layout given as data (see :mod:`testkit.stack`).
 * :class:`CacheLoopSpec` / :func:`build_cache_loop` — one stateful attention layer whose cache a
   Loop also reads: a reader inside a body that the KV-sharing analysis does not look into.
 * :class:`HeadsStackSpec` / :func:`build_heads_stack` — a stateful decoder with LLM inputs
@@ -21,7 +21,7 @@ Three families:
   softcap, a dropout, ...): the input of SDPA recovery.
 
 Each builder has a matching input generator and a float64 reference built from
-:mod:`ovpasses.testing.reference`.
+:mod:`testkit.reference`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import openvino as ov
 from openvino import opset13 as ops
 
 from ovpasses.precision import round_to_bf16  # noqa: F401  (tests import it from here)
-from ovpasses.testing.reference import sdpa_reference
+from testkit.reference import sdpa_reference
 
 MaskKind = Literal["none", "bool", "float"]
 MaskShape = Literal["full", "heads", "matrix", "scalar"]
@@ -1280,7 +1280,7 @@ def erfinv_constant_values(spec: NewerOpsSpec) -> np.ndarray:
 
 def newer_ops_reference(spec: NewerOpsSpec, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Float64 reference of :func:`build_newer_ops`, from the operation specifications."""
-    from ovpasses.testing.reference import erfinv_reference, one_hot_reference
+    from testkit.reference import erfinv_reference, one_hot_reference
 
     out = {}
     if spec.erfinv == "parameter":
@@ -1462,7 +1462,7 @@ def eager_attention_inputs(spec: EagerAttentionSpec, seed: int = 0) -> dict[str,
 
 def eager_attention_reference(spec: EagerAttentionSpec, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """The float64 reference of :func:`build_eager_attention` (recoverable forms), from the
-    ScaledDotProductAttention-13 specification (:func:`~ovpasses.testing.reference.sdpa_reference`), with
+    ScaledDotProductAttention-13 specification (:func:`~testkit.reference.sdpa_reference`), with
     Q or K scaled first in the model's element type where the eager graph scales them."""
     def as_compute(x):
         return round_to(x, spec.dtype)

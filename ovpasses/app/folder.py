@@ -1,11 +1,12 @@
-"""Export folders: the pipeline over every IR of an optimum-intel export, the folder as one artefact.
+"""The folder flow of ``ovpass rewrite``: the pipeline over every IR of an optimum-intel export, the folder as
+one artefact (the single-file flow, beside it, is :mod:`ovpasses.app.ir_file`).
 
 Users hold folders, not single IRs: ``optimum-cli export openvino --task text-generation-with-past``
 writes ``openvino_model.xml``; ``--task image-text-to-text`` writes ``openvino_language_model.xml``
 beside text, per-layer and vision embedding IRs; both add tokenizer and detokenizer IRs, configs and
 processor files. :func:`rewrite_folder` rewrites each IR that holds stateful attention (a ReadValue
 and a ScaledDotProductAttention, or a Softmax: eager attention), copies every other file byte for byte, and puts the new folder in
-place with :func:`ovpasses.files.commit.replace_all`: a new ``-o`` appears whole, an empty one is
+place with :func:`ovpasses.app.files.commit.replace_all`: a new ``-o`` appears whole, an empty one is
 filled under its lock, and ``--in-place`` swaps the folder with its rewritten copy (see
 :func:`rewrite_folder` and docs/file-guarantees.md).
 
@@ -31,14 +32,14 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ovpasses.files import commit, io
 from ovpasses.analysis.op_versions import unreadable_versions
+from ovpasses.app.files import commit, io
+from ovpasses.app.render.text import op_action_text, summary_text
 from ovpasses.errors import OvpassesError, UnreadableOperationError
 from ovpasses.lowering import OpVersionAction, lower_op_versions
 from ovpasses.pipeline import rewrite, selected_passes
 from ovpasses.plan.profiles import profile_for
 from ovpasses.report import schemas
-from ovpasses.report.text import op_action_text
 from ovpasses.summary import RewriteSummary
 from ovpasses.plan.runtimes import TOKENIZERS_CRASH_OLDER_GENAI, Version, parse_release, version_string
 
@@ -149,7 +150,7 @@ class FolderSummary:
         for model in self.models:
             if model.summary is not None:
                 lines.append(f"{model.file}:")
-                lines += [f"  {line}" for line in str(model.summary).splitlines()]
+                lines += [f"  {line}" for line in summary_text(model.summary).splitlines()]
             for item in model.op_versions:
                 lines.append(f"{model.file}: cannot be read as exported: {item.op.describe()}: {op_action_text(item)}")
         rest = [m.file for m in self.models if m.summary is None and not m.op_versions] + self.copied

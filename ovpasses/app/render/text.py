@@ -6,9 +6,12 @@ become sentences. Nothing reads these sentences back.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
+from ovpasses.paged_padding import PagedHeadsAction, kv_cost_text
+from ovpasses.passes.attention_head_padding import AttentionHeadPadding
 from ovpasses.plan.decisions import Action, Lowered, MaskAction
 from ovpasses.plan.runtimes import OPSETS_MEASURED_ON
 
@@ -145,7 +148,7 @@ def summary_text(summary: RewriteSummary) -> str:
         for vid, refusal in bounded.refused.items():
             lines.append(f"  not {'trimmable' if summary.sliding_window == 'trimmable' else 'bounded'}: {vid}: "
                          f"{refusal.message}")
-    lines += summary.paged_heads.lines() if summary.paged_heads else []
+    lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []
     for message in summary.analysis.unhandled:
         lines.append(f"not handled: {message}")
     for finding in summary.findings:
@@ -157,3 +160,35 @@ def summary_text(summary: RewriteSummary) -> str:
         verb = "cannot read" if measured else "is not known to read"   # between measured releases
         lines.append(f"{summary.profile.version_string} {verb} {item.op.describe()}: {op_action_text(item)}")
     return "\n".join(lines)
+
+
+def paged_heads_lines(data: dict) -> list[str]:
+    """The report lines of a :meth:`PagedHeadsStep.to_dict` (rewrite and inspect print the same); none when
+    there is nothing to say (one layout, or padding neither asked for nor needed by the runtime)."""
+    target = "x".join(map(str, data["target"])) if data["target"] else None
+    cost = kv_cost_text(data["bytes_per_token"], data["bytes_per_token_padded"])
+    action = PagedHeadsAction(data["action"])
+    if action == PagedHeadsAction.PADDED:
+        return [f"paged heads: pad: {len(data['changed'])} caches padded to {target} (KV heads x head size; were "
+                f"{data['layouts']})", f"  {cost}", f"  layers: {_layer_heads(data['layers'])}"]
+    if action == PagedHeadsAction.REFUSED:
+        return [f"paged heads: not padded: {r['message']}" for r in data["refusals"][:3]]
+    if action == PagedHeadsAction.NOT_SELECTED:
+        return [f"paged heads: not applied (pass {AttentionHeadPadding.NAME} not selected); planned: "
+                f"{len(data['padded'])} caches to {target}"]
+    if action == PagedHeadsAction.KEPT and data["padded"] and data["needed"]:
+        return [f"paged heads: {data['layouts']} (KV heads x head size)",
+                f"  --paged-heads pad would make every cache {target}: {cost}",
+                f"  layers: {_layer_heads(data['layers'])}"]
+    return []
+
+
+def _layer_heads(layers: list[dict]) -> str:
+    """``"8 query heads on 1x8 in 28 layers, ..."``: the layers' heads as exported (query heads on KV heads x
+    head size; ``/Ev`` where V's head size differs), grouped."""
+    def one(layer: dict) -> str:
+        v_size = "" if layer["v_head_size"] == layer["head_size"] else f"/{layer['v_head_size']}"
+        return f"{layer['q_heads']} query heads on {layer['kv_heads']}x{layer['head_size']}{v_size}"
+
+    counts = Counter(one(layer) for layer in layers)
+    return ", ".join(f"{heads} in {n} layer{'s' if n > 1 else ''}" for heads, n in counts.items())

@@ -1,17 +1,44 @@
-"""The verdict of ``ovpass check``: two runs' outputs compared element by element (:func:`compare_outputs`),
-and what that comparison means (:func:`decide`): OK, FIXED, WORSE or INCONCLUSIVE, with its sentence."""
+"""The verdict of ``ovpass check``: how each model fared (:class:`RunResult`), two runs' outputs compared
+element by element (:func:`compare_outputs`), and what that comparison means (:func:`decide`): OK, FIXED,
+WORSE or INCONCLUSIVE, with its sentence."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
 from ovpasses.precision import Precision
 
-if TYPE_CHECKING:
-    from ovpasses.check.side_by_side import RunResult
+
+@dataclass
+class RunResult:
+    """How one model fared: whether it compiled and how many steps it ran, with the outputs it gave."""
+
+    label: str
+    compiled: bool = False
+    steps_run: int = 0
+    steps_total: int = 0
+    error: str | None = None
+    fused_sdpa: int | None = None
+    # friendly names of the model's SDPA nodes that the compiled model fused (fused_sdpa_names)
+    fused_sdpa_names: list[str] | None = None
+    # SDPAs whose fusion differs from the prediction (RewriteSummary.fusion), one line each
+    fusion_disagreements: list[str] = field(default_factory=list)
+    compile_seconds: float | None = None
+    # what the compiled model computes in (ovpasses.precision); None: not compiled, or not read
+    precision: Precision | None = None
+    outputs: list[list[np.ndarray]] = field(default_factory=list, repr=False)
+
+    @property
+    def ran(self) -> bool:
+        return self.compiled and self.error is None and self.steps_run == self.steps_total
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("outputs")
+        data["ran"] = self.ran
+        return data
 
 
 @dataclass

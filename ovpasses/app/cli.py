@@ -1,8 +1,10 @@
 """``ovpass``: a thin command-line shell over ovpasses (argument parsing, file I/O, exit codes).
 
-The work is done by :mod:`ovpasses.pipeline` (the passes and the rewrite), :mod:`ovpasses.report.inspect`
-(the KV-sharing report), :mod:`ovpasses.check.folder` (the side-by-side check of a file or a folder) and
-:mod:`ovpasses.files` (safe IR reading and writing, folders, commits); this module only wires arguments to them.
+The work is done by the application's flows over the library: :mod:`ovpasses.app.ir_file` and
+:mod:`ovpasses.app.folder` (``rewrite`` of an IR file and of an export folder), :mod:`ovpasses.app.inspect`
+(the KV-sharing report, :mod:`ovpasses.report.inspect`), :mod:`ovpasses.app.check.folder` (the side-by-side
+check of a file or a folder), :mod:`ovpasses.app.files` (safe IR reading and writing, commits) and
+:mod:`ovpasses.app.render` (text and DOT); this module only wires arguments to them and prints.
 """
 
 from __future__ import annotations
@@ -20,14 +22,17 @@ from pathlib import Path
 import openvino as ov
 
 import ovpasses
-from ovpasses import check, pipeline, precision
-from ovpasses.check import folder as check_folder
-from ovpasses.check import inputs as check_inputs
-from ovpasses.files import commit, folder, io, signals
+from ovpasses import pipeline, precision
+from ovpasses.app import check, folder, inspect, ir_file
+from ovpasses.app.check import folder as check_folder
+from ovpasses.app.check import inputs as check_inputs
+from ovpasses.app.files import commit, io, signals
+from ovpasses.app.render import inspect as render_inspect
+from ovpasses.app.render import text
+from ovpasses.errors import OvpassesError
 from ovpasses.plan import runtimes
 from ovpasses.report import inspect as inspect_report
 from ovpasses.report import schemas
-from ovpasses.errors import OvpassesError
 from ovpasses.paged_padding import PAGED_HEADS_MODES
 from ovpasses.pipeline import KV_SHARING_MODES, SLIDING_WINDOW_MODES
 
@@ -246,17 +251,10 @@ def cmd_rewrite(args) -> int:
     target = source if args.in_place else (Path(args.output) if args.output else None)
     if target is None and not args.dry_run:
         raise OvpassesError("say where to write: -o OUT.xml, --in-place, or --dry-run to write nothing")
-    io.check_ir_file(source)
-    if target is not None:
-        io.check_output_path(target)
-        if not args.in_place:
-            io.check_distinct_output(source, target)
-    model = io.read_ir(source)
-    summary = ovpasses.rewrite(model, runtime, passes, kv_sharing=args.kv_sharing,
-                               sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin,
-                               paged_heads=args.paged_heads)
-    if not args.dry_run:
-        io.write_ir(model, target)
+    summary = ir_file.rewrite_file(source, target, runtime, passes, in_place=args.in_place, dry_run=args.dry_run,
+                                kv_sharing=args.kv_sharing,
+                                sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin,
+                                paged_heads=args.paged_heads)
     if args.format == "json":
         data = summary.to_dict()
         data["input"] = str(source)
@@ -264,7 +262,7 @@ def cmd_rewrite(args) -> int:
         data["changed"] = summary.changed
         print(json.dumps(data, indent=2))
     else:
-        print(summary)
+        print(text.summary_text(summary))
         if args.dry_run:
             print("dry run: nothing written")
         else:
@@ -293,9 +291,8 @@ def _rewrite_folder(args, source: Path, runtime, passes) -> int:
 def cmd_inspect(args) -> int:
     runtime = _runtime(args)
     source = Path(args.input)
-    reports = inspect_report.inspect_path(source, runtime, kv_sharing=args.kv_sharing,
-                                          sliding_window=args.sliding_window,
-                                          paged_heads=args.paged_heads)
+    reports = inspect.inspect_path(source, runtime, kv_sharing=args.kv_sharing, sliding_window=args.sliding_window,
+                                   paged_heads=args.paged_heads)
     if args.format == "json":
         data = reports[0][1] if reports[0][0] is None else inspect_report.folder_report(source, reports)
         print(json.dumps(data, indent=2))
@@ -303,8 +300,8 @@ def cmd_inspect(args) -> int:
     for index, (name, report) in enumerate(reports):
         if name is not None and args.format == "text":
             print(f"{'' if index == 0 else chr(10)}== {name} ==")
-        sys.stdout.write(inspect_report.inspect_dot(report) if args.format == "dot" else
-                         inspect_report.inspect_text(report, verbose=args.verbose))
+        sys.stdout.write(render_inspect.inspect_dot(report) if args.format == "dot" else
+                         render_inspect.inspect_text(report, verbose=args.verbose))
     return EXIT_OK
 
 
@@ -374,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _interrupted(exc: KeyboardInterrupt) -> str:
-    """What an interrupted run leaves, truly: signals wait while a commit renames (ovpasses.files.signals), so
+    """What an interrupted run leaves, truly: signals wait while a commit renames (ovpasses.app.files.signals), so
     a run stops either before its commit or after it."""
     name = f"by {exc.args[0]}" if isinstance(exc, signals.Interrupted) else "by SIGINT"
     kept = [path for path in dict.fromkeys(commit.COMMITTED) if os.path.lexists(path)]   # not temporary folders

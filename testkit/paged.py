@@ -120,10 +120,10 @@ def paged_greedy(compiled: ov.CompiledModel, prompt: list[int], steps: int) -> l
 
 def heads_stack_paged_outputs(spec, tokens: list[int], prefill: int, config: dict | None = None,
                               model: ov.Model | None = None) -> np.ndarray:
-    """Outputs of :func:`ovpasses.testing.graphs.build_heads_stack` (or of ``model``, that stack rewritten)
+    """Outputs of :func:`testkit.graphs.build_heads_stack` (or of ``model``, that stack rewritten)
     converted to PagedAttention, for ``tokens``: a prefill of the first ``prefill``, then one token at a
     time; one row per token."""
-    from ovpasses.testing.graphs import build_heads_stack
+    from testkit.graphs import build_heads_stack
 
     model = build_heads_stack(spec) if model is None else model
     compiled = ov.Core().compile_model(to_paged(model), "CPU", config or {})

@@ -1,6 +1,6 @@
 """Signals that stop ovpass: deferred while a commit renames files, an ordinary exception elsewhere.
 
-A commit (:mod:`ovpasses.files.commit`) renames several files or folders into place; a process stopped
+A commit (:mod:`ovpasses.app.files.commit`) renames several files or folders into place; a process stopped
 between two of those renames would leave the target half old and half new until the next ovpass
 command repairs it. :func:`deferred` holds SIGINT, SIGTERM and SIGHUP for the length of that window
 and delivers the first one it held once the window is over: the commit is then complete or undone.
@@ -11,7 +11,7 @@ or SIGHUP, whose default action ends the process at once. :func:`raising` instal
 raise :class:`Interrupted` for all three; the command-line tool installs them for its whole run.
 
 SIGKILL cannot be caught: what it leaves, the next ovpass command on the folder finishes or undoes
-(:func:`ovpasses.files.commit.recover`).
+(:func:`ovpasses.app.files.commit.recover`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
   file that is not an IR print noise of their own) and turns OpenVINO's reader errors into
   :class:`IRReadError` messages that say what is wrong and what to do.
 * :func:`write_ir` writes to temporary names in the target folder and puts the pair in place with
-  :func:`ovpasses.files.commit.replace_all`: the ``.xml`` and ``.bin`` are replaced together or not at all,
+  :func:`ovpasses.app.files.commit.replace_all`: the ``.xml`` and ``.bin`` are replaced together or not at all,
   and writing over the IR the model was read from is safe (``read_model`` memory-maps the ``.bin``;
   overwriting that file in place would crash the reader).
 * :func:`check_output_path` and :func:`shared_file` refuse an output that would replace a file of
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import openvino as ov
 
-from ovpasses.files import commit
+from ovpasses.app.files import commit
 from ovpasses.analysis.op_versions import installed_cannot_read
 from ovpasses.errors import OvpassesError
 from ovpasses.plan.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_known, version_string
@@ -180,7 +180,7 @@ def write_ir(model: ov.Model, path: str | os.PathLike) -> None:
     """Write ``model`` to ``path`` (``.xml``) and the ``.bin`` next to it, as one artefact.
 
     Weights keep their element types (no fp16 compression). Both files are first written to
-    temporary names in the target folder, then :func:`ovpasses.files.commit.replace_all` puts the pair in
+    temporary names in the target folder, then :func:`ovpasses.app.files.commit.replace_all` puts the pair in
     place under the folder's lock, both or neither. On any failure the temporary files are removed
     and the targets are left as they were.
     """

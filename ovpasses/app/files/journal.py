@@ -1,4 +1,4 @@
-"""The journal of a commit (:mod:`ovpasses.files.commit`): what replaces what, with the identity of each
+"""The journal of a commit (:mod:`ovpasses.app.files.commit`): what replaces what, with the identity of each
 file or folder, so that recovery decides from evidence what an interrupted commit did.
 
 ``.ovpass-journal.json`` holds ``{"format": "ovpass.journal/2", "pid": ..., "entries": [...]}``; each entry
@@ -16,7 +16,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from ovpasses.files.fsops import fsync_dir
+from ovpasses.app.files.fsops import fsync_dir
 
 JOURNAL_NAME = ".ovpass-journal.json"
 JOURNAL_FORMAT = "ovpass.journal/2"

@@ -1,1 +1,0 @@
-"""Synthetic graphs, references and runners shared by tests, property strategies and benchmarks."""

@@ -1,0 +1,260 @@
+"""The shape of the package: what the wheel holds, what importing it pulls in.
+
+The test kit (``testkit/``: graph builders, hypothesis strategies, the runtime-matrix worker, the
+in-process CLI runner) lives in the checkout beside ``ovpasses/`` and never in the wheel; importing any
+module of the wheel imports neither hypothesis nor pytest (test-only extras).
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KIT = "testkit"
+
+
+def test_the_wheel_holds_the_library_and_the_application_only(tmp_path):
+    """Build the wheel as ``pip install .`` does (from a copy of the checkout that still holds the kit)
+    and read its file list."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("ovpasses", KIT):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--disable-pip-version-check", "--no-deps",
+                           "-w", str(tmp_path / "out"), str(src)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = (tmp_path / "out").glob("ovpasses-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert tops == {"ovpasses"}, tops
+    assert "ovpasses/__init__.py" in names and "ovpasses/app/cli.py" in names
+    assert not [name for name in names if "testing" in name.split("/") or KIT in name.split("/")]
+    entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
+    assert "ovpass = ovpasses.app.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+
+
+WHEEL_IMPORTS = """
+import importlib, pkgutil, sys
+import ovpasses
+assert 'hypothesis' not in sys.modules and 'pytest' not in sys.modules, 'import ovpasses'
+for module in pkgutil.walk_packages(ovpasses.__path__, 'ovpasses.'):
+    importlib.import_module(module.name)
+    bad = sorted({'hypothesis', 'pytest', 'testkit'} & {name.split('.')[0] for name in sys.modules})
+    assert not bad, (module.name, bad)
+print('ok')
+"""
+
+
+def test_importing_the_wheel_imports_no_test_tool(tmp_path):
+    """``import ovpasses``, then every module of the package, in a fresh interpreter started outside the
+    checkout (so that the kit is not on its path by accident)."""
+    proc = subprocess.run([sys.executable, "-c", WHEEL_IMPORTS], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------------------------ import graph
+
+# The layers of the package, bottom to top: a module may import its own layer and the layers below it,
+# never one above. A module belongs to the longest entry that is its name or a package above it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # what every layer uses: errors, OpenVINO helpers, the exact CPU config, devices, one timed pass run,
+    # the JSON schema ids
+    ("ovpasses.errors", "ovpasses._ov", "ovpasses._strenum", "ovpasses.precision", "ovpasses.devices",
+     "ovpasses.step", "ovpasses.report.schemas"),
+    ("ovpasses.plan.runtimes",),                          # the facts about runtimes: one typed table
+    ("ovpasses.analysis",),                               # walks that return facts
+    ("ovpasses.plan",),                                   # profiles and typed decisions
+    ("ovpasses.passes",),                                 # the transformations
+    ("ovpasses.lowering", "ovpasses.paged_padding"),      # passes with their own part of the plan
+    ("ovpasses.plan.targets",),                           # what the plan gives each pipeline step
+    ("ovpasses.summary",),                                # what one run did, as data
+    ("ovpasses.pipeline",),                               # the steps and the loop that runs them
+    ("ovpasses.report",),                                 # report data built from a run
+    ("ovpasses",),                                        # the package's public names (its __init__ only)
+    # the application, itself in layers: the file layer and rendering, the flows, the command
+    ("ovpasses.app", "ovpasses.app.files", "ovpasses.app.render"),
+    ("ovpasses.app.ir_file", "ovpasses.app.folder", "ovpasses.app.inspect", "ovpasses.app.check"),
+    ("ovpasses.app.cli",),
+)
+APP = "ovpasses.app"
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in sorted((ROOT / "ovpasses").rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Per module of ``ovpasses``, the modules of ``ovpasses`` it imports (at the top, inside functions or
+    under ``TYPE_CHECKING``: a reader follows them all). ``from P import N`` is an edge to ``P.N`` where that
+    is a module, else to ``P``."""
+    modules = _modules()
+
+    def known(name: str) -> str:
+        while name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {known(a.name) for a in node.names if a.name.split(".")[0] == "ovpasses"}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                if source.split(".")[0] != "ovpasses":
+                    continue
+                edges |= {f"{source}.{a.name}" if f"{source}.{a.name}" in modules else known(source)
+                          for a in node.names}
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def layer_of(module: str) -> int:
+    entries = {entry: index for index, layer in enumerate(LAYERS) for entry in layer}
+    name = module
+    while name not in entries or (name == "ovpasses" and module != name):
+        assert "." in name, f"{module} is in no layer of LAYERS: add it there"
+        name = name.rpartition(".")[0]
+    return entries[name]
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_no_import_circles():
+    assert import_cycles(import_graph()) == []
+
+
+def test_the_library_never_imports_the_application():
+    graph = import_graph()
+    leaks = sorted((module, target) for module, targets in graph.items() if not module.startswith(APP)
+                   for target in targets if target == APP or target.startswith(APP + "."))
+    assert leaks == []
+
+
+def test_no_import_runs_back_up_the_layers():
+    graph = import_graph()
+    upward = sorted((module, target) for module, targets in graph.items() for target in targets
+                    if layer_of(target) > layer_of(module))
+    assert upward == [], "imports from a lower layer to a higher one (LAYERS, bottom to top)"
+
+
+def test_the_import_graph_sees_what_it_checks():
+    """The checks above read real edges: a known import of each kind is in the graph, and a circle and an
+    upward edge are caught when made up."""
+    graph = import_graph()
+    assert "ovpasses.pipeline" in graph["ovpasses.app.ir_file"]              # from ovpasses.pipeline import rewrite
+    assert "ovpasses.app.files.io" in graph["ovpasses.app.ir_file"]          # from ovpasses.app.files import io
+    assert "ovpasses.app.check" in graph["ovpasses.app.cli"]              # from ovpasses.app import check
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert layer_of("ovpasses.analysis.kv_sharing") < layer_of("ovpasses.passes.sdpa_decomposition")
+    assert layer_of("ovpasses.plan.runtimes") < layer_of("ovpasses.analysis") < layer_of("ovpasses.plan.decisions")
+    with pytest.raises(AssertionError, match="in no layer"):
+        layer_of("ovpasses.unlisted")
+
+
+# ------------------------------------------------------------------------------------------------ Python versions
+
+def _requires_python() -> str:
+    """The lowest Python ``pyproject.toml`` declares (``requires-python = ">=3.10"`` -> ``3.10``)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    (spec,) = [line.split("=", 1)[1].strip().strip('"') for line in text.splitlines()
+               if line.startswith("requires-python")]
+    assert spec.startswith(">="), spec
+    return spec[2:]
+
+
+def vermin(*paths: Path) -> subprocess.CompletedProcess:
+    """vermin (a test extra) over ``paths`` with the declared lowest Python as its target."""
+    return subprocess.run([sys.executable, "-c", "import sys, vermin; sys.exit(vermin.main())",
+                           f"--target={_requires_python()}-", "--violations", "--no-tips", *map(str, paths)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_the_package_needs_no_newer_python_than_it_declares():
+    result = vermin(Path("ovpasses"))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-1000:]
+
+
+def test_vermin_refuses_a_newer_construct(tmp_path):
+    """The check above can fail: a construct of 3.11 (what plan/decisions.py once used) is refused."""
+    newer = tmp_path / "newer.py"
+    newer.write_text("from enum import StrEnum\n\n\nclass Mode(StrEnum):\n    KEEP = 'keep'\n")
+    result = vermin(newer)
+    assert result.returncode != 0 and "StrEnum" in result.stdout, result.stdout
+
+
+def test_decision_enums_read_the_same_on_every_python():
+    """``plan.decisions``' enums are ``str`` and render as their value (as ``enum.StrEnum`` did): the JSON
+    reports and the text that formats them are unchanged."""
+    import json
+
+    from ovpasses.plan.decisions import Action, Lowered, MaskAction
+
+    for member in (Action.BARRIER, MaskAction.SLICE, Lowered.CONSTANT_FOLDED):
+        assert isinstance(member, str) and member == member.value
+        assert str(member) == f"{member}" == "%s" % member == member.value
+        assert json.dumps({member: member}) == json.dumps({member.value: member.value})
+        assert type(member)(member.value) is member
