@@ -75,6 +75,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ovpasses.analysis",),                               # walks that return facts
     ("ovpasses.plan",),                                   # profiles and typed decisions
     ("ovpasses.passes",),                                 # the transformations
+    ("ovpasses.sliding_window_trim",),                    # the program-side helper of sliding_window="trimmable"
     ("ovpasses.lowering", "ovpasses.paged_padding"),      # passes with their own part of the plan
     ("ovpasses.plan.targets",),                           # what the plan gives each pipeline step
     ("ovpasses.summary",),                                # what one run did, as data
