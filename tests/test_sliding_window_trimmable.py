@@ -208,3 +208,13 @@ def test_optimum_intel_decodes_the_reference_while_trimmed(tmp_path):
     assert result["tokens"] == reference["generated_ids"]
     total = len(reference["prompt_ids"]) + len(reference["generated_ids"]) - 1   # the last token is not fed
     assert result["trims"] > 0 and result["held"][0] < 15 + 3 and result["held"][-1] == total
+
+
+def test_caches_trimmed_apart_fail_the_inference():
+    """The sliding layers share one sliced mask: a program that trims one cache and not the others makes the next
+    inference fail, never gives a layer the mask columns of another cache's length."""
+    model, compiled = _compiled(TINY8, "trimmable")
+    layer0 = {v: 15 for v in trimmable_caches(model) if v.startswith("past_key_values.0.")}   # its K and V
+    assert len(layer0) == 2
+    with pytest.raises(RuntimeError):
+        _greedy(compiled, _prompt(40), 40, 2, lambda r: SlidingWindowTrimmer(r, layer0))

@@ -169,10 +169,20 @@ class SlidingWindowKVCacheBounding(ModelPass):
                           ops.gather(ops.shape_of(nodes.concat, "i64"), _i64([nodes.axis]), _i64([0])))
 
 
+def failing_check(flag: ov.Node) -> ov.Node:
+    """Zeros of shape [2, 1] that fail the inference when ``flag`` (i64 [1]) is 1: the Concat of a [1, 1] and a
+    [1, 2] tensor on axis 0 (measured on 2026.0.0 and 2026.4.1: the CPU plugin checks Concat's shapes at run
+    time; it does not check a Reshape's element count or an Add's broadcast)."""
+    zeros = ops.broadcast(_i64(0), ops.concat([_i64([1]), ops.add(flag, _i64([1]))], 0))
+    return ops.concat([ops.broadcast(_i64(0), _i64([1, 1])), zeros], 0)
+
+
 def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, past_length: ov.Output,
-               masks: dict[tuple[ov.Output, str], ov.Output], key_length: ov.Node) -> list[ov.Node]:
+               masks: dict[tuple[ov.Output, str], ov.Output], key_length: ov.Node,
+               extra_checks: tuple[ov.Node, ...] = ()) -> list[ov.Node]:
     """Give ``sdpa`` (which reads ``nodes``' cache as K) the mask columns of its keys: the last ``key_length``
-    (P+n: the positions the cache holds and the new ones). Returns the nodes made."""
+    (P+n: the positions the cache holds and the new ones). ``extra_checks`` (:func:`failing_check` nodes) are
+    added to the Slice's start, so that the inference runs them. Returns the nodes made."""
     if sdpa.get_input_size() <= MASK_PORT:
         raise PassInvariantError(f"{pass_name}: SDPA '{sdpa.get_friendly_name()}' has no mask; the plan "
                                  "bounds only caches read under a sliding-window mask")
@@ -191,20 +201,19 @@ def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, pa
     axis = _i64([nodes.axis])
     columns = ops.gather(ops.shape_of(source, "i64"), _i64([-1]), _i64([0]))
     end = columns if stop is None else ops.minimum(ops.convert(stop, ov.Type.i64), columns)
-    # positions the mask needs from the past: min(T, W-1); the cache holds `held`. Fewer: the Concat of a
-    # [1, 1] and a [1, 2] tensor on axis 0 fails the inference, so no step runs on a cache that lost them
-    # (measured on 2026.0.0 and 2026.4.1: the CPU plugin checks Concat's shapes at run time; it does not
-    # check a Reshape's element count or an Add's broadcast)
+    # positions the mask needs from the past: min(T, W-1); the cache holds `held`. Fewer: the check fails the
+    # inference, so no step runs on a cache that lost them
     held = ops.gather(ops.shape_of(nodes.chain[-1].output(0), "i64"), axis, _i64([0]))
     needed = ops.minimum(past_length, _i64([window - 1]))
     lost = ops.convert(ops.less(held, needed), ov.Type.i64)
-    zeros = ops.broadcast(_i64(0), ops.concat([_i64([1]), ops.add(lost, _i64([1]))], 0))
-    check = ops.concat([ops.broadcast(_i64(0), _i64([1, 1])), zeros], 0)
+    check = failing_check(lost)
     check.set_friendly_name(name + CHECK_SUFFIX)
-    start = ops.add(ops.reduce_sum(check, _i64([0]), keep_dims=False), ops.subtract(end, key_length))
+    start = ops.subtract(end, key_length)
+    for each in (check, *extra_checks):
+        start = ops.add(ops.reduce_sum(each, _i64([0]), keep_dims=False), start)
     keys = opset8.slice(source, start, end, _i64([1]), _i64([-1]))
     keys.set_friendly_name(name + KEYS_SUFFIX)
-    made = [key_length, columns, end, held, needed, lost, zeros, check, start, keys]
+    made = [key_length, columns, end, held, needed, lost, check, start, keys]
     copy_runtime_info(mask.get_node(), made)
     masks[key] = keys.output(0)
     sdpa.input(MASK_PORT).replace_source_output(keys.output(0))
