@@ -51,8 +51,8 @@ def worker(model_dir: Path, form: str, context: int, decode: int, every: int, co
         shape[0], shape[2] = 1, keep.get(state.name, context)
         state.state = ov.Tensor((rng.standard_normal(shape) * 0.5).astype(np.float32))
     trimmer = SlidingWindowTrimmer(request, keep, every) if keep else None
-    if trimmer:   # it has not seen these positions trimmed: tell it they are (the states hold their keep)
-        trimmer._trimmed_at = {vid: context for vid in keep}
+    if trimmer:   # the states hold their keep already
+        trimmer.mark_trimmed(context)
     steps, trims = [], []
     token = 5
     for i in range(decode):

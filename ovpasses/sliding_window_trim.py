@@ -107,8 +107,9 @@ class SlidingWindowTrimmer:
 
     @classmethod
     def attach(cls, ov_model, every: int = 1) -> SlidingWindowTrimmer:
-        """Trim after each ``forward`` call of an optimum-intel ``OVModelForCausalLM`` (stateful, compiled):
-        wraps its ``forward``; the trimmer follows the request the model holds when each call ends."""
+        """Trim after ``forward`` calls of an optimum-intel ``OVModelForCausalLM`` (stateful, compiled): after each
+        call that fed several tokens (a prompt), and every ``every`` calls otherwise. Wraps its ``forward``; the
+        trimmer follows the request the model holds when each call ends."""
         if getattr(ov_model, "request", None) is None:
             ov_model.compile()
         if not getattr(ov_model, "stateful", True) or getattr(ov_model, "request", None) is None:
@@ -120,11 +121,21 @@ class SlidingWindowTrimmer:
         def forward_and_trim(*args, **kwargs):
             out = forward(*args, **kwargs)
             trimmer.request = ov_model.request
-            trimmer.step()
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if ids is not None and len(getattr(ids, "shape", ())) == 2 and ids.shape[1] > 1:
+                trimmer.trim()
+            else:
+                trimmer.step()
             return out
 
         ov_model.forward = forward_and_trim
         return trimmer
+
+    def mark_trimmed(self, seen: int) -> None:
+        """Record that every trimmable state holds its keep after ``seen`` positions (a program that set the
+        states itself, as ``benchmarks/sliding_window_decode.py`` does), so that :meth:`trim` does not read them
+        until they have grown past it."""
+        self._trimmed_at = {vid: seen for vid in self.keep}
 
     def step(self) -> int:
         """Count one inference; trim on every ``every``-th."""
