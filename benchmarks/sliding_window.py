@@ -10,18 +10,20 @@ unmodified / bounded / trimmable / unshared / unshared + bounded / unshared + tr
 ``--chunk`` values measure each. The ``trimmable`` forms (``rewrite(sliding_window="trimmable")``) run with the
 library's trimmer (:class:`ovpasses.sliding_window_trim.SlidingWindowTrimmer`): after each prefill chunk and every
 ``--every`` decode steps, inside the timed region (``decode_ms_mean`` shows what the trims cost on average; the
-median step has none). ``kv_held_bytes`` is the KV memory as the plugin holds it after the prefill: per state,
-its positions times its width in the precision the plugin keeps it (a cache its fused kernel owns:
-``KV_CACHE_PRECISION``; a plain ReadValue/Assign state: the inference precision, double buffered).
+median step has none). ``kv_held_bytes`` counts each state at the positions it holds after the prefill (a
+trimmed cache: its keep).
 
 Per config (``default``: the CPU plugin as a user gets it, no properties; ``exact``:
 :data:`ovpasses.precision.EXACT_CPU_CONFIG`), per context, prompt form and round, each form in turn
 (interleaved, so that load on the machine spreads over all of them) is compiled in a fresh process and measured
 once there: a fresh request is filled with a ``--context``-token prompt in ``--chunk``-token chunks (prefill time), then
 ``--decode`` greedy tokens are decoded one by one (median ms per token). State is the bytes of every
-state as the plugin holds them (``get_byte_size``, the element type the config gives the cache) after
-the prefill and after the decode. Each measurement runs in a worker process of its own
-(this script with ``--worker FORM``, fed one JSON line), so its memory is its own:
+state as ``query_state()`` returns them (``get_byte_size``: the IR's declared type, f32) after the prefill and
+after the decode; ``kv_held_bytes`` is the KV cache as the CPU plugin holds it after the prefill
+(:func:`ovpasses.analysis.kv_memory.model_kv_bytes_held` with the compiled model's own precisions: a fused
+cache in KEY/VALUE_CACHE_PRECISION, u8 plus scales by default on x86, f16 where the IR's runtime_options say
+so; every other state in the inference precision, double buffered), the figure forms are compared by. Each form is compiled and measured in a worker process of its own
+(this script with ``--worker FORM``, fed one JSON line per measurement), so its memory is its own:
 ``peak_rss_mib`` is the worker's high-water mark during that measurement (reset before it through
 ``/proc/self/clear_refs``: the form's weights and that request), ``peak_rss_rise_mib`` its rise above the
 RSS before the request was made, and ``process_peak_rss_mib`` the worker's ``ru_maxrss`` (its whole life,
@@ -45,6 +47,8 @@ import numpy as np
 
 from common import ROOT, markdown_table, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
 
+from ovpasses.analysis.kv_memory import format_bytes
+
 FORMS = {"unmodified": None, "bounded": ("keep", "bounded"), "trimmable": ("keep", "trimmable"),
          "unshared": ("unshare", "full"), "unshared+bounded": ("unshare", "bounded"),
          "unshared+trimmable": ("unshare", "trimmable")}
@@ -57,11 +61,11 @@ def configs() -> dict[str, dict]:
 
 def compile_form(model_dir: Path, name: str, config: dict, margin: int):
     """``name``'s form of the model compiled with ``config`` and warmed up: (compiled, fused SDPA count, precisions,
-    the rewritten ov.Model, the variable ids of the caches the fused kernel owns)."""
+    the form's model)."""
     import openvino as ov
 
     import ovpasses
-    from ovpasses.app.check import count_fused_sdpa, fused_sdpa_names
+    from ovpasses.app.check import count_fused_sdpa
     core = ov.Core()
     model = core.read_model(model_dir / "openvino_model.xml")
     form = FORMS[name]
@@ -77,9 +81,7 @@ def compile_form(model_dir: Path, name: str, config: dict, margin: int):
                     "beam_idx": np.zeros(1, np.int32)})
     del warm
     precision = {key: _type_name(compiled.get_property(key)) for key in ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION")}
-    analysis = ovpasses.analyze_kv_sharing(model)
-    fused_vars = {v for n in fused_sdpa_names(compiled, analysis.sdpa) for v in analysis.sdpa[n].kv_variables}
-    return compiled, count_fused_sdpa(compiled), precision, model, fused_vars
+    return compiled, count_fused_sdpa(compiled), precision, model
 
 
 def serve(model_dir: Path, form: str, config_name: str, margin: int, every: int) -> int:
@@ -89,17 +91,20 @@ def serve(model_dir: Path, form: str, config_name: str, margin: int, every: int)
     import resource
     import sys
 
-    compiled, fused, precision, model, fused_vars = compile_form(model_dir, form, configs()[config_name], margin)
+    from ovpasses.analysis.kv_memory import compiled_held_precision, model_kv_bytes_held
+
+    compiled, fused, precision, model = compile_form(model_dir, form, configs()[config_name], margin)
+    held = compiled_held_precision(compiled, config_name)
+    precision["held"] = held.to_dict()
     print(json.dumps({"fused_sdpa": fused, "precision": precision}), flush=True)
     trimmable = None
     if form.endswith("trimmable"):
         from ovpasses.sliding_window_trim import trimmable_caches
         trimmable = trimmable_caches(model)
-    widths = held_widths(precision, fused_vars)
     for line in sys.stdin:
         ask = json.loads(line)
-        result = measure(compiled, ask["context"], ask["chunk"], ask["decode"], ask["vocab"], trimmable, every,
-                         widths)
+        result = measure(compiled, ask["context"], ask["chunk"], ask["decode"], ask["vocab"], trimmable, every)
+        result["kv_held_bytes"] = model_kv_bytes_held(model, ask["context"], held, result.pop("positions"))
         np.save(ask["logits_path"], result.pop("logits"))
         result["process_peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         print(json.dumps(result), flush=True)
@@ -170,6 +175,135 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+def measure(self, context: int, chunk: int, decode: int, vocab: int) -> dict:
+        logits_path = self.scratch / f"{self.form}.npy"
+        self.proc.stdin.write(json.dumps({"context": context, "chunk": chunk, "decode": decode, "vocab": vocab,
+                                          "logits_path": str(logits_path)}) + "\n")
+        self.proc.stdin.flush()
+        result = self._reply()
+        result["logits"] = np.load(logits_path)
+        return result
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def _type_name(value) -> str:
+    return value.to_string() if hasattr(value, "to_string") else str(value)
+
+
+def _rss_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def measure(self, context: int, chunk: int, decode: int, vocab: int) -> dict:
+        logits_path = self.scratch / f"{self.form}.npy"
+        self.proc.stdin.write(json.dumps({"context": context, "chunk": chunk, "decode": decode, "vocab": vocab,
+                                          "logits_path": str(logits_path)}) + "\n")
+        self.proc.stdin.flush()
+        result = self._reply()
+        result["logits"] = np.load(logits_path)
+        return result
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def _type_name(value) -> str:
+    return value.to_string() if hasattr(value, "to_string") else str(value)
+
+
+def _rss_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def measure(self, context: int, chunk: int, decode: int, vocab: int) -> dict:
+        logits_path = self.scratch / f"{self.form}.npy"
+        self.proc.stdin.write(json.dumps({"context": context, "chunk": chunk, "decode": decode, "vocab": vocab,
+                                          "logits_path": str(logits_path)}) + "\n")
+        self.proc.stdin.flush()
+        result = self._reply()
+        result["logits"] = np.load(logits_path)
+        return result
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def _type_name(value) -> str:
+    return value.to_string() if hasattr(value, "to_string") else str(value)
+
+
+def _rss_kib(field: str) -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
 def held_widths(precision: dict, fused_vars: set[str]):
     """``width(variable id, declared element size)``: bytes per element as the plugin holds that state: a cache
     its fused kernel owns in ``KV_CACHE_PRECISION``, any other state in the inference precision, twice (double
@@ -193,7 +327,7 @@ def _held_bytes(request, width) -> int:
 
 
 def measure(compiled, context: int, chunk: int, decode: int, vocab: int, trimmable: dict | None = None,
-            every: int = 1, width=None) -> dict:
+            every: int = 1) -> dict:
     """One measurement on a fresh request; ``chunk`` 0 feeds the prompt whole; ``trimmable`` (variable id ->
     positions kept) trims those states after each prefill chunk and every ``every`` decode steps."""
     rss_before = _rss_kib("VmRSS")
@@ -215,8 +349,10 @@ def measure(compiled, context: int, chunk: int, decode: int, vocab: int, trimmab
             trimmer.trim()
     prefill = time.perf_counter() - start
     peak_prefill = _rss_kib("VmHWM")
-    state_prefill = sum(s.state.get_byte_size() for s in request.query_state())
-    held_prefill = _held_bytes(request, width) if width else None
+    states = [(s.name, s.state) for s in request.query_state()]
+    state_prefill = sum(t.get_byte_size() for _, t in states)
+    positions = {name: t.shape[2] for name, t in states}   # what each state holds after the prefill
+    del states
     steps, tokens, all_logits = [], [], []
     for _ in range(decode):
         tokens.append(int(np.argmax(logits)))
@@ -232,7 +368,7 @@ def measure(compiled, context: int, chunk: int, decode: int, vocab: int, trimmab
     return {"prefill_s": prefill, "decode_ms": 1000 * statistics.median(steps),
             "decode_ms_mean": 1000 * statistics.fmean(steps),
             "decode_ms_min": 1000 * min(steps), "state_bytes": state_prefill, "state_bytes_end": state_end,
-            "kv_held_bytes": held_prefill, "trims": trimmer.trims if trimmer else 0,
+            "positions": positions, "trims": trimmer.trims if trimmer else 0,
             "peak_rss_prefill_mib": None if peak_prefill is None else round(peak_prefill / 1024, 1),
             "peak_rss_mib": None if peak is None else round(peak / 1024, 1),
             "peak_rss_rise_mib": None if peak is None or rss_before is None or not peak_reset
@@ -257,6 +393,7 @@ def summarise(runs: dict, fused: dict) -> list[dict]:
     base_prefill = statistics.median(r["prefill_s"] for r in base)
     base_decode = statistics.median(r["decode_ms"] for r in base)
     base_state = base[0]["state_bytes"]
+    base_held = base[0].get("kv_held_bytes")
     for name, measured in runs.items():
         if not measured:
             continue
@@ -264,14 +401,14 @@ def summarise(runs: dict, fused: dict) -> list[dict]:
         decode = statistics.median(r["decode_ms"] for r in measured)
         state = measured[0]["state_bytes"]
         agree = [agreement(r, b) for r, b in zip(measured, base)]
-        rows.append({"form": name, "fused_sdpa": fused[name], "state_bytes": state,
+        held = measured[0].get("kv_held_bytes")
+        rows.append({"form": name, "fused_sdpa": fused[name], "kv_held_bytes": held,
+                     "kv_held_x": round(held / base_held, 3) if held is not None and base_held else None,
+                     "state_bytes": state,
                      "state_x": round(state / base_state, 3), "state_bytes_end": measured[0]["state_bytes_end"],
                      "prefill_s": round(prefill, 3), "prefill_x": round(prefill / base_prefill, 3),
                      "decode_ms": round(decode, 2), "decode_x": round(decode / base_decode, 3),
                      "decode_ms_mean": round(statistics.median(r["decode_ms_mean"] for r in measured), 2),
-                     "kv_held_bytes": measured[0]["kv_held_bytes"],
-                     "kv_held_x": None if not measured[0]["kv_held_bytes"] or not base[0]["kv_held_bytes"]
-                     else round(measured[0]["kv_held_bytes"] / base[0]["kv_held_bytes"], 3),
                      "trims": measured[0]["trims"],
                      "decode_ms_each_round": [round(r["decode_ms"], 2) for r in measured],
                      "prefill_s_each_round": [round(r["prefill_s"], 3) for r in measured],
@@ -333,10 +470,11 @@ def main(argv=None) -> int:
                      model=model_label, widths=widths, export_command=args.export_command,
                      contexts=args.context, chunk=args.chunk, decode=args.decode, rounds=args.rounds,
                      margin=args.margin, every=args.every, compiled_precision=compiled_precision,
-                     state_note="state bytes as query_state() returns the states (the model's declared element "
-                                "type, f32); under plugin defaults the fused kernel keeps its own cache in "
-                                "KV_CACHE_PRECISION (compiled_precision), so only the exact config's bytes are "
-                                "the memory held", configs={c: configs()[c] or "CPU plugin defaults (no properties)"
+                     state_note="kv_held_bytes: the KV cache as the CPU plugin holds it after the prefill "
+                                "(fused caches in the compiled model's KEY/VALUE_CACHE_PRECISION, with scales when "
+                                "quantized; every other state in its INFERENCE_PRECISION_HINT, double buffered: "
+                                "compiled_precision[config][form].held); state_bytes: as query_state() returns "
+                                "the states (the IR's declared type, f32)", configs={c: configs()[c] or "CPU plugin defaults (no properties)"
                                                   for c in args.config},
                      measured="per config, context, chunk (0: whole prompt) and round, each form in turn, "
                               "compiled in a fresh process and measured once there: prefill of the whole context "

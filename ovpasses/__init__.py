@@ -1,16 +1,20 @@
 """ovpasses: OpenVINO graph transformations for models whose KV caches are shared between layers."""
 
-from ovpasses.analysis import KVSharingAnalysis, OpVersionAnalysis, analyze_kv_sharing, analyze_op_versions
+from ovpasses.analysis import KVSharingAnalysis, analyze_kv_sharing
+from ovpasses.features.old_runtimes.analysis import OpVersionAnalysis, analyze_op_versions
 from ovpasses.errors import (
     DeviceNotAvailableError,
+    InvalidOptionError,
     OvpassesError,
     PassInvariantError,
     UnreadableOperationError,
     UnsupportedModelError,
+    UnknownPassError,
     UnsupportedRuntimeError,
 )
 from ovpasses import passes
 from ovpasses.passes import *  # noqa: F403 - every pass class, as ovpasses.<Pass>
+from ovpasses.options import KVSharing, PagedHeads, RewriteOptions, SlidingWindow
 from ovpasses.pipeline import compile_model, rewrite
 from ovpasses.plan.decisions import plan
 from ovpasses.plan.profiles import RuntimeProfile, profile_for
@@ -21,12 +25,18 @@ __version__ = "0.1.0"
 __all__ = [
     *passes.__all__,
     "DeviceNotAvailableError",
+    "InvalidOptionError",
+    "KVSharing",
     "KVSharingAnalysis",
     "OpVersionAnalysis",
     "OvpassesError",
+    "PagedHeads",
     "PassInvariantError",
+    "RewriteOptions",
     "RewriteSummary",
     "RuntimeProfile",
+    "SlidingWindow",
+    "UnknownPassError",
     "UnreadableOperationError",
     "UnsupportedModelError",
     "UnsupportedRuntimeError",

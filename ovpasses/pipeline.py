@@ -9,8 +9,8 @@ on the nodes the plan gives it (:mod:`ovpasses.plan.targets`), and one loop (:fu
 them, times each and records what it changed.
 
 The pipeline also makes the IR readable by the target: operations newer than the target reads
-(:mod:`ovpasses.analysis.op_versions`) are constant-folded or converted into older operations where
-that is exact (:mod:`ovpasses.lowering`), and otherwise :func:`rewrite` refuses with
+(:mod:`ovpasses.features.old_runtimes.analysis`) are constant-folded or converted into older operations where
+that is exact (:mod:`ovpasses.features.old_runtimes.plan`), and otherwise :func:`rewrite` refuses with
 :class:`~ovpasses.errors.UnreadableOperationError`.
 
 ``kv_sharing="unshare"`` (opt-in) first gives each borrower of a shared
@@ -34,8 +34,8 @@ import openvino as ov
 
 from ovpasses.devices import normalize_device, resolve_device
 from ovpasses.errors import OvpassesError, UnreadableOperationError
-from ovpasses.lowering import outcomes, refusal_message
-from ovpasses.paged_padding import check_paged_heads
+from ovpasses.features.old_runtimes.plan import outcomes, refusal_message
+from ovpasses.options import RewriteOptions, options_from
 from ovpasses.passes import (
     AttentionHeadPadding,
     ConvertOneHot16ToOneHot1,
@@ -51,7 +51,6 @@ from ovpasses.passes import (
     TrimmableSlidingWindowKVCache,
 )
 from ovpasses.plan import targets
-from ovpasses.plan.profiles import profile_for
 from ovpasses.step import run_step
 from ovpasses.summary import RewriteSummary
 
@@ -59,12 +58,6 @@ log = logging.getLogger(__name__)
 
 RT_ACTION = "ovpasses_kv_action"            # on each SDPA: its planned action (an Action value)
 RT_NOT_APPLIED = "ovpasses_kv_not_applied"  # ... and, when passes= left it out, the pass that carries it out
-
-# what rewrite(kv_sharing=...) does with caches that several SDPAs read
-KV_SHARING_MODES = ("keep", "unshare")
-# what rewrite(sliding_window=...) does with caches that only sliding-window attention reads
-SLIDING_WINDOW_MODES = ("full", "bounded", "trimmable")
-
 
 @dataclass(frozen=True)
 class Step:
@@ -94,38 +87,19 @@ PASSES: dict[str, tuple[type, str]] = {s.pass_class.NAME: (s.pass_class, s.pass_
 PIPELINE_PASSES = tuple(PASSES)
 
 
-def selected_passes(passes: str | Iterable[str] | None) -> frozenset[str]:
-    """The pass names ``passes`` selects: all when None, else one name (``"A"``), a comma-separated
-    string (``"A,B"``, as ``--passes`` takes it) or an iterable of names. Raises :class:`OvpassesError`
-    naming the valid names on an unknown or missing name, and saying what is expected on another type."""
-    if passes is None:
-        return frozenset(PIPELINE_PASSES)
-    if isinstance(passes, str):
-        names = passes.split(",")
-    elif isinstance(passes, Iterable) and not isinstance(passes, (bytes, bytearray)):
-        names = list(passes)
-    else:
-        names = None
-    if names is None or not all(isinstance(n, str) for n in names):
-        raise OvpassesError(f"passes must be None, a pass name, a string 'A,B' or a list of pass names; got "
-                            f"{type(passes).__name__} {passes!r}; valid names: {', '.join(PIPELINE_PASSES)}")
-    selected = frozenset(n.strip() for n in names if n.strip())
-    if not selected:
-        raise OvpassesError(f"passes {passes!r} names no pass; valid names: {', '.join(PIPELINE_PASSES)}")
-    unknown = sorted(selected - set(PIPELINE_PASSES))
-    if unknown:
-        raise OvpassesError(f"unknown pass{'es' if len(unknown) > 1 else ''} {', '.join(unknown)}; "
-                            f"valid names: {', '.join(PIPELINE_PASSES)}")
-    return selected
-
-
 def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None,
-            kv_sharing: str = "keep", sliding_window: str = "full",
-            sliding_window_margin: int = 0, paged_heads: str = "keep") -> RewriteSummary:
-    """Run the pipeline on ``model`` in place for ``runtime`` (default: the installed one).
+            kv_sharing: str | None = None, sliding_window: str | None = None,
+            sliding_window_margin: int | None = None, paged_heads: str | None = None, *,
+            options: RewriteOptions | None = None) -> RewriteSummary:
+    """Run the pipeline on ``model`` in place with ``options`` (:class:`RewriteOptions`; default: every pass, for
+    the installed runtime, every mode at its default).
+
+    The keywords ``runtime``, ``passes``, ``kv_sharing``, ``sliding_window``, ``sliding_window_margin`` and
+    ``paged_heads`` are the fields of :class:`RewriteOptions`, taken for the callers written before it
+    (``rewrite(model, "2026.0", kv_sharing="unshare")``); give either them or ``options``.
 
     ``passes`` (names from :data:`PIPELINE_PASSES`: one name, ``"A,B"`` or a list; see
-    :func:`selected_passes`) restricts it: the plan is made as usual for the runtime profile and each
+    :func:`~ovpasses.options.parse_passes`) restricts it: the plan is made as usual for the runtime profile and each
     named pass does exactly what it does in the full pipeline; an SDPA whose
     planned change belongs to a pass that is not named is left as it is and its action says so. The
     analysis always runs (the plan needs it); naming SharedKVCacheDetection also writes its verdict
@@ -133,15 +107,16 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     when ScaledDotProductAttentionDecomposition is named.
 
     When ``runtime`` names a release that cannot read some operation of the model (an ErfInv on
-    2026.1, say), the operation is replaced where that is exact (:func:`ovpasses.lowering.lower_op_versions`); an
+    2026.1, say), the operation is replaced where that is exact (:func:`ovpasses.features.old_runtimes.plan.lower_op_versions`); an
     operation that cannot be replaced raises :class:`UnreadableOperationError` naming it, its opset,
     the target and the first release that reads it. The model has been rewritten by then (in place,
     as always); the CLI writes nothing.
 
     ``kv_sharing="unshare"`` first gives each borrower of a shared cache a cache of its own
-    (:class:`SharedKVCacheUnsharing`, planned by :func:`~ovpasses.passes.shared_kv_cache_unsharing.plan_unsharing`); the rest of the pipeline then
-    plans on the model as it is afterwards. The summary's ``analysis`` stays what was detected in the
-    input; ``unshared`` lists the caches added and what each costs per token.
+    (:class:`SharedKVCacheUnsharing`, planned by
+    :func:`~ovpasses.features.unsharing.plan.plan_unsharing`); the rest of the pipeline then plans on the
+    model as it is afterwards. The summary's ``analysis`` stays what was detected in the input;
+    ``unshared`` lists the caches added and what each costs per token.
 
     ``sliding_window="bounded"`` last bounds every cache that only sliding-window attention reads to its
     last W-1 positions (:class:`SlidingWindowKVCacheBounding`); ``sliding_window_caches`` says which, with
@@ -154,56 +129,60 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     (:class:`AttentionHeadPadding`), which the CPU PagedAttention of 2025.2 - 2026.2 needs; ``summary.paged_heads``
     says what it padded and the KV bytes per token before and after.
     """
-    summary = run_pipeline(model, runtime, passes, kv_sharing, sliding_window, sliding_window_margin, paged_heads)
+    options = options_from(options, runtime=runtime, passes=passes, kv_sharing=kv_sharing,
+                           sliding_window=sliding_window, sliding_window_margin=sliding_window_margin,
+                           paged_heads=paged_heads)
+    summary = run_pipeline(model, options)
     if not summary.readable:
-        raise UnreadableOperationError(refusal_message(summary.profile.version,
-                                                       [a for a in summary.op_versions if not a.handled]))
+        refused = [a for a in summary.op_versions if not a.handled]
+        raise UnreadableOperationError(refusal_message(summary.profile.version, refused),
+                                       target=summary.profile.version, refused=refused)
     return summary
 
 
-def run_pipeline(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None,
-                 kv_sharing: str = "keep", sliding_window: str = "full",
-                 sliding_window_margin: int = 0, paged_heads: str = "keep") -> RewriteSummary:
+def run_pipeline(model: ov.Model, options: RewriteOptions | None = None) -> RewriteSummary:
     """:func:`rewrite` without the refusal: the summary says which operations the target still cannot
     read (``summary.readable``, ``summary.op_versions``). ``ovpass inspect`` reports from it."""
-    _check_modes(kv_sharing, sliding_window, sliding_window_margin)
-    check_paged_heads(paged_heads)
-    run = targets.Run(model, profile_for(runtime), selected_passes(passes), kv_sharing, sliding_window,
-                      sliding_window_margin, paged_heads)
+    run = targets.Run(model, options or RewriteOptions())
     for step in STEPS:
         args = step.targets.nodes(run, step.pass_class)
         if args is None:
             continue
-        if step.pass_class.NAME not in run.selected:
+        if not run.options.selects(step.pass_class.NAME):
             step.targets.skipped(run, step.pass_class, args)
             continue
         pass_, report = run_step(model, step.pass_class, args)
         run.passes.append(report)
         step.targets.done(run, pass_)
-    if SharedKVCacheDetection.NAME in run.selected:
+    if run.options.selects(SharedKVCacheDetection.NAME):
         _annotate(run)   # an SDPA the decomposition replaced is out of the model: harmless
     lowered = outcomes(model, run.profile.version, run.op_before, run.selected, run.op_refused)
     summary = RewriteSummary(
-        run.profile, run.detected, run.decisions, run.passes, run.masks, run.mask_actions, run.masks_not_applied,
-        run.warnings, run.kinds, run.findings, lowered,
-        kv_sharing, run.unshared, run.kept_shared, run.analysis if run.analysis is not run.detected else None,
-        sliding_window, run.caches, run.heads, run.eager, run.recovered, run.eager_not_applied)
+        options=run.options, analysis=run.detected, decisions=run.decisions, passes=run.passes, kinds=run.kinds,
+        findings=run.findings, masks=run.masks, mask_actions=run.mask_actions,
+        masks_not_applied=run.masks_not_applied, warnings=run.warnings, op_versions=lowered,
+        unshared=run.unshared, kept_shared=run.kept_shared,
+        analysis_after=run.analysis if run.analysis is not run.detected else None,
+        sliding_window_caches=run.caches, paged_heads=run.heads, eager_attention=run.eager,
+        recovered=run.recovered, eager_not_applied=run.eager_not_applied)
     log.info("ovpasses.rewrite: %r", summary)
     return summary
 
 
 def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,
-                  runtime: str | None = None, core: ov.Core | None = None, kv_sharing: str = "keep",
-                  sliding_window: str = "full", sliding_window_margin: int = 0,
-                  paged_heads: str = "keep") -> ov.CompiledModel:
-    """Rewrite a clone of ``model`` for ``runtime`` (and ``kv_sharing``, ``sliding_window``) and compile it on
-    ``device`` (CPU or GPU).
+                  runtime: str | None = None, core: ov.Core | None = None, kv_sharing: str | None = None,
+                  sliding_window: str | None = None, sliding_window_margin: int | None = None,
+                  paged_heads: str | None = None, *, options: RewriteOptions | None = None) -> ov.CompiledModel:
+    """Rewrite a clone of ``model`` with ``options`` (or the keywords that are its fields, as :func:`rewrite`
+    takes them) and compile it on ``device`` (CPU or GPU).
 
     ``model`` is an ``ov.Model`` or, as for OpenVINO's own ``compile_model``, the path of a model file
     (read with ``core.read_model``; the ``ovpass`` application reads IRs through its file layer, which
     also checks the pair and waits for an ``ovpass`` writer's lock). ``device`` is any case in its family part (``"cpu"``,
     ``"gpu.0"``); one that OpenVINO does not see here raises :class:`DeviceNotAvailableError`.
     """
+    options = options_from(options, runtime=runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
+                           sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
     core = core or ov.Core()
     name = normalize_device(device)
     if name.split(".")[0] not in ("CPU", "GPU"):
@@ -216,19 +195,8 @@ def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", conf
     else:
         raise OvpassesError(f"compile_model takes an openvino.Model or the path of an IR .xml file, not "
                             f"{type(model).__name__}")
-    rewrite(clone, runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
-            sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
+    rewrite(clone, options=options)
     return core.compile_model(clone, name, config or {})
-
-
-def _check_modes(kv_sharing: str, sliding_window: str, sliding_window_margin: int) -> None:
-    if kv_sharing not in KV_SHARING_MODES:
-        raise OvpassesError(f"kv_sharing must be one of {', '.join(KV_SHARING_MODES)}, not {kv_sharing!r}")
-    if sliding_window not in SLIDING_WINDOW_MODES:
-        raise OvpassesError(f"sliding_window must be one of {', '.join(SLIDING_WINDOW_MODES)}, not {sliding_window!r}")
-    if not isinstance(sliding_window_margin, int) or sliding_window_margin < 0:
-        raise OvpassesError(f"sliding_window_margin must be a whole number of positions >= 0, not "
-                            f"{sliding_window_margin!r}")
 
 
 def _annotate(run: targets.Run) -> None:

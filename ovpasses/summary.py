@@ -10,51 +10,65 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from ovpasses.analysis.attention_kinds import AttentionKind
-from ovpasses.analysis.eager_attention import EagerAttention
+from ovpasses.features.sdpa_recovery.analysis import EagerAttention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.sharing_lint import Finding
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches
-from ovpasses.paged_padding import PagedHeadsStep
+from ovpasses.features.paged_heads.plan import PagedHeadsStep, PagedWarning
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
-from ovpasses.lowering import OpVersionAction
+from ovpasses.features.old_runtimes.plan import OpVersionAction
+from ovpasses.options import RewriteOptions
+from ovpasses.modes import KVSharing, SlidingWindow
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
-from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache
+from ovpasses.features.unsharing.plan import UnsharedCache
 from ovpasses.plan.decisions import Action, Decision, MaskAction
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.report import schemas
 from ovpasses.step import PassReport
 
 
-@dataclass(repr=False)
+@dataclass(repr=False, kw_only=True)
 class RewriteSummary:
-    """What :func:`ovpasses.rewrite` detected and changed, and why (per SDPA its :class:`Decision`)."""
+    """What :func:`ovpasses.rewrite` detected and changed, and why (per SDPA its :class:`Decision`), with the
+    options it ran with."""
 
-    profile: RuntimeProfile
+    options: RewriteOptions
     analysis: KVSharingAnalysis
     decisions: dict[str, Decision] = field(default_factory=dict)
     passes: list[PassReport] = field(default_factory=list)
     masks: list[SlidingWindowMask] = field(default_factory=list)   # as found before the rewrite
     mask_actions: dict[str, MaskAction] = field(default_factory=dict)
     masks_not_applied: dict[str, str] = field(default_factory=dict)   # mask (Select) -> the pass not selected
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[PagedWarning] = field(default_factory=list)   # what no rewrite mends on the paged path
     kinds: dict[str, AttentionKind] = field(default_factory=dict)   # per SDPA, its attention kind
     findings: list[Finding] = field(default_factory=list)            # the sharing lint's
     # operations the target could not read as exported (none for the installed runtime), and what was done
     op_versions: list[OpVersionAction] = field(default_factory=list)
-    kv_sharing: str = "keep"
     unshared: list[UnsharedCache] = field(default_factory=list)   # the variables kv_sharing="unshare" added
     kept_shared: dict[str, str] = field(default_factory=dict)     # cache (for a borrower) -> why not unshared
     # with kv_sharing="unshare": the analysis of the model as unsharing left it (``analysis`` is the input's)
     analysis_after: KVSharingAnalysis | None = None
-    sliding_window: str = "full"
     # with sliding_window="bounded": which caches are bounded, their windows, why the others are not
     sliding_window_caches: SlidingWindowCaches | None = None
     paged_heads: PagedHeadsStep | None = None   # the paged_heads step: the plan, what it padded, the cost
     eager_attention: list[EagerAttention] = field(default_factory=list)   # eager subgraphs found in the input
     recovered: list[str] = field(default_factory=list)        # ... that EagerAttentionToSDPA made SDPAs
     eager_not_applied: str | None = None                      # the recovery pass, when passes= left it out
+
+    @property
+    def profile(self) -> RuntimeProfile:
+        """The runtime profile the rewrite applied."""
+        return self.options.runtime
+
+    @property
+    def kv_sharing(self) -> KVSharing:
+        return self.options.kv_sharing
+
+    @property
+    def sliding_window(self) -> SlidingWindow:
+        return self.options.sliding_window
 
     @property
     def actions(self) -> dict[str, Action]:
@@ -109,6 +123,19 @@ class RewriteSummary:
         """Whether the target runtime reads the rewritten model (every operation it could not read was replaced)."""
         return all(a.handled for a in self.op_versions)
 
+    def no_effect(self) -> dict[str, dict[str, int]]:
+        """Per opt-in mode asked for (``kv_sharing``, ``sliding_window``) that changed nothing: why, as the count
+        of caches per typed reason (``sliding_window``: :class:`Refusal` values; ``kv_sharing``:
+        ``no_shared_cache`` or ``kept_shared``). Empty when every mode asked for changed something."""
+        out: dict[str, dict[str, int]] = {}
+        caches = self.sliding_window_caches
+        if self.sliding_window is not SlidingWindow.FULL and caches is not None and not caches.bounded:
+            out["sliding_window"] = {reason.value: count for reason, count in caches.refusal_counts().items()}
+        if self.kv_sharing is not KVSharing.KEEP and not self.unshared:
+            out["kv_sharing"] = {"kept_shared": len(self.kept_shared)} if self.kept_shared else \
+                {"no_shared_cache": len(self.analysis.caches)}
+        return out
+
     @property
     def extra_cache_bytes_per_token(self) -> int | None:
         """KV-cache memory the unshared copies add per token of context at batch 1 (None: unknown)."""
@@ -130,17 +157,18 @@ class RewriteSummary:
                        for p in self.passes],
             "unhandled": list(self.analysis.unhandled),
             "sliding_window_masks": self.masks_to_dicts(),
-            "warnings": list(self.warnings),
+            "warnings": [w.to_dict() for w in self.warnings],   # ovpass renders each as its sentence
             "lint": [f.to_dict() for f in self.findings],
             "unreadable_ops": [a.to_dict() for a in self.op_versions],
             "readable": self.readable,
-            "kv_sharing": self.kv_sharing,
+            "kv_sharing": self.kv_sharing.value,
             "unshared": [asdict(u) for u in self.unshared],
             "kept_shared": dict(self.kept_shared),
             "extra_cache_bytes_per_token": self.extra_cache_bytes_per_token,
-            "sliding_window": self.sliding_window,
+            "sliding_window": self.sliding_window.value,
             "sliding_window_caches": (None if self.sliding_window_caches is None
                                       else self.sliding_window_caches.to_dict()),
+            "no_effect": self.no_effect(),
             "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),
             "eager_attention": self.eager_to_dicts(),
         }

@@ -239,7 +239,7 @@ def attention_reference(spec: AttentionSpec, inputs: dict[str, np.ndarray]) -> n
 # Stateful decoder stacks with a KV-sharing layout
 # --------------------------------------------------------------------------------------------------
 
-StackMask = Literal["none", "causal", "bool", "float"]
+StackMask = Literal["none", "causal", "bool", "float", "sliding"]
 Layout = Literal["BHSD", "BSHD"]
 GqaForm = Literal["shapeof", "bidirectional"]
 PastLengthAt = Literal["concat", "gather", "readvalue"]
@@ -247,6 +247,7 @@ BorrowPath = Literal["concat", "own_concat"]
 
 STACK_OUTPUT = "hidden_out"
 PAST_LENGTH_WEIGHT = 1e-3
+MASK_MIN = float(np.finfo(np.float32).min)   # the additive mask's "not seen", as transformers writes it
 
 
 @dataclass(frozen=True)
@@ -264,6 +265,17 @@ class StackSpec:
     ``kv_heads < heads``, Unsqueeze -> Broadcast -> Reshape. ``past_length_from`` lists layers whose
     cache also feeds a ShapeOf that computes the past length (Gemma 4 exports have one on layer 0);
     ``past_length_at`` says which node of the cache path it reads.
+
+    ``mask="sliding"`` gives every layer that reads a cache transformers 5's sliding-window mask of
+    ``window`` (key ``k`` seen from query ``q`` when ``k <= q``, ``k > q - window`` and the attention_mask
+    holds 1 at ``k``), in the form openvino's PagedAttention converter reads
+    (:mod:`ovpasses.analysis.sliding_window_masks`), and the layers in ``full_layers`` the same mask without
+    the window; its positions come from the first K cache's past length (``ShapeOf`` of its
+    Gather(beam_idx), as optimum-intel's exports compute ``cache_position``)::
+
+        past = ShapeOf(past_k0)[seq]; kv_idx = [0, past + T); q_idx = [past, past + T)
+        Select(Broadcast(BitwiseAnd x 4 (kv_idx <= q_idx, kv_idx > q_idx - W, attention_mask[kv_idx])), 0, MIN)
+        mask_form="distance": Select(q_idx - kv_idx >= W, MIN, Select(Broadcast(... without the window), 0, MIN))
 
     ``borrow_path`` says how a borrower reaches its owner's cache: ``"concat"`` (the owner's Concat, as
     optimum-intel exports Gemma 4) or ``"own_concat"``: the borrower builds its own
@@ -286,6 +298,11 @@ class StackSpec:
     past_length_at: PastLengthAt = "concat"
     borrow_path: BorrowPath = "concat"
     mask: StackMask = "none"
+    window: int = 4                     # mask="sliding": the window W
+    # mask="sliding": "bitwise" (transformers 5: BitwiseAnd of the conditions, Broadcast, Select(·, 0, min)) or
+    # "distance" (transformers 4: Select(q_idx - kv_idx >= W, min, causal mask)); the same values
+    mask_form: Literal["bitwise", "distance"] = "bitwise"
+    full_layers: tuple[int, ...] = ()   # mask="sliding": layers that attend without the window
     scale: ScaleKind = "none"
     scale_value: float = 0.25
     dtype: Literal["f32", "f16"] = "f32"
@@ -466,12 +483,14 @@ def build_stack(spec: StackSpec) -> ov.Model:
         beam.output(0).set_names({"beam_idx"})
         params.append(beam)
     mask_node = None
-    if spec.mask in ("bool", "float"):
+    if spec.mask in ("bool", "float", "sliding"):
         am = ops.parameter(ov.PartialShape([B, -1]), ov.Type.i64, name="attention_mask")
         am.output(0).set_names({"attention_mask"})
         params.append(am)
         keep = ops.unsqueeze(ops.convert(am, ov.Type.boolean), _i64([1, 2]))
-        if spec.mask == "bool":
+        if spec.mask == "sliding":
+            pass   # built at the first layer that reads a cache: its positions come from that cache's past
+        elif spec.mask == "bool":
             mask_node = keep
         else:
             mask_node = ops.convert(ops.multiply(ops.subtract(ops.convert(am, ov.Type.f32), _const(1.0, ov.Type.f32)),
@@ -486,6 +505,33 @@ def build_stack(spec: StackSpec) -> ov.Model:
 
     def to_bhsd(t: ov.Output) -> ov.Output:
         return t if bhsd else ops.transpose(t, _i64([0, 2, 1, 3])).output(0)
+
+    sliding_masks: dict[bool, ov.Output] = {}   # windowed or not -> the mask [B, 1, T, S]
+
+    def sliding_mask(past_BHSD: ov.Output, windowed: bool) -> ov.Output:
+        if not sliding_masks:
+            past = ops.gather(ops.shape_of(past_BHSD, "i64"), _i64(seq_axis), _i64(0))
+            new_T = ops.gather(ops.shape_of(x_p, "i64"), _i64(1), _i64(0))
+            total_S = ops.add(past, new_T)
+            kv_idx_11S = ops.unsqueeze(ops.range(_i64(0), total_S, _i64(1), "i64"), _i64([0, 1]))
+            q_idx_1T1 = ops.unsqueeze(ops.range(past, total_S, _i64(1), "i64"), _i64([0, 2]))
+            causal = ops.less_equal(kv_idx_11S, q_idx_1T1)
+            target = ops.concat([batch_dim, _i64([1]), ops.unsqueeze(new_T, _i64([0])),
+                                 ops.unsqueeze(total_S, _i64([0]))], 0)
+            true = ops.constant(np.ones((1, 1, 1, 1), bool))
+            for with_window in (True, False):
+                cond = causal
+                if with_window and spec.mask_form == "bitwise":
+                    in_window = ops.greater(kv_idx_11S, ops.add(q_idx_1T1, _i64([-spec.window])))
+                    cond = ops.bitwise_and(causal, in_window)
+                cond = ops.bitwise_and(ops.bitwise_and(true, ops.bitwise_and(cond, keep)), true)
+                select = ops.select(ops.broadcast(cond, target), _const(0.0, et), _const(MASK_MIN, et))
+                if with_window and spec.mask_form == "distance":
+                    too_far_1TS = ops.greater_equal(ops.subtract(q_idx_1T1, kv_idx_11S), _i64([spec.window]))
+                    select = ops.select(ops.unsqueeze(too_far_1TS, _i64([0])), _const(MASK_MIN, et), select)
+                select.set_friendly_name("sliding_window_mask" if with_window else "causal_mask")
+                sliding_masks[with_window] = select.output(0)
+        return sliding_masks[windowed]
 
     x = x_p.output(0)
     sinks = []
@@ -532,6 +578,8 @@ def build_stack(spec: StackSpec) -> ov.Model:
                 sinks.append(ops.assign(stored, var))
                 cache_out[(i, kind)] = cat.output(0)
                 owner_parts[(i, kind)] = (rv.output(0), new)
+                if spec.mask == "sliding" and not sliding_masks:
+                    sliding_mask(past, True)
                 if kind == "key" and i in spec.past_length_from:
                     at = {"concat": cat.output(0), "gather": past, "readvalue": rv.output(0)}[spec.past_length_at]
                     cache_out[(i, "past_length")] = at
@@ -552,7 +600,9 @@ def build_stack(spec: StackSpec) -> ov.Model:
         if spec.scale == "prescaled":
             q = ops.multiply(q, _const(spec.scale_value, et)).output(0)
         inputs = [q, k, v]
-        if mask_node is not None and not stateless:
+        if spec.mask == "sliding" and not stateless:
+            inputs.append(sliding_masks[i not in spec.full_layers])
+        elif mask_node is not None and not stateless:
             inputs.append(mask_node)
         elif spec.scale != "none":
             inputs.append(_const(0.0, et))
@@ -581,8 +631,10 @@ class StackStep:
     beam_idx: np.ndarray
 
 
-def stack_steps(spec: StackSpec, prefill: int = 5, decode: int = 3, seed: int = 1) -> list[StackStep]:
-    """Inputs for a prefill of ``prefill`` tokens then ``decode`` single-token steps (state carried).
+def stack_steps(spec: StackSpec, prefill: int = 5, decode: int = 3, seed: int = 1,
+                chunk: int | None = None) -> list[StackStep]:
+    """Inputs for a prefill of ``prefill`` tokens (in steps of at most ``chunk`` tokens; None: one step)
+    then ``decode`` single-token steps (state carried).
 
     With batch > 1 the first batch row is left-padded by one position (its attention_mask starts with 0).
     """
@@ -590,7 +642,9 @@ def stack_steps(spec: StackSpec, prefill: int = 5, decode: int = 3, seed: int = 
     np_et = np.float16 if spec.dtype == "f16" else np.float32
     steps = []
     total = 0
-    for t in [prefill] + [1] * decode:
+    chunk = chunk or prefill
+    chunks = [min(chunk, prefill - start) for start in range(0, prefill, chunk)]
+    for t in chunks + [1] * decode:
         total += t
         am = np.ones((spec.batch, total), np.int64)
         if spec.batch > 1:
@@ -604,7 +658,7 @@ def step_feed(spec: StackSpec, step: StackStep) -> dict[str, np.ndarray]:
     feed = {"inputs_embeds": step.inputs_embeds}
     if spec.beam_gather:
         feed["beam_idx"] = step.beam_idx
-    if spec.mask in ("bool", "float"):
+    if spec.mask in ("bool", "float", "sliding"):
         feed["attention_mask"] = step.attention_mask
     return feed
 
@@ -661,7 +715,13 @@ def stack_reference(spec: StackSpec, steps: list[StackStep]) -> list[np.ndarray]
             k, v = np.repeat(kv["key"], rep, axis=1), np.repeat(kv["value"], rep, axis=1)
             stateless = spec.k_source[i] is None
             mask = None
-            if spec.mask in ("bool", "float") and not stateless:
+            if spec.mask == "sliding" and not stateless:
+                S = step.attention_mask.shape[1]
+                kv_idx, q_idx = np.arange(S)[None, :], np.arange(S - T, S)[:, None]
+                seen = (kv_idx <= q_idx) & ((kv_idx > q_idx - spec.window) | (i in spec.full_layers))
+                seen = seen[None, None] & step.attention_mask[:, None, None, :].astype(bool)
+                mask = np.where(seen, 0.0, MASK_MIN)
+            elif spec.mask in ("bool", "float") and not stateless:
                 am = step.attention_mask[:, None, None, :]
                 mask = am.astype(bool) if spec.mask == "bool" else (am.astype(np.float64) - 1.0) * 1e4
             elif spec.scale != "none":

@@ -16,39 +16,49 @@ from ovpasses.errors import OvpassesError
 
 
 def greedy_generate(compiled: ov.CompiledModel, prompt_ids: Iterable[int], max_new_tokens: int,
-                    eos_token_id: int | None = None) -> list[int]:
+                    eos_token_id: int | None = None, prefill_chunk: int | None = None,
+                    request: ov.InferRequest | None = None) -> list[int]:
     """Greedy-decode ``max_new_tokens`` tokens (batch 1) from a stateful optimum-intel decoder IR.
 
     The inputs must be ``input_ids`` and a subset of ``attention_mask``, ``position_ids`` and
-    ``beam_idx``; the first output is ``logits [batch, seq, vocab]``. The first call feeds the whole
-    prompt, each later call one token. Stops early only if ``eos_token_id`` is given and generated.
+    ``beam_idx``; the first output is ``logits [batch, seq, vocab]``. The prompt goes in whole, or in
+    pieces of ``prefill_chunk`` tokens; each later call feeds one token. ``request`` (one of
+    ``compiled``'s, reset here) lets the caller read the states afterwards. Stops early only if
+    ``eos_token_id`` is given and generated.
     """
     names = {name for port in compiled.inputs for name in port.get_names()}
     unknown = names - set(LLM_INPUTS)
     if unknown or "input_ids" not in names:
         raise OvpassesError(f"greedy decoding needs input_ids and a subset of {', '.join(LLM_INPUTS[1:])}; "
                             f"the model has {', '.join(sorted(names))}")
-    request = compiled.create_infer_request()
+    request = request or compiled.create_infer_request()
     request.reset_state()
-    step_ids = np.array([[int(t) for t in prompt_ids]], np.int64)
+    prompt = [int(t) for t in prompt_ids]
+    chunk = prefill_chunk or len(prompt)
     past = 0
-    out: list[int] = []
-    for _ in range(max_new_tokens):
-        n = step_ids.shape[1]
-        feed = {"input_ids": step_ids}
+
+    def feed(ids: list[int]) -> int:
+        nonlocal past
+        n = len(ids)
+        inputs = {"input_ids": np.array([ids], np.int64)}
         if "attention_mask" in names:
-            feed["attention_mask"] = np.ones((1, past + n), np.int64)
+            inputs["attention_mask"] = np.ones((1, past + n), np.int64)
         if "position_ids" in names:
-            feed["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None, :]
+            inputs["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None, :]
         if "beam_idx" in names:
-            feed["beam_idx"] = np.zeros((1,), np.int32)
-        request.infer(feed)
-        token = int(np.argmax(request.get_output_tensor(0).data[0, -1]))
-        out.append(token)
+            inputs["beam_idx"] = np.zeros((1,), np.int32)
+        request.infer(inputs)
         past += n
-        if eos_token_id is not None and token == eos_token_id:
-            break
-        step_ids = np.array([[token]], np.int64)
+        return int(np.argmax(request.get_output_tensor(0).data[0, -1]))
+
+    if max_new_tokens <= 0:
+        return []
+    for start in range(0, len(prompt), chunk):
+        token = feed(prompt[start:start + chunk])
+    out: list[int] = [token]
+    while len(out) < max_new_tokens and not (eos_token_id is not None and token == eos_token_id):
+        token = feed([token])
+        out.append(token)
     return out
 
 
@@ -79,9 +89,21 @@ def gemma4_patches(image: np.ndarray, patch_size: int, max_soft_tokens: int,
     return patches_PC, positions_P2, rows * cols // pooling_kernel_size ** 2
 
 
+def gemma3_pixels(image: np.ndarray, preprocessor: dict) -> np.ndarray:
+    """Gemma3ImageProcessor's ``pixel_values`` ``[1, 3, H, W]`` (f32) of an HWC uint8 image already at the
+    processor's size (no resize, no pan and scan): rescaled to [0, 1], then normalised by its mean and std."""
+    size = preprocessor["size"]
+    if list(image.shape[:2]) != [size["height"], size["width"]]:
+        raise ValueError(f"gemma3_pixels takes images of the processor's size {size}, not {image.shape[:2]}")
+    pixels = image.astype(np.float32) * np.float32(preprocessor["rescale_factor"])
+    mean, std = (np.array(preprocessor[key], np.float32) for key in ("image_mean", "image_std"))
+    pixels = (pixels - mean) / std
+    return np.ascontiguousarray(pixels.transpose(2, 0, 1)[None])
+
+
 def vlm_greedy(folder: Path, prompt_ids: list[int], max_new_tokens: int, device: str = "CPU",
                config: dict | None = None, image: np.ndarray | None = None) -> tuple[list[int], int]:
-    """Greedy-decode a Gemma 4 image-text-to-text export (batch 1) over ov.Core; returns the tokens
+    """Greedy-decode a Gemma 4 or Gemma 3 image-text-to-text export (batch 1) over ov.Core; returns the tokens
     and the number of fused ScaledDotProductAttention kernels in the language model's runtime model."""
     from ovpasses.app.check import count_fused_sdpa
 
@@ -92,16 +114,20 @@ def vlm_greedy(folder: Path, prompt_ids: list[int], max_new_tokens: int, device:
     per_layer_xml = folder / "openvino_text_embeddings_per_layer_model.xml"
     per_layer = core.compile_model(per_layer_xml, device, config) if per_layer_xml.exists() else None
     names = {name for port in language.inputs for name in port.get_names()}
-    image_token_id = model_config["image_token_id"]
+    image_token_id = model_config.get("image_token_id", model_config.get("image_token_index"))   # Gemma 4, Gemma 3
 
     step_ids = np.array([prompt_ids], np.int64)
     embeds_BSH = np.array(embed(step_ids)[0])
     if image is not None:
         pre = json.loads((folder / "preprocessor_config.json").read_text())
-        patches, positions, soft_tokens = gemma4_patches(image, pre["patch_size"], pre["max_soft_tokens"],
-                                                         pre["pooling_kernel_size"])
         vision = core.compile_model(folder / "openvino_vision_embeddings_model.xml", device, config)
-        soft_NH = np.array(vision({"pixel_values": patches[None], "image_position_ids": positions[None]})[0])
+        if "mm_tokens_per_image" in model_config:   # Gemma 3: the whole image in, mm_tokens_per_image out
+            soft_tokens = model_config["mm_tokens_per_image"]
+            soft_NH = np.array(vision({"pixel_values": gemma3_pixels(image, pre)})[0]).reshape(soft_tokens, -1)
+        else:
+            patches, positions, soft_tokens = gemma4_patches(image, pre["patch_size"], pre["max_soft_tokens"],
+                                                             pre["pooling_kernel_size"])
+            soft_NH = np.array(vision({"pixel_values": patches[None], "image_position_ids": positions[None]})[0])
         at_image = step_ids[0] == image_token_id
         if not soft_NH.shape[0] == soft_tokens == int(at_image.sum()):
             raise ValueError(f"{soft_NH.shape[0]} soft tokens from the vision model, {soft_tokens} expected, "

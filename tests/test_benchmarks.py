@@ -74,6 +74,12 @@ def test_benchmark_script_runs(script, tmp_path):
         assert exact["trimmable"]["fused_sdpa"] == 2 and exact["unshared+trimmable"]["fused_sdpa"] == 8
         assert exact["trimmable"]["tokens_equal_unmodified"] and exact["trimmable"]["trims"] > 0
         assert all(row["process_peak_rss_mib"] >= row["peak_rss_rise_mib"] > 0 for row in data["rows"])
+        held = {(row["config"], row["form"]): row["kv_held_bytes"] for row in data["rows"]}
+        # the exact config holds every cache in f32: tiny8's 4 fused caches (2 x 16) once, the shared ones
+        # (layer 2's 2 x 16, layer 3's 2 x 32) as plain states twice, at 40 positions
+        assert held[("exact", "unmodified")] == 40 * 4 * (4 * 32 + 2 * 2 * 32 + 2 * 2 * 64)
+        assert all(held[(c, "bounded")] < held[(c, "unmodified")] for c in ("default", "exact"))
+        assert {p["held"]["key"] for p in data["compiled_precision"]["exact"].values()} == {"f32"}
     if script == "sliding_window_decode":   # states set, not prefilled: the trimmable form trims and stays fused
         rows = {row["form"]: row for row in data["rows"]}
         assert rows["unmodified"]["fused_sdpa"] == rows["trimmable"]["fused_sdpa"] == 2

@@ -635,6 +635,7 @@ def test_rewrite_refuses_an_op_it_cannot_replace_in_one_line(tmp_path):
     [line] = result.stderr.splitlines()
     assert line.startswith("ovpass: error: openvino 2026.0.0 cannot read 1 operation of this model")
     assert "ErfInv (opset17)" in line and "openvino 2026.2.1 is the first release that reads it" in line
+    assert line.endswith("Prepare the IR for openvino 2026.2.1 or newer (--runtime), or run it there")
     assert snapshot(tmp_path) == before
 
 

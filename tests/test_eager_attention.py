@@ -18,7 +18,7 @@ from openvino.passes import Manager
 
 import ovpasses
 from ovpasses import EagerAttentionToSDPA
-from ovpasses.analysis.eager_attention import find_eager_attention
+from ovpasses.features.sdpa_recovery.analysis import find_eager_attention
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.app.render.text import summary_text
 from testkit.graphs import (

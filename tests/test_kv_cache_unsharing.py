@@ -17,14 +17,9 @@ import ovpasses
 from ovpasses import OvpassesError, analyze_kv_sharing
 from ovpasses.app import cli
 from ovpasses.app.folder import rewrite_folder
-from ovpasses.passes.shared_kv_cache_unsharing import (
-    NO_INITIALISER,
-    SCALAR_MASK,
-    SUBGRAPH_READER,
-    SharedKVCacheUnsharing,
-    borrower_labels,
-    plan_unsharing,
-)
+from ovpasses.options import KVSharing, RewriteOptions
+from ovpasses.features.unsharing.plan import NO_INITIALISER, SCALAR_MASK, SUBGRAPH_READER, borrower_labels, plan_unsharing
+from ovpasses.features.unsharing.shared_kv_cache_unsharing import SharedKVCacheUnsharing
 from ovpasses.plan.decisions import Action
 from ovpasses.app.check import count_fused_sdpa
 from ovpasses.app.render.text import summary_text
@@ -298,7 +293,7 @@ def test_cli_rewrite_twice_in_place_and_inspect(tmp_path, capsys):
 
 
 def test_folder_rewrite_unshares(tmp_path):
-    summary = rewrite_folder(TINY8, tmp_path / "out", kv_sharing="unshare")
+    summary = rewrite_folder(TINY8, tmp_path / "out", RewriteOptions(kv_sharing=KVSharing.UNSHARE))
     (model,) = [m for m in summary.models if m.summary is not None]
     assert model.summary.kv_sharing == "unshare" and len(model.summary.unshared) == 8
     written = ov.Core().read_model(tmp_path / "out" / "openvino_model.xml")
@@ -311,6 +306,7 @@ def test_fusion_prediction_follows_the_unshared_model():
     import openvino as ov
 
     from ovpasses.app.check import check_model
-    report = check_model(ov.Core().read_model(f"{TINY8}/openvino_model.xml"), steps=1, kv_sharing="unshare")
+    report = check_model(ov.Core().read_model(f"{TINY8}/openvino_model.xml"), steps=1,
+                          options=RewriteOptions(kv_sharing=KVSharing.UNSHARE))
     assert report.rewritten.fused_sdpa == 8 and report.rewritten.fusion_disagreements == []
     assert report.original.fusion_disagreements == [] and report.original.fused_sdpa == 2

@@ -65,18 +65,22 @@ def test_importing_the_wheel_imports_no_test_tool(tmp_path):
 # ------------------------------------------------------------------------------------------------ import graph
 
 # The layers of the package, bottom to top: a module may import its own layer and the layers below it,
-# never one above. A module belongs to the longest entry that is its name or a package above it.
+# never one above. A module belongs to the longest entry that is its name or a package above it; an entry
+# ``P.*`` holds the modules under the package ``P`` but not ``P`` itself (its ``__init__``), which an entry
+# ``P`` may put in another layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # what every layer uses: errors, OpenVINO helpers, the exact CPU config, devices, one timed pass run,
     # the JSON schema ids
     ("ovpasses.errors", "ovpasses._ov", "ovpasses._strenum", "ovpasses.precision", "ovpasses.devices",
-     "ovpasses.step", "ovpasses.report.schemas"),
+     "ovpasses.step", "ovpasses.report.schemas", "ovpasses.modes"),
     ("ovpasses.plan.runtimes",),                          # the facts about runtimes: one typed table
     ("ovpasses.analysis",),                               # walks that return facts
     ("ovpasses.plan",),                                   # profiles and typed decisions
-    ("ovpasses.passes",),                                 # the transformations
+    ("ovpasses.passes.*",),                               # the transformations several features share
+    ("ovpasses.features",),                               # a home per feature (they never import each other)
+    ("ovpasses.passes",),                                 # every pass by its public name, PIPELINE_ORDER
     ("ovpasses.sliding_window_trim",),                    # the program-side helper of sliding_window="trimmable"
-    ("ovpasses.lowering", "ovpasses.paged_padding"),      # passes with their own part of the plan
+    ("ovpasses.options",),                                # what a rewrite is asked to do (names the passes)
     ("ovpasses.plan.targets",),                           # what the plan gives each pipeline step
     ("ovpasses.summary",),                                # what one run did, as data
     ("ovpasses.pipeline",),                               # the steps and the loop that runs them
@@ -136,10 +140,13 @@ def import_graph() -> dict[str, set[str]]:
 def layer_of(module: str) -> int:
     entries = {entry: index for index, layer in enumerate(LAYERS) for entry in layer}
     name = module
-    while name not in entries or (name == "ovpasses" and module != name):
+    while True:
+        if name != module and f"{name}.*" in entries:
+            return entries[f"{name}.*"]
+        if name in entries and not (name == "ovpasses" and module != name):
+            return entries[name]
         assert "." in name, f"{module} is in no layer of LAYERS: add it there"
         name = name.rpartition(".")[0]
-    return entries[name]
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -202,6 +209,28 @@ def test_no_import_runs_back_up_the_layers():
     assert upward == [], "imports from a lower layer to a higher one (LAYERS, bottom to top)"
 
 
+FEATURES = "ovpasses.features"
+
+
+def feature_of(module: str) -> str | None:
+    """The feature a module belongs to (``ovpasses.features.paged_heads.plan`` -> ``paged_heads``), or None."""
+    parts = module.split(".")
+    return parts[2] if module.startswith(FEATURES + ".") and len(parts) > 2 else None
+
+
+def test_features_never_import_each_other():
+    """A feature stands on the shared layers, never on another feature: each can be read, changed or
+    removed alone."""
+    graph = import_graph()
+    crossing = sorted((module, target) for module, targets in graph.items() if feature_of(module)
+                      for target in targets if feature_of(target) not in (None, feature_of(module)))
+    assert crossing == []
+    features = {feature_of(module) for module in graph} - {None}
+    assert {"paged_heads", "sdpa_recovery", "unsharing", "old_runtimes"} <= features, features
+    for feature in features:   # a feature is a folder with an __init__ that says what it is
+        assert (ROOT / "ovpasses" / "features" / feature / "__init__.py").read_text().startswith('"""'), feature
+
+
 def test_the_import_graph_sees_what_it_checks():
     """The checks above read real edges: a known import of each kind is in the graph, and a circle and an
     upward edge are caught when made up."""
@@ -212,6 +241,10 @@ def test_the_import_graph_sees_what_it_checks():
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert layer_of("ovpasses.analysis.kv_sharing") < layer_of("ovpasses.passes.sdpa_decomposition")
     assert layer_of("ovpasses.plan.runtimes") < layer_of("ovpasses.analysis") < layer_of("ovpasses.plan.decisions")
+    assert layer_of("ovpasses.passes.sdpa_decomposition") < layer_of("ovpasses.features.paged_heads.plan") \
+        < layer_of("ovpasses.passes") < layer_of("ovpasses.options")
+    assert feature_of("ovpasses.features.paged_heads.plan") == "paged_heads"
+    assert feature_of("ovpasses.features") is None and feature_of("ovpasses.plan.targets") is None
     with pytest.raises(AssertionError, match="in no layer"):
         layer_of("ovpasses.unlisted")
 

@@ -21,13 +21,14 @@ from hypothesis import strategies as st
 
 from ovpasses.app.render.text import summary_text
 import ovpasses
-from ovpasses.analysis.op_versions import analyze_op_versions, layer_versions, unreadable_versions
+from ovpasses.features.old_runtimes.analysis import analyze_op_versions, layer_versions, unreadable_versions
 from ovpasses.errors import UnreadableOperationError
 from ovpasses.report.inspect import inspect_model
+from ovpasses.options import RewriteOptions
 from ovpasses.passes import ErfInvConstantFolding
-from ovpasses.passes.erfinv_constant_folding import erfinv
-import ovpasses.lowering
-from ovpasses.lowering import LOWERING_PASSES, lower_op_versions
+from ovpasses.features.old_runtimes.erfinv_constant_folding import erfinv
+import ovpasses.features.old_runtimes.plan
+from ovpasses.features.old_runtimes.plan import LOWERING_PASSES, lower_op_versions
 from ovpasses.plan.decisions import Lowered
 from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
 from ovpasses.plan.runtimes import OPS_FIRST_READ, installed_version, parse_release
@@ -152,11 +153,13 @@ def test_erfinv_of_an_input_is_refused_naming_the_op_its_opset_the_target_and_th
     assert message.startswith("openvino 2026.0.0 cannot read 1 operation of this model")
     assert "ErfInv (opset17)" in message and "its input is not a Constant" in message
     assert "openvino 2026.2.1 is the first release that reads it" in message
-    assert "Prepare the IR for openvino 2026.2.1 or newer (--runtime), or run it there" in message
+    # the library names its keyword; ovpass names its option (tests/test_cli.py)
+    assert "Prepare the IR for openvino 2026.2.1 or newer (runtime='2026.2.1'), or run it there" in message
+    assert raised.value.target == (2026, 0, 0) and [a.op.type for a in raised.value.refused] == ["ErfInv"]
 
 
 def test_inspect_reports_a_refusal_instead_of_raising():
-    report = inspect_model(build_newer_ops(NewerOpsSpec(erfinv="parameter")), OLD)
+    report = inspect_model(build_newer_ops(NewerOpsSpec(erfinv="parameter")), RewriteOptions(runtime=OLD))
     assert report["readable"] is False
     [op] = report["unreadable_ops"]
     assert (op["type"], op["opset"], op["first_read"], op["handled"]) == ("ErfInv", "opset17", "2026.2.1", False)
@@ -176,7 +179,7 @@ def test_the_reason_of_a_refusal_is_the_one_the_pattern_gave(constant_type, erfi
     manager.register_pass(folding)
     manager.run_passes(model)
     assert folding.changed == [] and folding.refused == {"erfinv": reason}
-    [op] = inspect_model(model, OLD)["unreadable_ops"]
+    [op] = inspect_model(model, RewriteOptions(runtime=OLD))["unreadable_ops"]
     assert (op["action"], op["reason"], op["pass"]) == ("refused", reason, "ErfInvConstantFolding")
 
 
@@ -187,7 +190,7 @@ def test_a_deselected_lowering_pass_is_a_refusal():
 
 def test_an_op_without_a_lowering_is_refused(monkeypatch):
     """OneHot-16 stands in for any op ovpasses has no rule for: with its pass left out of the table."""
-    monkeypatch.setattr(ovpasses.lowering, "LOWERING_PASSES", (ErfInvConstantFolding,))
+    monkeypatch.setattr(ovpasses.features.old_runtimes.plan, "LOWERING_PASSES", (ErfInvConstantFolding,))
     with pytest.raises(UnreadableOperationError) as raised:
         ovpasses.rewrite(build_newer_ops(NewerOpsSpec(erfinv="none", one_hot="normalize")), runtime=OLDEST)
     assert "OneHot (opset16) 'one_hot': ovpasses has no constant folding or exact decomposition" in str(raised.value)
@@ -325,7 +328,7 @@ def test_plugin_erfinv_differs_from_the_specification_in_the_tails():
 def test_looking_only_at_the_suspect_types_finds_what_a_full_walk_finds(monkeypatch):
     """The analysis reads the version of the types some release does not read; with the installed
     runtime newer than every measured one it reads every node's: both must find the same."""
-    import ovpasses.analysis.op_versions as op_versions
+    import ovpasses.features.old_runtimes.analysis as op_versions
     model = build_newer_ops(NewerOpsSpec(one_hot="normalize", in_loop_body=True))
     quick = analyze_op_versions(model, parse_release(OLDEST))
     monkeypatch.setattr(op_versions, "op_types_to_check", lambda: None)

@@ -19,6 +19,7 @@ from openvino.passes import Manager
 import ovpasses
 from ovpasses import SlidingWindowMaskSliceInsertion
 from ovpasses.analysis.sliding_window_masks import find_sliding_window_masks
+from ovpasses.options import RewriteOptions
 from ovpasses.plan.decisions import MaskAction
 from ovpasses.plan.profiles import profile_for
 from ovpasses.precision import EXACT_CPU_CONFIG
@@ -26,6 +27,7 @@ from ovpasses.app.render.inspect import inspect_text
 from ovpasses.report.inspect import inspect_model
 from testkit.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference
 from testkit.paged import heads_stack_paged_outputs, paged_attention_inputs, to_paged
+from ovpasses.app.render.text import paged_warning_text
 
 MASK_IGNORED, MASK_NATIVE = MaskAction.IGNORED, MaskAction.NATIVE
 MASK_SLICE, MASK_SLICED_ALREADY = MaskAction.SLICE, MaskAction.SLICED_ALREADY
@@ -219,21 +221,21 @@ def test_affected_paged_attention_needs_one_head_layout(spec):
 # --------------------------------------------------------------------------- reports
 
 def test_reports_say_what_no_rewrite_mends():
-    mixed = inspect_model(read("tiny8"), "2026.0")
-    (warning,) = mixed["warnings"]
+    mixed = inspect_model(read("tiny8"), RewriteOptions(runtime="2026.0"))
+    (warning,) = [paged_warning_text(w) for w in mixed["warnings"]]   # the report carries data; ovpass the sentence
     assert "head size differs" in warning and "4x16 in 6 layers, 4x32 in 2 layers" in warning
     assert 'ATTENTION_BACKEND="SDPA"' in warning and "openvino 2026.3 or newer" in warning
     assert f"warning: {warning}" in inspect_text(mixed)
     assert mixed["sliding_window_masks"][0]["action"] == MASK_SLICE and mixed["sliding_window_masks"][0]["window"] == 16
 
-    assert inspect_model(read("tiny8u"), "2026.0")["warnings"] == []
-    old = inspect_model(read("tiny8u"), "2025.4")
-    (window_warning,) = old["warnings"]
+    assert inspect_model(read("tiny8u"), RewriteOptions(runtime="2026.0"))["warnings"] == []
+    old = inspect_model(read("tiny8u"), RewriteOptions(runtime="2025.4"))
+    (window_warning,) = [paged_warning_text(w) for w in old["warnings"]]
     assert "ignores sliding windows" in window_warning and "(16)" in window_warning
     assert old["sliding_window_masks"][0]["action"] == MASK_IGNORED
     for runtime in ("2026.3", None):
-        assert inspect_model(read("tiny8"), runtime)["warnings"] == []
-    (heads_warning,) = ovpasses.rewrite(build_heads_stack(MIXED_QUERY_HEADS)).warnings
+        assert inspect_model(read("tiny8"), RewriteOptions(runtime=runtime))["warnings"] == []
+    (heads_warning,) = map(paged_warning_text, ovpasses.rewrite(build_heads_stack(MIXED_QUERY_HEADS)).warnings)
     assert "number of query heads differs" in heads_warning and "4x16 in 1 layer, 8x16 in 1 layer" in heads_warning
 
 

@@ -30,9 +30,12 @@ from hypothesis import assume, given
 from ovpasses.app.render.text import summary_text
 import ovpasses
 from ovpasses.analysis.kv_sharing import analyze_kv_sharing
-from ovpasses.analysis.paged_heads import HeadsRefusal, analyze_paged_heads
-from ovpasses.paged_padding import PagedHeadsAction
-from ovpasses.passes.attention_head_padding import AttentionHeadPadding
+from ovpasses.features.paged_heads.analysis import HeadsRefusal, analyze_paged_heads
+from ovpasses.modes import OptionChoice, PagedHeads
+from ovpasses.features.paged_heads.plan import PagedHeadsAction
+from ovpasses.features.paged_heads.plan import PagedRisk
+from ovpasses.app.render.text import paged_warning_text
+from ovpasses.features.paged_heads.attention_head_padding import AttentionHeadPadding
 from ovpasses.precision import EXACT_CPU_CONFIG
 from testkit.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference, run_heads_stack
 from testkit.paged import heads_stack_paged_outputs
@@ -197,7 +200,9 @@ def test_query_heads_that_no_kv_head_count_groups_refuse_the_model():
     assert step.action == PagedHeadsAction.REFUSED and not summary.changed
     (refusal,) = step.plan.refusals
     assert refusal.reason == HeadsRefusal.NOT_GROUPED and refusal.where == "layer 1"
-    assert any("--paged-heads pad could not pad this model" in w for w in summary.warnings)
+    (warning,) = [w for w in summary.warnings if w.risk == PagedRisk.PADDING_REFUSED]
+    assert warning.refusal == refusal and warning.option == OptionChoice("paged_heads", PagedHeads.PAD)
+    assert paged_warning_text(warning).startswith("--paged-heads pad could not pad this model")
     assert {tuple(v.get_info().data_shape)[3].get_length() for v in model.get_variables()} == {8, 16}
 
 
@@ -255,7 +260,8 @@ def test_on_runtimes_that_lose_the_window_padding_leaves_one_line_saying_from_wh
     model = ov.Core().read_model(FIXTURES / fixture / "openvino_model.xml")
     summary = ovpasses.rewrite(model, "2025.2", paged_heads="pad")
     assert summary.paged_heads.action == PagedHeadsAction.PADDED
-    (warning,) = summary.warnings
+    assert [w.risk for w in summary.warnings] == [PagedRisk.IGNORES_WINDOW]
+    (warning,) = map(paged_warning_text, summary.warnings)
     assert "ignores sliding windows" in warning and f"outgrow the window ({window})" in warning
 
 

@@ -157,3 +157,29 @@ def test_json_carries_enum_values_and_what_was_not_applied():
     assert data["not_applied"] == {"DisableStatefulSDPAFusion": [SPEC.sdpa_name(1), SPEC.sdpa_name(2)]}
     assert "not applied (DisableStatefulSDPAFusion not selected): layers 1, 2; planned: kept out of stateful " \
            "fusion (no-op Reshape on K/V)" in summary_text(summary)
+
+
+def test_the_plan_stays_as_made_and_the_steps_records_say_what_was_done():
+    """The steps do not patch the plan: each records what it did (targets.Carried), and the decisions are the
+    plan with the records applied, keeping the plan's reasons."""
+    from types import MappingProxyType
+
+    from ovpasses.plan.decisions import Decision
+    from ovpasses.plan.targets import Carried, carried_out
+
+    plan = MappingProxyType({"a": Decision(BARRIER, "off path"), "b": Decision(NATIVE, "exclusive cache")})
+    records = [Carried(("a",), Action.DECOMPOSE), Carried(("b",), Action.UNSHARED, "SharedKVCacheUnsharing")]
+    assert carried_out(plan, records) == {"a": Decision(Action.DECOMPOSE, "off path"),
+                                          "b": Decision(Action.UNSHARED, "exclusive cache", "SharedKVCacheUnsharing")}
+    assert plan["a"] == Decision(BARRIER, "off path")
+    with pytest.raises(TypeError):
+        plan["a"] = Decision(NATIVE, "")
+
+
+def test_the_summary_is_built_by_keyword():
+    from ovpasses import RewriteOptions, RewriteSummary
+
+    summary = ovpasses.rewrite(build_stack(SPEC), options=RewriteOptions(runtime="2026.0"))
+    assert summary.options.runtime == summary.profile and summary.kv_sharing.value == "keep"
+    with pytest.raises(TypeError):
+        RewriteSummary(summary.options, summary.analysis)

@@ -33,7 +33,7 @@ from openvino.passes import Manager
 
 import ovpasses
 from ovpasses import OvpassesError, ScaledDotProductAttentionDecomposition, analyze_kv_sharing
-from ovpasses.passes.shared_kv_cache_unsharing import NO_INITIALISER, SCALAR_MASK
+from ovpasses.features.unsharing.plan import NO_INITIALISER, SCALAR_MASK
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.app.render.text import summary_text

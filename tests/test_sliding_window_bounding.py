@@ -27,14 +27,16 @@ from ovpasses import OvpassesError
 from ovpasses.app import cli
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, analyze_kv_sharing
 from ovpasses.analysis.sliding_window_caches import Refusal
+from ovpasses.options import RewriteOptions, SlidingWindow
 from ovpasses.passes.sliding_window_cache_bounding import CHECK_SUFFIX, SlidingWindowKVCacheBounding
 from ovpasses.plan.decisions import Action
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.app.render.text import summary_text
-from testkit.graphs import StackSpec, build_stack
+from testkit.graphs import StackSpec, build_stack, run_stack, stack_reference, stack_steps, step_feed
 
 BOUNDED = Action.BOUNDED
+BOUNDED_OPTIONS = RewriteOptions(sliding_window=SlidingWindow.BOUNDED)
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
@@ -304,7 +306,96 @@ def test_a_model_without_sliding_layers_is_left_as_it_is():
     assert not summary.sliding_window_caches.bounded
     assert SlidingWindowKVCacheBounding.NAME not in [p.name for p in summary.passes]
     assert {r.reason for r in summary.sliding_window_caches.refused.values()} == {Refusal.FULL_ATTENTION}
-    assert "not bounded" in summary_text(summary)
+    assert "sliding window: bounded: changed nothing: 4 caches: an SDPA that reads it attends without a " \
+        "sliding-window mask" in summary_text(summary).splitlines()
+    assert "not bounded" not in summary_text(summary)
+
+
+# every layer sliding (Mistral and Phi-3 configs with sliding_window): no cache keeps the whole context
+ALL_SLIDING = StackSpec(k_source=(0, 1, 2), mask="sliding", window=4, gqa_form="bidirectional")
+
+
+@pytest.mark.parametrize("spec", [ALL_SLIDING, ALL_SLIDING.with_(kv_heads=4, past_length_from=(0,),
+                                                                 past_length_at="gather"),
+                                  ALL_SLIDING.with_(mask_form="distance")],
+                         ids=["gqa", "past-length-output", "distance-mask"])
+@pytest.mark.parametrize("prefill,chunk", [(3, None), (9, None), (9, 2)], ids=["short", "long", "chunked"])
+def test_an_all_sliding_stack_is_bounded_and_equals_the_reference(spec, prefill, chunk):
+    """Every cache is bounded, so none gives the past length: it is read from attention_mask's length less
+    the new tokens'. Outputs of prompts shorter and longer than W = 4 (whole and in chunks of 2), then 8 decode
+    steps, equal the float64 reference (the masks' positions, and in the second graph an output, read the first
+    cache's past length); every cache holds W - 1 positions after the last step."""
+    model = build_stack(spec)
+    summary = ovpasses.rewrite(model, sliding_window="bounded")
+    caches = summary.sliding_window_caches
+    assert sorted(caches.bounded) == sorted(spec.variables()) and not caches.refused
+    assert caches.reference is None and caches.context_inputs == ("attention_mask", "inputs_embeds")
+    assert "past length from the attention_mask input's length less inputs_embeds'" in summary_text(summary)
+    steps = stack_steps(spec, prefill, 8, chunk=chunk)
+    compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
+    request = compiled.create_infer_request()
+    got = []
+    for step in steps:
+        request.infer(step_feed(spec, step))
+        got.append(request.get_tensor("hidden_out").data.copy())
+    expected = stack_reference(spec, steps)
+    magnitude = max(1.0, max(float(np.abs(e).max()) for e in expected))
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-5 * magnitude)
+    assert {s.name: s.state.shape[2] for s in request.query_state()} == {v: spec.window - 1 for v in spec.variables()}
+
+
+def test_a_full_layer_stays_the_reference_where_there_is_one():
+    """One full layer among sliding ones: its cache is left whole and gives the past length, as before."""
+    spec = ALL_SLIDING.with_(full_layers=(1,))
+    model = build_stack(spec)
+    caches = ovpasses.rewrite(model, sliding_window="bounded").sliding_window_caches
+    assert caches.reference == "past_key_values.1.key" and caches.context_inputs is None
+    assert sorted(caches.bounded) == [v for v in spec.variables() if ".1." not in v]
+    steps = stack_steps(spec, 9, 6)
+    got = run_stack(ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG), spec, steps)
+    for g, e in zip(got, stack_reference(spec, steps)):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-5 * max(1.0, float(np.abs(e).max())))
+
+
+def test_an_all_sliding_model_without_an_attention_mask_is_refused_in_one_line():
+    """Without attention_mask nothing gives the context's length: nothing is bounded, and the summary says so
+    in one line (not one per cache)."""
+    model = build_stack(ALL_SLIDING)
+    model.input("attention_mask").get_tensor().set_names({"padding"})
+    summary = ovpasses.rewrite(model, sliding_window="bounded")
+    assert not summary.changed and not summary.sliding_window_caches.bounded
+    assert {r.reason for r in summary.sliding_window_caches.refused.values()} == {Refusal.NO_FULL_CACHE}
+    assert summary.to_dict()["no_effect"] == {"sliding_window": {"no_full_cache": 6}}
+    lines = [line for line in summary_text(summary).splitlines() if "bounded" in line]
+    assert lines == ["sliding window: bounded: changed nothing: 6 caches: no cache keeps the whole context and the "
+                     "model has no attention_mask and input_ids (or inputs_embeds) inputs: nothing would give the "
+                     "past length, the positions and the masks"]
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["output", "in-place"])
+def test_cli_says_when_a_rewrite_changed_nothing(tmp_path, capsys, in_place):
+    """A model without sliding layers: `--sliding-window bounded` changes nothing, and the CLI says so in one
+    line instead of "wrote"; --in-place leaves the pair as it is, -o writes it as read."""
+    source = tmp_path / "m.xml"
+    ov.save_model(build_stack(StackSpec(k_source=(0, 1), mask="float")), source, compress_to_fp16=False)
+    before = source.stat()
+    target = source if in_place else tmp_path / "out.xml"
+    argv = ["rewrite", str(source), "--sliding-window", "bounded"] + (["--in-place"] if in_place else ["-o", str(target)])
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "wrote" not in out and "sliding window: bounded: changed nothing: 4 caches: an SDPA that reads it attends " \
+        "without a sliding-window mask" in out.splitlines()
+    assert out.splitlines()[-1] == (f"nothing changed: {target} left as it is" if in_place else
+                                    f"nothing changed: {target} and out.bin hold the input as read")
+    if in_place:
+        assert (source.stat().st_ino, source.stat().st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    else:
+        assert target.read_bytes() == source.read_bytes()
+    assert cli.main(argv + ["--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["changed"] is False and data["written"] is (not in_place)
+    assert data["no_effect"] == {"sliding_window": {"full_attention": 4}}
 
 
 def test_modes_are_checked():
@@ -383,12 +474,17 @@ def test_check_says_when_the_context_never_exceeds_the_bound_and_catches_a_bound
     here by shrinking the analysis' keep) fails the check as soon as a step needs a dropped position."""
     from dataclasses import replace
 
-    from ovpasses.app.check import WORSE, check_model
+    from ovpasses.app.check import INCONCLUSIVE, WORSE, check_model
     from ovpasses.plan import targets   # where the pipeline plans the bounding
 
-    short = check_model(read(), prefill=8, steps=3, sliding_window="bounded")
-    assert short.ok and short.bounded_keep == WINDOW - 1 and short.bounding_exercised is False
-    assert "the bounding dropped nothing" in str(short)
+    short = check_model(read(), prefill=8, steps=3, options=BOUNDED_OPTIONS)
+    assert not short.ok and short.verdict_code == INCONCLUSIVE and short.outputs_equal
+    assert short.bounded_keep == WINDOW - 1 and short.bounding_exercised is False
+    assert short.to_dict()["bounding_exercised"] is False
+    assert "the bound was not exercised; give --prefill beyond 15" in short.verdict
+    chosen = check_model(read(), steps=2, options=BOUNDED_OPTIONS)   # no prefill given: one past the bound
+    assert chosen.ok and chosen.prefill == WINDOW - 1 + 2 and chosen.prefill_chosen and chosen.bounding_exercised
+    assert "(the prefill picked past it)" in str(chosen)
     analyze = targets.analyze_sliding_window_caches
 
     def too_short(*args, **kwargs):
@@ -397,7 +493,7 @@ def test_check_says_when_the_context_never_exceeds_the_bound_and_catches_a_bound
         return plan
 
     monkeypatch.setattr(targets, "analyze_sliding_window_caches", too_short)
-    broken = check_model(read(), prefill=20, steps=3, prefill_chunk=10, sliding_window="bounded")
+    broken = check_model(read(), prefill=20, steps=3, prefill_chunk=10, options=BOUNDED_OPTIONS)
     assert broken.bounded_keep == WINDOW - 5 and broken.bounding_exercised
     assert broken.verdict_code == WORSE and not broken.ok
 
@@ -411,22 +507,104 @@ def test_inspect_shows_windows_bounded_caches_and_kv_bytes(capsys):
     layers = {s["layer"]: (s["window"], s["cache_bounded"]) for s in report["sdpa"]}
     assert layers == {i: (None, False) if i in (3, 7) else (WINDOW, True) for i in range(8)}
     sliding, full = 6 * 2 * 16 * 4, 2 * 2 * 32 * 4
+    held = report["kv_bytes"].pop("held")
     assert report["kv_bytes"] == {"context": 8192, "per_token": sliding + full, "full": (sliding + full) * 8192,
                                   "bounded": sliding * (WINDOW - 1) + full * 8192}
+    # as held: layers 0-1's caches fused (f16 by the IR's runtime_options under defaults, f32 exact); layer 2's
+    # (shared by 4-6) and 3's (shared by 7) plain states, double buffered, bf16 under defaults on this CPU
+    # (the inference precision; f32 where the CPU has no bf16), f32 exact; bounded: every sliding cache plain
+    plain = 2 if ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT") == ov.Type.bf16 else 4
+    elements = {"fused": 4 * 2 * 16, "sliding plain": 2 * 2 * 16, "full plain": 2 * 2 * 32}
+    assert [(h["config"], h["key"], h["source"]) for h in held] == [("plugin defaults", "f16", "IR runtime_options"),
+                                                                    ("exact", "f32", "config")]
+    for h, (fused_size, plain_size) in zip(held, [(2, plain), (4, 4)]):
+        assert h["full"] == 8192 * (elements["fused"] * fused_size + 2 * plain_size * (
+            elements["sliding plain"] + elements["full plain"]))
+        assert h["bounded"] == 2 * plain_size * (6 * 2 * 16 * (WINDOW - 1) + elements["full plain"] * 8192)
     assert cli.main(["inspect", str(TINY8 / "openvino_model.xml"), "--sliding-window", "bounded"]) == 0
-    assert "layer 0: window 16, cache bounded" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "layer 0: window 16, cache bounded" in out
+    assert "  held, exact config (fused caches f32 from the config, other states f32 x2): 16 MiB as exported, " \
+        "8.02 MiB bounded" in out.splitlines()
+
+
+@pytest.mark.parametrize("config", [None, EXACT_CPU_CONFIG], ids=["defaults", "exact"])
+@pytest.mark.parametrize("source", ["export", "synthetic"])
+def test_held_precision_is_what_the_compiled_model_reports(config, source):
+    """The precision the memory count assumes is the compiled model's: the fused caches' KEY/VALUE_CACHE_PRECISION
+    (u8 by default on x86; f16 where the IR's runtime_options say so, as optimum-intel's do), and a bounded
+    cache's plain state (its runtime MemoryInput) in the inference precision."""
+    from ovpasses.analysis.kv_memory import held_precision
+    model = read() if source == "export" else build_stack(ALL_SLIDING)
+    expected = held_precision(model, config)
+    assert (expected.key, expected.source) == (("f16", "IR runtime_options") if source == "export" else
+                                               ("u8", "device")) if config is None else ("f32", "config")
+    ovpasses.rewrite(model, sliding_window="bounded")
+    compiled = ov.Core().compile_model(model, "CPU", config or {})
+    assert compiled.get_property("KEY_CACHE_PRECISION").get_type_name() == expected.key
+    assert compiled.get_property("VALUE_CACHE_PRECISION").get_type_name() == expected.value
+    assert compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name() == expected.plain
+    memory = {n.get_output_element_type(0) for n in compiled.get_runtime_model().get_ordered_ops()
+              if n.get_rt_info()["layerType"].astype(str) == "MemoryInput"}
+    assert {t.get_type_name() for t in memory} == {expected.plain}, "every cache is bounded: plain states"
+
+
+# the all-sliding export (tests/fixtures/mistral/allsliding: MistralForCausalLM, 4 layers, every one sliding, W=8)
+ALLSLIDING = ROOT / "tests" / "fixtures" / "mistral" / "allsliding"
+ALLSLIDING_WINDOW = 8
+ALLSLIDING_PROMPTS = [(5, 100), (30, 100), (30, 3), (12, 1)]
+
+
+@pytest.mark.parametrize("length,chunk", ALLSLIDING_PROMPTS, ids=[f"prompt{n}-chunk{c}" for n, c in ALLSLIDING_PROMPTS])
+def test_all_sliding_export_decodes_the_unmodified_tokens(length, chunk):
+    """Every cache of the Mistral export is bounded to W-1 = 7 positions, the past length read from
+    attention_mask less input_ids; 40 tokens past prompts shorter and longer than W (whole, in chunks of 3,
+    token by token) equal the unmodified IR's, logits within 1e-4 (f32)."""
+    model = read(ALLSLIDING)
+    caches = ovpasses.rewrite(model, sliding_window="bounded").sliding_window_caches
+    assert len(caches.bounded) == 8 and not caches.refused and caches.reference is None
+    assert caches.context_inputs == ("attention_mask", "input_ids")
+    prompt = [int(t) for t in np.random.default_rng(length + chunk).integers(4, 500, length)]
+    expected, expected_logits = Greedy(read(ALLSLIDING)).run(prompt, chunk, 40)
+    greedy = Greedy(model)
+    tokens, logits = greedy.run(prompt, chunk, 40)
+    assert tokens == expected
+    np.testing.assert_allclose(logits, expected_logits, rtol=0, atol=1e-4 * max(1.0, np.abs(expected_logits).max()))
+    assert set(greedy.state_lengths().values()) == {ALLSLIDING_WINDOW - 1}
+
+
+def test_cli_check_of_the_all_sliding_folder_picks_a_prefill_past_the_bound(capsys):
+    """``ovpass check DIR --sliding-window bounded`` without --prefill: 9 tokens (7 kept + 2), every decode
+    step reads caches that dropped positions, OK; genai (stateful and paged) runs a prompt of those 9 tokens
+    and says it went past the bound. With --prefill 1 the context stays within it (ov.Core 1 + 2 steps; genai
+    1 + 8 tokens generated, the last never fed back): INCONCLUSIVE, on every path."""
+    assert cli.main(["check", str(ALLSLIDING), "--sliding-window", "bounded", "--genai", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    [report] = data["models"]
+    assert report["verdict_code"] == "ok" and report["prefill"] == ALLSLIDING_WINDOW + 1 and report["prefill_chosen"]
+    assert report["bounding_exercised"] is True and report["bounded_keep_max"] == ALLSLIDING_WINDOW - 1
+    assert [(g["path"], g["verdict"], g["bounding_exercised"]) for g in data["genai"]] == \
+        [("stateful", "ok", True), ("paged", "ok", True)]
+    assert all(g["rewritten"]["prompt_ids"] and len(g["rewritten"]["prompt_ids"]) == ALLSLIDING_WINDOW + 1
+               for g in data["genai"])
+    assert cli.main(["check", str(ALLSLIDING), "--sliding-window", "bounded", "--genai", "--prefill", "1",
+                     "--steps", "2"]) == 4
+    out = capsys.readouterr().out
+    assert "the bound was not exercised; give --prefill beyond 7" in out
+    assert out.count("-> INCONCLUSIVE") == 2 and "folder verdict: INCONCLUSIVE" in out
 
 
 # ---------------------------------------------------------------------------------------------- clients
 
 
-def genai_folder(tmp_path: Path, sliding_window: str, margin: int = 0, fixture: str = "tiny8u") -> Path:
-    folder = tmp_path / f"{fixture}-{sliding_window}-{margin}-{len(list(tmp_path.iterdir()))}"
+def genai_folder(tmp_path: Path, sliding_window: str, margin: int = 0, fixture: str | Path = "tiny8u") -> Path:
+    source = fixture if isinstance(fixture, Path) else FIXTURES / fixture
+    folder = tmp_path / f"{source.name}-{sliding_window}-{margin}-{len(list(tmp_path.iterdir()))}"
     folder.mkdir()
     for name in ("config.json", "generation_config.json", "openvino_tokenizer.xml", "openvino_tokenizer.bin",
                  "openvino_detokenizer.xml", "openvino_detokenizer.bin"):
-        shutil.copy(FIXTURES / fixture / name, folder / name)
-    model = read(FIXTURES / fixture)
+        shutil.copy(source / name, folder / name)
+    model = read(source)
     ovpasses.rewrite(model, sliding_window=sliding_window, sliding_window_margin=margin)
     ov.save_model(model, folder / "openvino_model.xml", compress_to_fp16=False)
     return folder
@@ -481,6 +659,20 @@ def test_genai_stateful_chat_fails_loudly_or_keeps_a_margin(tmp_path):
     assert llm_chat(genai_folder(tmp_path, "bounded")) == llm_chat(genai_folder(tmp_path, "full"))
 
 
+@pytest.mark.skipif(AFFECTED, reason="measured on the newest runtime (tokenizers of 2026.4 crash genai 2026.0)")
+def test_genai_chat_on_the_all_sliding_export(tmp_path):
+    """The all-sliding export, whose past length the bounding reads from attention_mask: openvino_genai's stateful
+    chat trims the cache and the mask together, so with a margin of the answer's length (12) its three turns equal
+    the unmodified folder's; with none it fails loudly (2026.4.1: genai's own trim check, the bounded cache holding
+    7 positions); the paged chat equals the unmodified folder's with margin 0."""
+    expected = llm_chat(genai_folder(tmp_path, "full", fixture=ALLSLIDING), ATTENTION_BACKEND="SDPA")
+    assert llm_chat(genai_folder(tmp_path, "bounded", ANSWER, fixture=ALLSLIDING), ATTENTION_BACKEND="SDPA") == expected
+    with pytest.raises(RuntimeError, match="trim_kv_cache|Argument shapes are inconsistent"):
+        llm_chat(genai_folder(tmp_path, "bounded", fixture=ALLSLIDING), ATTENTION_BACKEND="SDPA")
+    assert llm_chat(genai_folder(tmp_path, "bounded", fixture=ALLSLIDING)) == \
+        llm_chat(genai_folder(tmp_path, "full", fixture=ALLSLIDING))
+
+
 VLM_TURNS = ("w29 w157 w479 w499", "w217 w129 w235 w39 w37 w229 w119", "w40 w41", "w300 w301 w302")
 
 
@@ -526,6 +718,17 @@ def test_llm_clients_decode_like_transformers(python, mode, path, prompt):
     """ov.Core, genai stateful (SDPA backend) and genai paged (which never sees the bound: the converter
     removes the state, and still reads the window from the Slice(Select) the bounding leaves) on tiny8u."""
     result = grid_cell(python, FIXTURES / "tiny8u", mode, path, prompt, modes=CLIENT_MODES, paths=CLIENT_PATHS)
+    assert result["status"] == "ok", result
+
+
+@pytest.mark.xdist_group("sliding-window-allsliding-cells")
+@pytest.mark.parametrize("python", RUNTIMES)
+@pytest.mark.parametrize("path", CLIENT_PATHS)
+@pytest.mark.parametrize("prompt", ["default", "long"])   # 6 and 24 tokens, 32 generated: past W=8 four to seven times
+def test_all_sliding_clients_decode_like_transformers(python, path, prompt):
+    """The all-sliding export bounded: ov.Core, genai stateful (SDPA backend) and genai paged (the converter
+    drops the past length read from attention_mask with the masks) decode transformers' tokens."""
+    result = grid_cell(python, ALLSLIDING, "bounded", path, prompt, modes=("bounded",), paths=CLIENT_PATHS)
     assert result["status"] == "ok", result
 
 

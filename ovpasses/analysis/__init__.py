@@ -9,7 +9,6 @@ from ovpasses.analysis.kv_sharing import (
     SDPAInfo,
     analyze_kv_sharing,
 )
-from ovpasses.analysis.op_versions import OpVersionAnalysis, UnreadableOp, analyze_op_versions
 
 __all__ = ["RT_OWNER_OF", "RT_STATUS", "RT_VARIABLES", "CacheInfo", "KVSharingAnalysis", "SDPAInfo",
-           "analyze_kv_sharing", "OpVersionAnalysis", "UnreadableOp", "analyze_op_versions"]
+           "analyze_kv_sharing"]

@@ -110,7 +110,15 @@ def _mask_kind(mask: ov.Output) -> tuple[str, int | None]:
 
 
 def _window_of(node: ov.Node) -> int | None:
-    """The window of a sliding-window comparison ``kv > q - window`` (or ``q - window < kv``), else None."""
+    """The window of a sliding-window comparison ``kv > q - window`` (or ``q - window < kv``), or of its
+    negation as a distance, ``q - kv >= window`` (transformers 4's masks: Gemma 3's image-text-to-text
+    export), else None."""
+    if node.get_type_name() == "GreaterEqual" and node.input_value(0).get_node().get_type_name() == "Subtract":
+        constant = node.input_value(1).get_node()
+        values = np.asarray(constant.get_data()).ravel() if constant.get_type_name() == "Constant" else None
+        if values is not None and values.size == 1 and constant.get_output_element_type(0).is_integral() \
+                and int(values[0]) > 0:
+            return int(values[0])
     port = COMPARISONS.get(node.get_type_name())
     if port is None:
         return None

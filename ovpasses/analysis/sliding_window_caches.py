@@ -22,15 +22,19 @@ size]; the sequence axis is the Concat's)::
 
 What the exporter derives from the cache's length (the ShapeOf nodes on the chain from the
 ReadValue to the Concat) must keep its value once the cache is bounded: it is re-sourced from a
-*reference* cache that still holds the whole context (one no sliding SDPA bounds). What lies on the
+*reference* cache that still holds the whole context (one no sliding SDPA bounds) or, where every cache
+is bounded (Mistral or Phi-3 exports with ``sliding_window``: every layer sliding), from the model's
+``attention_mask`` input, whose length is the past plus the new tokens wherever the model runs statefully
+(optimum-intel's ``OVModelForCausalLM``, openvino_genai's stateful LLM and VLM pipelines, and the
+exporter's own mask reads it so); the past length is that length less the new tokens. What lies on the
 path from the Concat to the SDPA must work with fewer positions: it may hold only Convert, Transpose
 and Unsqueeze with constant inputs, Broadcast (its target's sequence element is rebuilt from the
 layer's own data) and Reshape to a constant shape; a ShapeOf past the Concat, any other operation, or
 a Broadcast whose sequence axis cannot be followed (after a Reshape) refuses the cache, and the
 refusal says which node. Refusals are typed (:class:`Refusal`) with a detail naming what refused.
 
-A model with no cache that keeps the whole context (every cache bounded) is refused whole: nothing
-would tell the positions and the masks how long the context is.
+A model with no cache that keeps the whole context and no ``attention_mask`` input is refused whole:
+nothing would tell the positions and the masks how long the context is.
 """
 
 from __future__ import annotations
@@ -43,11 +47,14 @@ import openvino as ov
 
 from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.cache_chain import cache_chain_pattern, find_cache_chains, variable_id  # noqa: F401
+from ovpasses.analysis.kv_memory import HeldPrecision, cache_shape, held_precision
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, KEY_PORT, VALUE_PORT, KVSharingAnalysis
-from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
+from ovpasses.analysis.sliding_window_masks import DistanceWindowMask, SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import predict_fusion
+from ovpasses.precision import EXACT_CPU_CONFIG
 
 MASK_PORT = 3
+HELD_CONTEXT = 8192   # the context at which the summary gives the KV bytes held
 
 
 class Refusal(str, enum.Enum):
@@ -78,8 +85,8 @@ REFUSALS = {
                               "fewer positions",
     Refusal.SHAPE_PAST_CONCAT: "a ShapeOf reads its data past the Concat (a shape that would change once bounded)",
     Refusal.WINDOW_TOO_SMALL: "its window is smaller than 2: nothing to keep",
-    Refusal.NO_FULL_CACHE: "no cache keeps the whole context, from which the past length, the positions and the "
-                           "masks could be computed",
+    Refusal.NO_FULL_CACHE: "no cache keeps the whole context and the model has no attention_mask and input_ids (or "
+                           "inputs_embeds) inputs: nothing would give the past length, the positions and the masks",
     Refusal.ALREADY_BOUNDED: "already bounded (its Assign stores a window of the Concat)",
 }
 
@@ -127,12 +134,28 @@ class SlidingWindowCaches:
     # SDPAs that read a cache and stay out of the plugin's stateful kernel once bounded (their cache is bounded,
     # or predict_fusion refuses them as the model is): the bounding rebuilds their GQA expands
     unfused_readers: tuple[str, ...] = ()
+    # every cache variable: ("key" or "value", KV heads, head size), the last dimension the head (None: dynamic)
+    cache_shapes: dict[str, tuple[str, int, int] | None] = field(default_factory=dict)
+    # the caches the plugin's stateful kernel is expected to take before the bounding (every reader fused)
+    fused_caches: tuple[str, ...] = ()
+    # how the CPU plugin of the installed runtime holds the caches: under its defaults, and in the exact config
+    precisions: tuple[HeldPrecision, ...] = ()
+    # where no cache is left whole: the inputs whose lengths (axis 1) are past + new and new
+    # (attention_mask, and input_ids or inputs_embeds), from which the past length is computed instead
+    context_inputs: tuple[str, str] | None = None
 
     @property
     def model_refusal(self) -> CacheRefusal | None:
         """Set when no cache can be bounded for a reason of the whole model (:data:`Refusal.NO_FULL_CACHE`)."""
         reasons = {r.reason for r in self.refused.values()}
         return CacheRefusal(Refusal.NO_FULL_CACHE) if Refusal.NO_FULL_CACHE in reasons else None
+
+    def refusal_counts(self) -> dict[Refusal, int]:
+        """How many caches were refused for each reason (in the order first met)."""
+        counts: dict[Refusal, int] = {}
+        for refusal in self.refused.values():
+            counts[refusal.reason] = counts.get(refusal.reason, 0) + 1
+        return counts
 
     def kv_bytes(self, context: int, bounded: bool = True) -> int | None:
         """KV-cache bytes at batch 1 after ``context`` positions: every cache, the bounded ones holding at
@@ -145,12 +168,35 @@ class SlidingWindowCaches:
             total += per_token * kept
         return total
 
+    def kv_bytes_held(self, context: int, precision: HeldPrecision, bounded: bool = True) -> int | None:
+        """KV-cache bytes at batch 1 after ``context`` positions as the CPU plugin holds them under ``precision``
+        (:mod:`ovpasses.analysis.kv_memory`): a cache its stateful kernel takes in the kernel's precision, any
+        other (every bounded one) as a plain state, double buffered. ``bounded=False``: without the bounding.
+        None: unknown (a dynamic dimension)."""
+        total = 0
+        for vid, shape in self.cache_shapes.items():
+            if shape is None:
+                return None
+            kind, heads, head_size = shape
+            is_bounded = bounded and vid in self.bounded
+            kept = min(context, self.bounded[vid].keep) if is_bounded else context
+            total += precision.cache_bytes(kind, heads, head_size, kept,
+                                           fused=vid in self.fused_caches and not is_bounded)
+        return total
+
+    def held_at(self, context: int) -> list[dict]:
+        """Per configuration of :attr:`precisions`: how the caches are held, and their bytes at ``context``
+        positions (batch 1) without the bounding (``full``) and with it (``bounded``)."""
+        return [dict(p.to_dict(), context=context, full=self.kv_bytes_held(context, p, bounded=False),
+                     bounded=self.kv_bytes_held(context, p)) for p in self.precisions]
+
     def to_dict(self) -> dict:
-        return {"margin": self.margin, "reference": self.reference,
+        return {"margin": self.margin, "reference": self.reference, "context_inputs": None if self.context_inputs is None else list(self.context_inputs),
                 "windows": dict(self.windows),
                 "bounded": [b.to_dict() for b in self.bounded.values()],
                 "refused": {vid: r.to_dict() for vid, r in self.refused.items()},
-                "unfused_readers": list(self.unfused_readers)}
+                "unfused_readers": list(self.unfused_readers),
+                "kv_bytes_held": self.held_at(HELD_CONTEXT)}
 
 
 # ---------------------------------------------------------------------------------------------- patterns
@@ -279,14 +325,18 @@ def _bytes_per_token(concat: ov.Node, axis: int, element_type: ov.Type) -> int |
 # ---------------------------------------------------------------------------------------------- the analysis
 
 
-def sdpa_windows(analysis: KVSharingAnalysis, masks: list[SlidingWindowMask]) -> dict[str, int | None]:
-    """Per SDPA that reads a cache, the window of its sliding-window mask, or None (full attention)."""
+def sdpa_windows(analysis: KVSharingAnalysis, masks: list[SlidingWindowMask],
+                 distance_masks: list[DistanceWindowMask] = ()) -> dict[str, int | None]:
+    """Per SDPA that reads a cache, the window of its sliding-window mask (either form), or None (full
+    attention)."""
     window_of = {name: mask.window for mask in masks for name in mask.sdpa_direct + mask.sdpa_sliced}
+    window_of.update({name: mask.window for mask in distance_masks for name in mask.sdpa})
     return {name: window_of.get(name) for name, info in analysis.sdpa.items() if info.kv_variables}
 
 
 def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, masks: list[SlidingWindowMask],
-                                  margin: int = 0) -> SlidingWindowCaches:
+                                  margin: int = 0,
+                                  distance_masks: list[DistanceWindowMask] = ()) -> SlidingWindowCaches:
     """Which caches of ``model`` the bounding can keep to ``W - 1 + margin`` positions, and why not the others.
 
     ``analysis`` and ``masks`` are the model's KV-sharing analysis and its sliding-window masks as found
@@ -294,18 +344,23 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
     cannot see reads it, and :func:`cache_nodes` takes its graph; the reference (where the past length is
     read from) is the first cache that is not bounded and has a cache chain.
     """
-    windows = sdpa_windows(analysis, masks)
+    windows = sdpa_windows(analysis, masks, distance_masks)
+
     chains = find_cache_chains(model, name="SlidingWindowCaches.cache_chain")
     element_types = {v.get_info().variable_id: v.get_info().data_type for v in model.get_variables()}
 
     bounded: dict[str, BoundedCache] = {}
     refused: dict[str, CacheRefusal] = {}
     per_token: dict[str, int | None] = {}
+    shapes: dict[str, tuple[str, int, int] | None] = {}
     for vid, cache in analysis.caches.items():
+        shapes[vid] = None
         if vid in chains:
             concat = chains[vid][0]
             axis = concat.get_attributes()["axis"] % concat.get_output_partial_shape(0).rank.get_length()
             per_token[vid] = _bytes_per_token(concat, axis, element_types.get(vid, concat.get_output_element_type(0)))
+            if (found := cache_shape(concat, axis)) is not None:
+                shapes[vid] = ("key" if cache.key_readers else "value", *found)
         else:
             per_token[vid] = None
         if not cache.sdpa:
@@ -354,11 +409,43 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
     reference = next((vid for vid in analysis.caches if vid not in bounded and vid in chains
                       and (vid not in refused or refused[vid].reason != Refusal.ALREADY_BOUNDED)
                       and len(analysis.caches[vid].read_values) == 1), None)
-    if bounded and reference is None:
+    context_inputs = context_length_inputs(model) if bounded and reference is None else None
+    if bounded and reference is None and context_inputs is None:
         for vid in bounded:
             refused[vid] = CacheRefusal(Refusal.NO_FULL_CACHE)
         bounded = {}
     bounded_readers = {name for b in bounded.values() for name in b.readers}
-    unfused = tuple(name for name in windows if name in bounded_readers or not predict_fusion(analysis, name).expected)
+    fused = {name for name in windows if predict_fusion(analysis, name).expected}
+    unfused = tuple(name for name in windows if name in bounded_readers or name not in fused)
+    fused_caches = tuple(vid for vid, cache in analysis.caches.items() if cache.sdpa and set(cache.sdpa) <= fused)
+    try:
+        precisions = (held_precision(model), held_precision(model, EXACT_CPU_CONFIG, label="exact"))
+    except RuntimeError:   # a runtime without the CPU plugin: the memory as held is not known
+        precisions = ()
     return SlidingWindowCaches(windows, bounded, refused, reference if bounded else None, margin, per_token,
-                               unfused if bounded else ())
+                               unfused if bounded else (), shapes, fused_caches, precisions,
+                               context_inputs if bounded else None)
+
+
+CONTEXT_INPUT = "attention_mask"
+TOKEN_INPUTS = ("input_ids", "inputs_embeds")
+
+
+def context_length_inputs(model: ov.Model) -> tuple[str, str] | None:
+    """The inputs whose lengths on axis 1 are the context (past + new tokens) and the new tokens, or None:
+    the exporters' ``attention_mask`` (an integer tensor [batch, past + new]) and ``input_ids`` [batch, new]
+    or ``inputs_embeds`` [batch, new, hidden]. The mask's length is what every stateful client feeds
+    (optimum-intel builds ``ones(batch, past + new)`` when given none; openvino_genai's stateful pipelines
+    extend it by each new token and cut it where they trim the cache), and what the exported mask reads it
+    as. Inputs, not a cache's new K: in some exports the new K depends on positions computed from the past
+    length, which would then depend on itself."""
+    found: dict[str, ov.Output] = {}
+    for port in model.inputs:
+        shape = port.get_partial_shape()
+        for name in (CONTEXT_INPUT, *TOKEN_INPUTS):
+            if name in port.get_names() and shape.rank.is_static and shape.rank.get_length() >= 2:
+                found.setdefault(name, port)
+    tokens = next((name for name in TOKEN_INPUTS if name in found), None)
+    if CONTEXT_INPUT not in found or not found[CONTEXT_INPUT].get_element_type().is_integral() or tokens is None:
+        return None
+    return CONTEXT_INPUT, tokens

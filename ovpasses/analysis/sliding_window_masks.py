@@ -107,3 +107,83 @@ def find_sliding_window_masks(sdpa_nodes: Iterable[ov.Node]) -> list[SlidingWind
                 tuple(sorted(t.get_node().get_friendly_name() for t in sdpa_mask_readers(node.output(0)))),
                 tuple(sorted(t.get_node().get_friendly_name() for t in _sliced_readers(node.output(0))))))
     return found
+
+
+# ---------------------------------------------------------------------------------------------- the distance form
+
+@dataclass(frozen=True)
+class DistanceWindowMask:
+    """A sliding window written as a distance: ``Select(q_idx - kv_idx >= W, min, causal)`` (transformers 4's
+    masks, as optimum-intel 2.2.0's Gemma 3 image-text-to-text export writes its language model's), read by the
+    SDPA directly or under ``Select(block, 0, ·)``, which lets an image token see the keys of its image block
+    (``opens_blocks``), beyond the window too. In that export the block condition reads the step's own
+    ``token_type_ids``, padded with zeros over the past: it opens only keys of the current inference, which a
+    bounded cache's SDPA still attends whole (``Concat(past, new)``), so bounding stays exact (an image block
+    split over two inferences too: ``tests/test_sliding_window_families.py``). openvino's PagedAttention
+    converter does not read this form; the bounding does (:mod:`ovpasses.analysis.sliding_window_caches`)."""
+
+    select: str                # friendly name of the Select the SDPAs read
+    window: int
+    sdpa: tuple[str, ...]
+    opens_blocks: bool
+
+
+def _positive_integer(output: ov.Output) -> bool:
+    node = output.get_node()
+    values = node.get_data() if node.get_type_name() == "Constant" else None
+    return (values is not None and values.size == 1 and np.issubdtype(values.dtype, np.integer)
+            and int(values.reshape(-1)[0]) > 0)
+
+
+def _large_negative(output: ov.Output) -> bool:
+    """A float Constant of one value at or below -1e30 (the dtype's minimum, or -inf): "not seen"."""
+    node = output.get_node()
+    values = node.get_data() if node.get_type_name() == "Constant" else None
+    return (values is not None and values.size == 1 and np.issubdtype(values.dtype, np.floating)
+            and float(values.reshape(-1)[0]) <= -1e30)
+
+
+def _zero(output: ov.Output) -> bool:
+    node = output.get_node()
+    values = node.get_data() if node.get_type_name() == "Constant" else None
+    return values is not None and values.size == 1 and float(values.reshape(-1)[0]) == 0.0
+
+
+def distance_window_pattern(under_block_select: bool) -> tuple[ov.Node, ov.Node]:
+    """(the Select an SDPA reads, the window Constant): ``Select(GreaterEqual(Subtract(q_idx, kv_idx), W)
+    [-> Unsqueeze x 2], min, any)``, under ``Select(any, 0, ·)`` when ``under_block_select``. Two patterns, not an
+    Optional root: measured on 2026.4.1, an Optional at the root reports a match for any Select, binding
+    nothing below it."""
+    distance = WrapType("opset1.Subtract", [AnyInput().output(0), AnyInput().output(0)])
+    window = WrapType("opset1.Constant", _positive_integer)
+    too_far = WrapType("opset1.GreaterEqual", [distance.output(0), window.output(0)])
+    once = Optional(["opset1.Unsqueeze"], [too_far.output(0), AnyInput().output(0)])
+    twice = Optional(["opset1.Unsqueeze"], [once.output(0), AnyInput().output(0)])
+    unseen = WrapType("opset1.Constant", _large_negative)
+    inner = WrapType("opset1.Select", [twice.output(0), unseen.output(0), AnyInput().output(0)])
+    if not under_block_select:
+        return inner, window
+    zero = WrapType("opset1.Constant", _zero)
+    return WrapType("opset1.Select", [AnyInput().output(0), zero.output(0), inner.output(0)]), window
+
+
+def find_distance_window_masks(sdpa_nodes: Iterable[ov.Node]) -> list[DistanceWindowMask]:
+    """The distance-form sliding-window masks that ``sdpa_nodes`` read as their mask (port 3), in the order of
+    the first SDPA that reads each."""
+    patterns = [(True, *distance_window_pattern(True)), (False, *distance_window_pattern(False))]
+    found: dict[str, DistanceWindowMask] = {}
+    for sdpa in sdpa_nodes:
+        if sdpa.get_input_size() <= MASK_PORT:
+            continue
+        node = sdpa.input_value(MASK_PORT).get_node()
+        name = node.get_friendly_name()
+        if node.get_type_name() != "Select" or name in found:
+            continue
+        for opens_blocks, root, window in patterns:
+            matcher = Matcher(root, "DistanceWindowMask")
+            if matcher.match(node.output(0)):
+                readers = sorted(t.get_node().get_friendly_name() for t in sdpa_mask_readers(node.output(0)))
+                value = int(matcher.get_pattern_value_map()[window].get_node().get_data().reshape(-1)[0])
+                found[name] = DistanceWindowMask(name, value, tuple(readers), opens_blocks)
+                break
+    return list(found.values())

@@ -33,8 +33,7 @@ from ovpasses.errors import OvpassesError
 from ovpasses.plan import runtimes
 from ovpasses.report import inspect as inspect_report
 from ovpasses.report import schemas
-from ovpasses.paged_padding import PAGED_HEADS_MODES
-from ovpasses.pipeline import KV_SHARING_MODES, SLIDING_WINDOW_MODES
+from ovpasses.options import MODES, RewriteOptions
 
 EXIT_OK = 0
 EXIT_WORSE = 1
@@ -79,20 +78,11 @@ def _add_common(sub: argparse.ArgumentParser, runtime: bool = True) -> None:
                      help="show tracebacks and debug logging instead of one-line errors")
     if runtime:
         sub.add_argument("--runtime", default="auto", metavar="auto|VERSION", help=RUNTIME_HELP)
-        sub.add_argument("--kv-sharing", choices=KV_SHARING_MODES, default="keep",
-                         help="keep (default): shared KV caches stay shared; unshare: give each borrower a cache "
-                              "of its own, so the plugin fuses every layer, at extra cache memory per token")
-        sub.add_argument("--sliding-window", choices=SLIDING_WINDOW_MODES, default="full",
-                         help="full (default): every KV cache holds the whole context; bounded: a cache that only "
-                              "sliding-window attention reads keeps its last W-1 positions (the stateful path: "
-                              "ov.Core, optimum-intel, openvino_genai with ATTENTION_BACKEND=SDPA), outside the "
-                              "plugin's fused kernel; trimmable: such caches stay fused and exact when the program "
-                              "trims them (ovpasses.sliding_window_trim: ov.Core and optimum-intel programs); a "
-                              "client that does not trim (openvino_genai) runs it as unmodified")
-        sub.add_argument("--paged-heads", choices=PAGED_HEADS_MODES, default="keep",
-                         help="keep (default); pad: every KV cache and attention layer gets one KV-head count and "
-                              "head size (zero padding, repeated KV heads), which the CPU PagedAttention of openvino "
-                              "2025.2 - 2026.2 needs (continuous batching, OVMS), at more KV memory per token")
+        for name, kind in MODES.items():   # one choice option per mode, its help from the members
+            default = RewriteOptions.__dataclass_fields__[name].default
+            sub.add_argument(f"--{name.replace('_', '-')}", choices=[m.value for m in kind], default=default.value,
+                             help="; ".join(f"{m.value}{' (default)' if m is default else ''}"
+                                            f"{': ' + m.description if m.description else ''}" for m in kind))
         sub.add_argument("--sliding-window-margin", type=int, default=0, metavar="N",
                          help="with --sliding-window bounded or trimmable: keep N positions more, so that a client "
                               "may take "
@@ -185,9 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OpenVINO device, any case: cpu, GPU, gpu.0 (default CPU); one OpenVINO does not see is an "
                         "error that lists those it sees")
     p.add_argument("--steps", type=_non_negative, default=3, help="decode steps after the prefill (default 3)")
-    p.add_argument("--prefill", type=_positive, default=8,
-                   help="prefill length in tokens (default 8); with --sliding-window bounded, give more than the "
-                        "window so that decode steps read a bounded cache")
+    p.add_argument("--prefill", type=_positive, default=None,
+                   help="prefill length in tokens, for ov.Core and --genai (default 8; with --sliding-window bounded, "
+                        "past what a bounded cache keeps, so that decode steps read it: a shorter one is INCONCLUSIVE)")
     p.add_argument("--prefill-chunk", type=_positive, default=None, metavar="N",
                    help="feed the prefill in inferences of at most N tokens (default: one inference), as a client "
                         "with chunked prefill does; with --sliding-window bounded, later chunks read a bounded cache")
@@ -234,66 +224,69 @@ def _tolerance(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, not {text!r}") from error
 
 
-def _runtime(args) -> str | None:
-    runtime = None if args.runtime == "auto" else args.runtime
-    ovpasses.profile_for(runtime)  # rejects a malformed or unsupported version before any work
-    return runtime
+def _options(args) -> RewriteOptions:
+    """The rewrite's options, from the arguments: a malformed or unsupported value is rejected here, before
+    any work."""
+    return RewriteOptions(runtime=None if args.runtime == "auto" else args.runtime,
+                          passes=getattr(args, "passes", None),
+                          **{name: getattr(args, name) for name in MODES},
+                          sliding_window_margin=args.sliding_window_margin)
 
 
 def cmd_rewrite(args) -> int:
-    runtime = _runtime(args)
-    passes = None if args.passes is None else pipeline.selected_passes(args.passes)
+    options = _options(args)
     source = Path(args.input)
     if os.path.isdir(source):   # False for any path that cannot be reached: check_ir_file says why
-        return _rewrite_folder(args, source, runtime, passes)
+        return _rewrite_folder(args, source, options)
     if args.in_place and args.output and not io.same_ir(args.output, source):
         raise OvpassesError("--in-place writes over IN.xml; drop -o, or drop --in-place to write to -o")
     target = source if args.in_place else (Path(args.output) if args.output else None)
     if target is None and not args.dry_run:
         raise OvpassesError("say where to write: -o OUT.xml, --in-place, or --dry-run to write nothing")
-    summary = ir_file.rewrite_file(source, target, runtime, passes, in_place=args.in_place, dry_run=args.dry_run,
-                                kv_sharing=args.kv_sharing,
-                                sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin,
-                                paged_heads=args.paged_heads)
+    summary = ir_file.rewrite_file(source, target, options, in_place=args.in_place, dry_run=args.dry_run)
+    written = not args.dry_run and ir_file.written(summary, args.in_place)
     if args.format == "json":
-        data = summary.to_dict()
+        data = text.with_warning_texts(summary.to_dict())
         data["input"] = str(source)
         data["output"] = None if args.dry_run else str(target)
         data["changed"] = summary.changed
+        data["written"] = written
         print(json.dumps(data, indent=2))
     else:
         print(text.summary_text(summary))
         if args.dry_run:
             print("dry run: nothing written")
+        elif not summary.changed:
+            print(f"nothing changed: {target} left as it is" if not written else
+                  f"nothing changed: {target} and {io.weights_path(target).name} hold the input as read")
         else:
             print(f"wrote {target} and {io.weights_path(target).name}")
     return EXIT_OK
 
 
-def _rewrite_folder(args, source: Path, runtime, passes) -> int:
+def _rewrite_folder(args, source: Path, options: RewriteOptions) -> int:
     if args.in_place and args.output and Path(args.output).resolve() != source.resolve():
         raise OvpassesError("--in-place writes over the input folder; drop -o, or drop --in-place to write to -o")
     if not (args.in_place or args.output or args.dry_run):
         raise OvpassesError("say where to write: -o NEW_FOLDER, --in-place, or --dry-run to write nothing")
     target = None if args.dry_run else source if args.in_place else Path(args.output)
-    summary = folder.rewrite_folder(source, target, runtime, passes, in_place=args.in_place and not args.dry_run,
-                                    kv_sharing=args.kv_sharing, symlinks=args.symlinks,
-                                    sliding_window=args.sliding_window,
-                                    sliding_window_margin=args.sliding_window_margin, paged_heads=args.paged_heads)
+    summary = folder.rewrite_folder(source, target, options, in_place=args.in_place and not args.dry_run,
+                                    symlinks=args.symlinks)
     if args.format == "json":
         print(json.dumps(summary.to_dict(), indent=2))
     else:
         print(summary)
-        print("dry run: nothing written" if target is None else f"wrote {target}")
+        print("dry run: nothing written" if target is None else
+              f"wrote {target}" if summary.changed else f"nothing changed: {target} holds the input folder's files as read")
     return EXIT_OK
 
 
 def cmd_inspect(args) -> int:
-    runtime = _runtime(args)
+    options = _options(args)
     source = Path(args.input)
-    reports = inspect.inspect_path(source, runtime, kv_sharing=args.kv_sharing, sliding_window=args.sliding_window,
-                                   paged_heads=args.paged_heads)
+    reports = inspect.inspect_path(source, options)
     if args.format == "json":
+        reports = [(name, text.with_warning_texts(report)) for name, report in reports]
         data = reports[0][1] if reports[0][0] is None else inspect_report.folder_report(source, reports)
         print(json.dumps(data, indent=2))
         return EXIT_OK
@@ -306,15 +299,12 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_check(args) -> int:
-    runtime = _runtime(args)
-    passes = None if args.passes is None else pipeline.selected_passes(args.passes)
+    options = _options(args)
     data_shapes = check_inputs.parse_data_shape(args.data_shape)
     result = check_folder.check_path(
-        Path(args.input), device=args.device, steps=args.steps, runtime=runtime,
-        config=None if args.precision == "exact" else {}, passes=passes, prefill=args.prefill, atol=args.atol,
-        rtol=args.rtol, data_shapes=data_shapes, kv_sharing=args.kv_sharing, with_genai=args.genai,
-        sliding_window=args.sliding_window, sliding_window_margin=args.sliding_window_margin,
-        prefill_chunk=args.prefill_chunk, paged_heads=args.paged_heads)
+        Path(args.input), device=args.device, steps=args.steps, options=options,
+        config=None if args.precision == "exact" else {}, prefill=args.prefill, atol=args.atol,
+        rtol=args.rtol, data_shapes=data_shapes, with_genai=args.genai, prefill_chunk=args.prefill_chunk)
     if args.format == "json":
         print(json.dumps(result.to_dict(), indent=2) if result.is_folder else result.reports[0][1].to_json())
     else:
@@ -331,8 +321,9 @@ def cmd_check(args) -> int:
 
 def cmd_passes(args) -> int:
     width = max(map(len, pipeline.PASSES))
-    for name, (_cls, line) in pipeline.PASSES.items():
-        print(f"{name:<{width}}  {line}")
+    for name, (cls, line) in pipeline.PASSES.items():
+        only = getattr(cls, "ONLY_WITH", None)
+        print(f"{name:<{width}}  {'' if only is None else text.option_flag(only) + ' only: '}{line}")
     return EXIT_OK
 
 
@@ -353,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     except OvpassesError as exc:
         if args.debug:
             raise
-        sys.stderr.write(f"ovpass: error: {_one_line(str(exc))}\n")
+        sys.stderr.write(f"ovpass: error: {_one_line(text.error_text(exc))}\n")
         return EXIT_USAGE
     except BrokenPipeError:  # the reader of stdout went away (e.g. '| head'): not an error of ours
         import os

@@ -15,7 +15,7 @@ the tokenizer IRs need openvino_tokenizers' extension to be read at all.
 
 For a named target (``--runtime 2026.0``), every IR is made readable there: the rewritten IRs by the
 pipeline itself, and an IR without stateful attention that holds an operation the target cannot read
-(from its XML's layer versions) by :func:`ovpasses.lowering.lower_op_versions` alone. An operation
+(from its XML's layer versions) by :func:`ovpasses.features.old_runtimes.plan.lower_op_versions` alone. An operation
 that cannot be replaced refuses the whole folder, naming the file. Tokenizer IRs converted by a newer
 openvino_tokenizers than the target's are copied as they are, with a warning: openvino_genai releases
 before it crash when they load them (:data:`ovpasses.plan.runtimes.TOKENIZERS_CRASH_OLDER_GENAI`).
@@ -32,13 +32,13 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ovpasses.analysis.op_versions import unreadable_versions
+from ovpasses.features.old_runtimes.analysis import unreadable_versions
 from ovpasses.app.files import commit, io
-from ovpasses.app.render.text import op_action_text, summary_text
+from ovpasses.app.render.text import op_action_text, summary_text, with_warning_texts
 from ovpasses.errors import OvpassesError, UnreadableOperationError
-from ovpasses.lowering import OpVersionAction, lower_op_versions
-from ovpasses.pipeline import rewrite, selected_passes
-from ovpasses.plan.profiles import profile_for
+from ovpasses.features.old_runtimes.plan import OpVersionAction, lower_op_versions
+from ovpasses.options import RewriteOptions
+from ovpasses.pipeline import rewrite
 from ovpasses.report import schemas
 from ovpasses.summary import RewriteSummary
 from ovpasses.plan.runtimes import TOKENIZERS_CRASH_OLDER_GENAI, Version, parse_release, version_string
@@ -120,7 +120,7 @@ class FolderModel:
     def to_dict(self) -> dict:
         data = {"file": self.file, "rewritten": self.summary is not None, "seconds": round(self.seconds, 3)}
         if self.summary is not None:
-            data["summary"] = self.summary.to_dict()
+            data["summary"] = with_warning_texts(self.summary.to_dict())
             data["changed"] = self.summary.changed
         elif self.op_versions:
             data["unreadable_ops"] = [a.to_dict() for a in self.op_versions]
@@ -194,24 +194,23 @@ def _check_empty(target: Path, staging: Path | None = None) -> None:
                           "(or pass --in-place to rewrite the input folder)")
 
 
-def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, runtime: str | None = None,
-                   passes=None, in_place: bool = False, kv_sharing: str = "keep",
-                   symlinks: str = "copy", sliding_window: str = "full",
-                   sliding_window_margin: int = 0, paged_heads: str = "keep") -> FolderSummary:
+def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
+                   options: RewriteOptions | None = None, in_place: bool = False,
+                   symlinks: str = "copy") -> FolderSummary:
     """Rewrite every IR of ``source`` that holds stateful attention and write the folder to ``target``.
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
     ``source`` itself. An IR without stateful attention that holds an operation the target runtime
-    cannot read gets only those operations replaced (:func:`~ovpasses.lowering.lower_op_versions`).
+    cannot read gets only those operations replaced (:func:`~ovpasses.features.old_runtimes.plan.lower_op_versions`).
     Files other than those IRs are copied byte for byte, sub-folders included; ovpass's own lock,
     journal and temporary files are not copied. A symbolic link is copied as the file or folder it
     points to (``symlinks="copy"``, as ``cp -L``: a Hugging Face cache snapshot is made of links into
     ``../../blobs``); with ``symlinks="keep"`` a link that still points to the same file from the
     target stays a link. A link that points nowhere is an error, naming it.
     :class:`UnreadableOperationError`, naming the file, when an IR holds an operation the target
-    cannot read and ovpasses cannot replace. ``kv_sharing``, ``sliding_window``, ``sliding_window_margin``
-    and ``paged_heads`` are :func:`~ovpasses.pipeline.rewrite`'s, applied to each IR rewritten (in an
-    image-text-to-text export that is the language model: the embedding IRs hold no stateful attention).
+    cannot read and ovpasses cannot replace. ``options`` (:class:`RewriteOptions`; default: every pass, for the
+    installed runtime) apply to each IR rewritten (in an image-text-to-text export that is the language model:
+    the embedding IRs hold no stateful attention).
 
     Where the folder goes: ``-o`` a new folder is created with ``mkdir``'s mode and appears whole
     (``RENAME_NOREPLACE``: one created meanwhile by another process is left alone and the rewrite
@@ -231,8 +230,8 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
     summary = FolderSummary(str(source), None if destination is None else str(destination))
     irs = {p.name for p in ir_files_in(source)}
     stateful = stateful_irs(source)
-    target = profile_for(runtime).version
-    selected = None if passes is None else selected_passes(passes)
+    options = options or RewriteOptions()
+    target = options.runtime.version
     _warn_newer_tokenizers(source, sorted(irs), target)
 
     fill = checked is not None and not in_place
@@ -247,10 +246,10 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
             start = time.perf_counter()
             model = io.read_ir(source / name)
             try:
-                result = rewrite(model, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                                 sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
+                result = rewrite(model, options=options)
             except UnreadableOperationError as exc:
-                raise UnreadableOperationError(f"{source / name}: {exc}") from None
+                raise UnreadableOperationError(f"{source / name}: {exc}", target=exc.target, refused=exc.refused,
+                                               path=source / name) from None
             if staging is not None:
                 io.save_ir(model, staging / name, mode_from=source / name)
             summary.models.append(FolderModel(name, result, time.perf_counter() - start))
@@ -261,9 +260,9 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None, 
                 continue
             start = time.perf_counter()
             model = io.read_ir(source / name)
-            lowering = lower_op_versions(model, target, selected)
+            lowering = lower_op_versions(model, target, options.passes)
             if lowering.refused:
-                raise UnreadableOperationError(f"{source / name}: {lowering.error_message()}")
+                raise lowering.error(source / name)
             if staging is not None:
                 io.save_ir(model, staging / name, mode_from=source / name)
             summary.models.append(FolderModel(name, None, time.perf_counter() - start, lowering.actions))

@@ -8,16 +8,13 @@ from pathlib import Path
 
 from ovpasses.app.files.io import read_ir
 from ovpasses.app.folder import stateful_irs
+from ovpasses.options import RewriteOptions
 from ovpasses.report.inspect import inspect_model
 
 
-def inspect_path(source: Path, runtime: str | None = None, kv_sharing: str = "keep",
-                 sliding_window: str = "full", paged_heads: str = "keep") -> list[tuple[str | None, dict]]:
+def inspect_path(source: Path, options: RewriteOptions | None = None) -> list[tuple[str | None, dict]]:
     """The report of an IR file (named None), or of each IR of an export folder that holds stateful
     attention (named by its file name)."""
     if not os.path.isdir(source):
-        return [(None, inspect_model(read_ir(source), runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                                     paged_heads=paged_heads))]
-    return [(name, inspect_model(read_ir(source / name), runtime, kv_sharing=kv_sharing,
-                                 sliding_window=sliding_window, paged_heads=paged_heads))
-            for name in stateful_irs(source)]
+        return [(None, inspect_model(read_ir(source), options))]
+    return [(name, inspect_model(read_ir(source / name), options)) for name in stateful_irs(source)]

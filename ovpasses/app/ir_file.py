@@ -7,21 +7,22 @@ import os
 from pathlib import Path
 
 from ovpasses.app.files import io
+from ovpasses.options import RewriteOptions
 from ovpasses.pipeline import rewrite
 from ovpasses.summary import RewriteSummary
 
 
-def rewrite_file(source: str | os.PathLike, target: str | os.PathLike | None, runtime: str | None = None,
-                 passes=None, in_place: bool = False, dry_run: bool = False, kv_sharing: str = "keep",
-                 sliding_window: str = "full", sliding_window_margin: int = 0,
-                 paged_heads: str = "keep") -> RewriteSummary:
+def rewrite_file(source: str | os.PathLike, target: str | os.PathLike | None,
+                 options: RewriteOptions | None = None, in_place: bool = False,
+                 dry_run: bool = False) -> RewriteSummary:
     """Rewrite the IR at ``source`` and write it to ``target`` (with ``dry_run``, or ``target`` None, nothing
     is written; a ``target`` given is still checked).
 
     The input pair and the output path are checked before any work (:func:`~ovpasses.app.files.io.check_ir_file`,
     :func:`~ovpasses.app.files.io.check_output_path`; an output that is a file of the input pair is refused
     unless ``in_place``); the model is written by :func:`~ovpasses.app.files.io.write_ir`, the pair replaced
-    whole or not at all. The other arguments are :func:`ovpasses.rewrite`'s."""
+    whole or not at all. ``options``: what the rewrite does (:class:`RewriteOptions`; default: every pass, for
+    the installed runtime)."""
     source = Path(source)
     io.check_ir_file(source)
     if target is not None:
@@ -29,8 +30,13 @@ def rewrite_file(source: str | os.PathLike, target: str | os.PathLike | None, ru
         if not in_place:
             io.check_distinct_output(source, target)
     model = io.read_ir(source)
-    summary = rewrite(model, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                      sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
-    if target is not None and not dry_run:
+    summary = rewrite(model, options=options)
+    if target is not None and not dry_run and written(summary, in_place):
         io.write_ir(model, target)
     return summary
+
+
+def written(summary: RewriteSummary, in_place: bool) -> bool:
+    """Whether :func:`rewrite_file` writes the pair (not on a dry run): a rewrite that changed nothing leaves an
+    ``in_place`` input as it is; to another target the pair is written as read."""
+    return summary.changed or not in_place

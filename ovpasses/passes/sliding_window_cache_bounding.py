@@ -29,7 +29,10 @@ bounded; ``n`` new tokens; ``ref`` a cache left whole)::
 
 * What the exporter derives from the cache's length (past length, positions, masks, other layers'
   GQA target shapes) reads the ShapeOf nodes; each now computes the shape the cache would have had
-  unbounded, from the reference cache's length, so every such value is what it was.
+  unbounded, from the reference cache's length, so every such value is what it was. A model whose
+  every cache is bounded (every layer sliding: Mistral, Phi-3) has no reference; there
+  ``ShapeOf(ref past)[seq]`` is ``ShapeOf(attention_mask)[1] - ShapeOf(input_ids)[1]``: the mask is
+  [B, past + n] wherever the model runs statefully.
 * The layer's own GQA Broadcast gets its sequence length from its data: a 1 in the target's sequence
   element and bidirectional mode give the input's length; the other elements are what they were
   (a valid numpy broadcast is the same bidirectional broadcast). Where the cache has one KV head
@@ -64,6 +67,7 @@ from openvino import opset8
 from openvino import opset13 as ops
 from openvino.passes import ModelPass
 
+from ovpasses.modes import OptionChoice, SlidingWindow
 from ovpasses._ov import SDPA_TYPE, copy_runtime_info
 from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
 from ovpasses.analysis.sliding_window_caches import (
@@ -90,7 +94,7 @@ def _i64(values) -> ov.Node:
 
 class SlidingWindowKVCacheBounding(ModelPass):
     """Bound the caches ``plan.bounded`` names (a :class:`SlidingWindowCaches` of this model), re-sourcing
-    lengths from ``plan.reference``. ``self.changed`` lists the variable ids changed.
+    lengths from ``plan.reference`` (or, with none, from the lengths of ``plan.context_inputs``). ``self.changed`` lists the variable ids changed.
 
     A ModelPass: one rewrite spans a cache's chain, its GQA path, its readers' masks and the reference
     cache elsewhere in the graph. It finds each chain with the analysis' pattern
@@ -99,7 +103,8 @@ class SlidingWindowKVCacheBounding(ModelPass):
     """
 
     NAME = "SlidingWindowKVCacheBounding"
-    DESCRIPTION = ("--sliding-window bounded only: caches only sliding-window attention reads keep their last W-1 "
+    ONLY_WITH = OptionChoice("sliding_window", SlidingWindow.BOUNDED)   # the option that turns it on
+    DESCRIPTION = ("caches only sliding-window attention reads keep their last W-1 "
                    "positions")
 
     def __init__(self, plan: SlidingWindowCaches) -> None:
@@ -112,20 +117,13 @@ class SlidingWindowKVCacheBounding(ModelPass):
     def run_on_model(self, model: ov.Model) -> bool:
         if not self.plan.bounded:
             return False
-        wanted = set(self.plan.bounded) | {self.plan.reference}
+        wanted = set(self.plan.bounded) | ({self.plan.reference} if self.plan.reference is not None else set())
         chains = find_cache_chains(model, wanted, f"{self.NAME}.cache_chain")
         missing = sorted(wanted - set(chains))
         if missing:
             raise PassInvariantError(f"{self.NAME}: the plan names cache {', '.join(missing)}, and the model has "
                                      "no cache chain of it")
-        ref_concat = chains[self.plan.reference][0]
-        ref_axis = ref_concat.get_attributes()["axis"] % ref_concat.get_output_partial_shape(0).rank.get_length()
-        # Gather(ShapeOf(past), scalar axis): the form of the exporters' past length, which openvino's
-        # PagedAttention converter recognises and replaces (another form keeps reading a state it removes)
-        past_length_scalar = ops.gather(ops.shape_of(ref_concat.input_value(0), "i64"),
-                                        ops.constant(np.int64(ref_axis)), ops.constant(np.int64(0)))
-        past_length = ops.unsqueeze(past_length_scalar, _i64([0]))
-        past_length.set_friendly_name(f"{ref_concat.get_friendly_name()}/past_length")
+        past_length = self._past_length(model, chains)
         masks: dict[tuple[ov.Output, str], ov.Output] = {}   # (mask, K variable) -> its keys' columns
         # before the bounding rebuilds any expand: every SDPA that reads a one-head cache drops its expand
         readers = set(self.plan.windows)
@@ -151,6 +149,31 @@ class SlidingWindowKVCacheBounding(ModelPass):
                 self.gqa_numpy += sum(_numpy_expand(sdpa, port) for port in (1, 2))
         model.validate_nodes_and_infer_types()
         return True
+
+    def _past_length(self, model: ov.Model, chains: dict) -> ov.Node:
+        """The past length [1] (i64) as the model was exported: from the reference cache's past, or, where every
+        cache is bounded, the context input's length less the new tokens (a bounded cache's new positions)."""
+        if self.plan.reference is not None:
+            ref_concat = chains[self.plan.reference][0]
+            ref_axis = ref_concat.get_attributes()["axis"] % ref_concat.get_output_partial_shape(0).rank.get_length()
+            # Gather(ShapeOf(past), scalar axis): the form of the exporters' past length, which openvino's
+            # PagedAttention converter recognises and replaces (another form keeps reading a state it removes)
+            past_length_scalar = ops.gather(ops.shape_of(ref_concat.input_value(0), "i64"),
+                                            ops.constant(np.int64(ref_axis)), ops.constant(np.int64(0)))
+            past_length = ops.unsqueeze(past_length_scalar, _i64([0]))
+            past_length.set_friendly_name(f"{ref_concat.get_friendly_name()}/past_length")
+            return past_length
+        ports = {name: next((p for p in model.inputs if name in p.get_names()), None) for name in self.plan.context_inputs}
+        if None in ports.values():
+            raise PassInvariantError(f"{self.NAME}: the plan reads the context length from inputs "
+                                     f"{', '.join(self.plan.context_inputs)}, and the model lacks one")
+        # only what feeds the masks, the positions and the GQA shapes reads it: openvino's PagedAttention
+        # converter drops them with the masks, and then the attention_mask input, as it does the exported mask's
+        context, tokens = (ops.gather(ops.shape_of(ports[name], "i64"), _i64([1]), _i64([0]))
+                           for name in self.plan.context_inputs)
+        past_length = ops.subtract(context, tokens)
+        past_length.set_friendly_name(f"{self.plan.context_inputs[0]}/past_length")
+        return past_length
 
     def _bound(self, nodes: CacheNodes, keep: int, past_length: ov.Output) -> list[ov.Node]:
         made = unbounded_shapes(nodes, past_length)

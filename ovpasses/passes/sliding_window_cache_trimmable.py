@@ -47,8 +47,10 @@ from openvino.passes import ModelPass
 from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
 from ovpasses.analysis.sliding_window_caches import CacheRefusal, SlidingWindowCaches, cache_nodes
 from ovpasses.errors import PassInvariantError
+from ovpasses.modes import OptionChoice, SlidingWindow
 from ovpasses.passes.sliding_window_cache_bounding import (
     MASK_PORT,
+    SlidingWindowKVCacheBounding,
     failing_check,
     own_length_broadcasts,
     slice_mask,
@@ -70,8 +72,9 @@ class TrimmableSlidingWindowKVCache(ModelPass):
     this model), re-sourcing lengths from ``plan.reference``. ``self.changed`` lists the variable ids changed."""
 
     NAME = "TrimmableSlidingWindowKVCache"
-    DESCRIPTION = ("--sliding-window trimmable only: caches only sliding-window attention reads stay fused and exact "
-                   "when the program trims them to their last W-1 positions")
+    ONLY_WITH = OptionChoice("sliding_window", SlidingWindow.TRIMMABLE)   # the option that turns it on
+    DESCRIPTION = ("caches only sliding-window attention reads stay fused and exact when the program trims them to "
+                   "their last W-1 positions")
 
     def __init__(self, plan: SlidingWindowCaches) -> None:
         ModelPass.__init__(self)
@@ -81,18 +84,15 @@ class TrimmableSlidingWindowKVCache(ModelPass):
     def run_on_model(self, model: ov.Model) -> bool:
         if not self.plan.bounded:
             return False
-        wanted = set(self.plan.bounded) | {self.plan.reference}
+        wanted = set(self.plan.bounded) | ({self.plan.reference} if self.plan.reference is not None else set())
         chains = find_cache_chains(model, wanted, f"{self.NAME}.cache_chain")
         missing = sorted(wanted - set(chains))
         if missing:
             raise PassInvariantError(f"{self.NAME}: the plan names cache {', '.join(missing)}, and the model has "
                                      "no cache chain of it")
-        ref_concat = chains[self.plan.reference][0]
-        ref_axis = ref_concat.get_attributes()["axis"] % ref_concat.get_output_partial_shape(0).rank.get_length()
-        past_length_scalar = ops.gather(ops.shape_of(ref_concat.input_value(0), "i64"),
-                                        ops.constant(np.int64(ref_axis)), ops.constant(np.int64(0)))
-        past_length = ops.unsqueeze(past_length_scalar, _i64([0]))
-        past_length.set_friendly_name(f"{ref_concat.get_friendly_name()}/past_length")
+        # as the bounding reads it: a full cache's ShapeOf on its Gather (fusion allows it), or, where every cache
+        # is sliding, the attention_mask's length less the new tokens
+        past_length = SlidingWindowKVCacheBounding._past_length(self, model, chains)
         keep: dict[str, int] = {}
         # per mask, the K caches of the SDPAs that read it: (sdpa, nodes, window, held)
         readers: dict[ov.Output, list[tuple[ov.Node, object, int, ov.Node]]] = {}

@@ -1,7 +1,7 @@
 """Typed decisions: per SDPA and per sliding-window mask, what the pipeline does on a runtime profile and
 why. Pure over plain data: :func:`plan_with_reasons` per SDPA (the KV caches), :func:`mask_plan` per
-sliding-window mask (openvino_genai's paged path) and :func:`paged_warnings` for what no rewrite mends on
-that path.
+sliding-window mask (openvino_genai's paged path). What no rewrite mends on the paged path is the paged-heads
+feature's (:func:`ovpasses.features.paged_heads.plan.paged_warnings`).
 
 A decision is an enum value (:class:`Action`, :class:`MaskAction`) and a reason; the sentences a person
 reads are rendered at the edge (:mod:`ovpasses.app.render.text`), and the JSON reports carry the enum values.
@@ -10,17 +10,13 @@ reads are rendered at the edge (:mod:`ovpasses.app.render.text`), and the JSON r
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from ovpasses._strenum import StrEnum
 
 from ovpasses.analysis import stateful_fusion as why
-from ovpasses.analysis.attention_heads import AttentionHeads, head_layouts
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.plan.profiles import RuntimeProfile
-from ovpasses.plan.runtimes import (
-    PAGED_CPU_IGNORES_WINDOW,
-    PAGED_CPU_NEEDS_ONE_HEAD_SIZE,
-)
 
 
 class Action(StrEnum):
@@ -53,7 +49,7 @@ class MaskAction(StrEnum):
 
 
 class Lowered(StrEnum):
-    """What became of one operation the target runtime cannot read (see :mod:`ovpasses.lowering`)."""
+    """What became of one operation the target runtime cannot read (see :mod:`ovpasses.features.old_runtimes.plan`)."""
 
     CONSTANT_FOLDED = "constant_folded"   # replaced by its value
     CONVERTED = "converted"               # replaced by older operations that compute the same
@@ -130,38 +126,3 @@ def mask_plan(masks: list[SlidingWindowMask], profile: RuntimeProfile) -> dict[s
         else:
             actions[mask.select] = MaskAction.NATIVE
     return actions
-
-
-def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: dict[str, AttentionHeads],
-                   masks: list[SlidingWindowMask]) -> list[str]:
-    """What no rewrite mends on openvino_genai's paged path on ``profile``, for this model. Pure.
-
-    The SDPAs that read a KV cache are the ones the paged path turns into PagedAttention. When the
-    runtime's CPU PagedAttention needs one head size (or one query-head count) and they have several,
-    it computes garbage whatever the rewrite does, short of padding every cache to the widest head
-    (which would grow the stateful model's state as well); when it ignores sliding windows, a model
-    with one is wrong once a sequence outgrows the window. The messages say so and name the ways out.
-    """
-    where = (f"paged attention on CPU (openvino_genai with a SchedulerConfig, OpenVINO Model Server) on "
-             f"openvino {profile.version_string}")
-    stateful = 'use the stateful path (LLMPipeline(..., ATTENTION_BACKEND="SDPA"))'
-    newer = f"{stateful} or openvino {'.'.join(map(str, PAGED_CPU_NEEDS_ONE_HEAD_SIZE[1][:2]))} or newer"
-    paged = {n: h for n, h in heads.items() if n in analysis.sdpa and analysis.sdpa[n].status != "stateless" and h.known}
-    layouts = ", ".join(f"{layout} in {count} layer{'s' if count > 1 else ''}"
-                        for layout, count in sorted(head_layouts(paged).items()))
-    out = []
-    if profile.paged_cpu_one_head_size and len({(h.head_size, h.v_head_size) for h in paged.values()}) > 1:
-        out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose head "
-                   f"size differs, and these differ (heads x head size: {layouts}); ovpass rewrite --paged-heads pad "
-                   f"(paged_heads='pad') gives every layer one, at more KV memory; or {newer}")
-    if profile.paged_cpu_one_query_head_count and len({h.q_heads for h in paged.values()}) > 1:
-        out.append(f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose number "
-                   f"of query heads differs, and these differ (heads x head size: {layouts}); no rewrite changes "
-                   f"that, and no release measured fixes it; {stateful}")
-    if profile.paged_cpu_ignores_window and masks:
-        windows = sorted({m.window for m in masks})
-        out.append(f"{where} ignores sliding windows: tokens are wrong once prompt and output outgrow the "
-                   f"window ({', '.join(map(str, windows))}) of this model's sliding layers; no rewrite changes "
-                   f"that; {stateful} or openvino "
-                   f"{'.'.join(map(str, PAGED_CPU_IGNORES_WINDOW[1][:2]))} or newer")
-    return out

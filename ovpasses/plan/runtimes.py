@@ -4,7 +4,7 @@ The pipeline chooses its profile from :data:`OLDEST_SUPPORTED` and :data:`FIRST_
 (:func:`ovpasses.plan.profiles.profile_for`), the IR reader checks an IR's version against
 :data:`IR_VERSIONS_READ` before OpenVINO sees the file (:func:`ovpasses.app.files.io.check_ir_file`), and the
 operation-version analysis asks :func:`reads_op` which operations a target runtime reads
-(:mod:`ovpasses.analysis.op_versions`). Nothing else compares version numbers; a new measurement
+(:mod:`ovpasses.features.old_runtimes.analysis`). Nothing else compares version numbers; a new measurement
 changes this module, not the passes.
 """
 

@@ -13,25 +13,44 @@ The list of steps, one line per pass, is :data:`ovpasses.pipeline.STEPS`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 import openvino as ov
 
-from ovpasses.analysis.attention_heads import attention_heads
+from ovpasses.features.paged_heads.heads import attention_heads
 from ovpasses.analysis.attention_kinds import AttentionKind, attention_kinds
-from ovpasses.analysis.eager_attention import EagerAttention, find_eager_attention
+from ovpasses.features.sdpa_recovery.analysis import EagerAttention, find_eager_attention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
-from ovpasses.analysis.op_versions import OpVersionAnalysis
+from ovpasses.features.old_runtimes.analysis import OpVersionAnalysis
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches, analyze_sliding_window_caches
-from ovpasses.analysis.sliding_window_masks import SlidingWindowMask, find_sliding_window_masks
-from ovpasses.lowering import lowering_target, unreadable_before
-from ovpasses.paged_padding import PagedHeadsAction, PagedHeadsStep, paged_heads_plan, sdpa_by_name
+from ovpasses.analysis.sliding_window_masks import (
+    SlidingWindowMask,
+    find_distance_window_masks,
+    find_sliding_window_masks,
+)
+from ovpasses.options import KVSharing, PagedHeads, RewriteOptions, SlidingWindow
+from ovpasses.features.old_runtimes.plan import lowering_target, unreadable_before
+from ovpasses.features.paged_heads.plan import (
+    PagedHeadsAction,
+    PagedHeadsStep,
+    PagedWarning,
+    paged_heads_plan,
+    paged_warnings,
+    sdpa_by_name,
+)
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
-from ovpasses.passes.shared_kv_cache_unsharing import UnsharedCache, plan_unsharing
+from ovpasses.features.unsharing.plan import UnsharedCache, plan_unsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
-from ovpasses.plan.decisions import Action, Decision, MaskAction, mask_plan, paged_warnings, plan_with_reasons
+from ovpasses.plan.decisions import (
+    Action,
+    Decision,
+    MaskAction,
+    mask_plan,
+    plan_with_reasons,
+)
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.step import PassReport, run_step
 
@@ -41,23 +60,21 @@ class Run:
     """One run of the pipeline on one model: what was detected, what is planned, what changed."""
 
     model: ov.Model
-    profile: RuntimeProfile
-    selected: frozenset[str]
-    kv_sharing: str = "keep"
-    sliding_window: str = "full"
-    sliding_window_margin: int = 0
-    paged_heads: str = "keep"
+    options: RewriteOptions
     passes: list[PassReport] = field(default_factory=list)
     detected: KVSharingAnalysis | None = None     # as the input was
     analysis: KVSharingAnalysis | None = None     # as the model is now
     sdpa_nodes: dict[str, ov.Node] = field(default_factory=dict)
-    decisions: dict[str, Decision] = field(default_factory=dict)
+    # the plan of the model as last analysed (frozen: a re-analysis makes a new one), and what the steps did to
+    # its nodes since, in order; :attr:`decisions` is the plan with those records applied
+    plan: Mapping[str, Decision] = field(default_factory=lambda: MappingProxyType({}))
+    records: list[Carried] = field(default_factory=list)
     kinds: dict[str, AttentionKind] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     masks: list[SlidingWindowMask] = field(default_factory=list)
     mask_actions: dict[str, MaskAction] = field(default_factory=dict)
     masks_not_applied: dict[str, str] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[PagedWarning] = field(default_factory=list)
     unshared: list[UnsharedCache] = field(default_factory=list)
     kept_shared: dict[str, str] = field(default_factory=dict)
     barrier: set[str] = field(default_factory=set)    # SDPAs planned for the barrier
@@ -70,6 +87,14 @@ class Run:
     recovered: list[str] = field(default_factory=list)         # ... that are SDPAs now
     eager_not_applied: str | None = None                       # the recovery pass, when passes= left it out
     op_refused: dict[str, dict[str, str]] = field(default_factory=dict)   # lowering pass -> its ``refused``
+
+    @property
+    def profile(self) -> RuntimeProfile:
+        return self.options.runtime
+
+    @property
+    def selected(self) -> frozenset[str]:
+        return self.options.passes
 
     def redetect(self) -> None:
         """The KV-sharing analysis of the model as it is now; through SharedKVCacheDetection (which also
@@ -86,18 +111,46 @@ class Run:
         """Plan on the model as it is now (pure: reads the analysis only)."""
         self.kinds = attention_kinds(self.sdpa_nodes)
         self.findings = lint_kv_sharing(self.detected, self.kinds)
-        self.decisions = plan_with_reasons(self.analysis, self.profile)
+        self.plan = MappingProxyType(plan_with_reasons(self.analysis, self.profile))
+        self.records = []
         self.masks = find_sliding_window_masks(self.sdpa_nodes.values())
         self.mask_actions = mask_plan(self.masks, self.profile)
         self.warnings = paged_warnings(self.profile, self.analysis, attention_heads(self.sdpa_nodes), self.masks)
 
+    @property
+    def decisions(self) -> dict[str, Decision]:
+        """Per SDPA, what the pipeline did (or, for a step ``passes=`` left out, would have done) and why: the
+        plan, with what the steps recorded since. Computed; nothing changes the plan."""
+        return carried_out(self.plan, self.records)
+
     def decide(self, names, action: Action, not_applied: str | None = None) -> None:
-        for name in names:
-            old = self.decisions.get(name)
-            self.decisions[name] = Decision(action, old.reason if old else "", not_applied)
+        """Record that a step carried ``action`` out on ``names`` (or, ``not_applied``: that the pass which
+        carries it out was left out by ``passes=``)."""
+        self.records.append(Carried(tuple(names), action, not_applied))
 
     def not_applied(self, action: Action, pass_name: str) -> None:
         self.decide([n for n, d in self.decisions.items() if d.action == action], action, pass_name)
+
+
+@dataclass(frozen=True)
+class Carried:
+    """What one step did to nodes of the plan: ``action`` on ``nodes`` (SDPA friendly names); with
+    ``not_applied`` (the pass), what it would have done had ``passes=`` named it."""
+
+    nodes: tuple[str, ...]
+    action: Action
+    not_applied: str | None = None
+
+
+def carried_out(plan: Mapping[str, Decision], records: list[Carried]) -> dict[str, Decision]:
+    """The plan with ``records`` applied in order: a node a step took gets the step's action and keeps the plan's
+    reason. Pure."""
+    decisions = dict(plan)
+    for record in records:
+        for name in record.nodes:
+            old = decisions.get(name)
+            decisions[name] = Decision(record.action, old.reason if old else "", record.not_applied)
+    return decisions
 
 
 def _nothing(*_args) -> None:
@@ -155,7 +208,7 @@ detection = Targets(lambda run, _cls: (), _detected, _detection_skipped)
 
 # ------------------------------------------------------------------------------ SharedKVCacheUnsharing
 def _unsharing(run: Run, _cls) -> tuple | None:
-    if run.kv_sharing != "unshare":
+    if run.options.kv_sharing is not KVSharing.UNSHARE:
         return None
     planned = plan_unsharing(run.analysis)
     run.kept_shared = dict(planned.refused)
@@ -185,16 +238,16 @@ unsharing = Targets(_unsharing, _unshared, _unsharing_skipped)
 def _head_padding(run: Run, _cls) -> tuple | None:
     """Planned in every mode, so that the reports can name the option and its price where the runtime
     needs it; pads with ``paged_heads="pad"`` only."""
-    run.heads = paged_heads_plan(run.model, run.analysis, run.paged_heads, run.profile.paged_cpu_one_head_size,
-                                 run.profile.version_string)
-    if run.paged_heads != "pad" or run.heads.action != PagedHeadsAction.KEPT:
+    run.heads = paged_heads_plan(run.model, run.analysis, run.options.paged_heads,
+                                 run.profile.paged_cpu_one_head_size, run.profile.version)
+    if run.options.paged_heads is not PagedHeads.PAD or run.heads.action != PagedHeadsAction.KEPT:
         run.warnings += run.heads.warnings()
         return None
     return (run.heads.plan,)
 
 
 def _head_padded(run: Run, padding) -> None:
-    run.heads.action, run.heads.changed = PagedHeadsAction.PADDED, tuple(padding.changed)
+    run.heads = replace(run.heads, action=PagedHeadsAction.PADDED, changed=tuple(padding.changed))
     run.sdpa_nodes = sdpa_by_name(run.model, set(run.sdpa_nodes))   # an SDPA given a scale is a new node
     # the paged path's warnings, of the padded layers now
     run.warnings = paged_warnings(run.profile, run.analysis, attention_heads(run.sdpa_nodes), run.masks) \
@@ -202,7 +255,7 @@ def _head_padded(run: Run, padding) -> None:
 
 
 def _head_padding_skipped(run: Run, _cls, _args) -> None:
-    run.heads.action = PagedHeadsAction.NOT_SELECTED
+    run.heads = replace(run.heads, action=PagedHeadsAction.NOT_SELECTED)
 
 
 head_padding = Targets(_head_padding, _head_padded, _head_padding_skipped)
@@ -261,7 +314,7 @@ mask_slice = Targets(lambda run, _cls: () if MaskAction.SLICE in run.mask_action
 # ------------------------------------------------------------------------ SlidingWindowKVCacheBounding
 def _bounding(run: Run, _cls) -> tuple | None:
     """Last: it plans (:func:`analyze_sliding_window_caches`) on the model as the other passes left it."""
-    if run.sliding_window != "bounded":
+    if run.options.sliding_window is not SlidingWindow.BOUNDED:
         return None
     return _plan_caches(run)
 
@@ -269,8 +322,9 @@ def _bounding(run: Run, _cls) -> tuple | None:
 def _plan_caches(run: Run) -> tuple | None:
     ordered = run.model.get_ordered_ops()
     analysis = analyze_kv_sharing(run.model, ordered)
-    masks = find_sliding_window_masks(analysis.sdpa_nodes(ordered).values())
-    run.caches = analyze_sliding_window_caches(run.model, analysis, masks, run.sliding_window_margin)
+    sdpa_nodes = analysis.sdpa_nodes(ordered).values()
+    run.caches = analyze_sliding_window_caches(run.model, analysis, find_sliding_window_masks(sdpa_nodes),
+                                               run.options.sliding_window_margin, find_distance_window_masks(sdpa_nodes))
     return (run.caches,) if run.caches.bounded else None
 
 
@@ -290,7 +344,7 @@ cache_bounding = Targets(_bounding, _bounded,
 # ----------------------------------------------------------------------- TrimmableSlidingWindowKVCache
 def _trimming(run: Run, _cls) -> tuple | None:
     """Last, as the bounding: the same plan of which caches only sliding-window attention reads."""
-    return _plan_caches(run) if run.sliding_window == "trimmable" else None
+    return _plan_caches(run) if run.options.sliding_window is SlidingWindow.TRIMMABLE else None
 
 
 def _trimmed(run: Run, _pass) -> None:

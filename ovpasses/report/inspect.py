@@ -13,6 +13,7 @@ import os
 
 import openvino as ov
 
+from ovpasses.options import RewriteOptions
 from ovpasses.pipeline import run_pipeline
 from ovpasses.report import schemas
 from ovpasses.summary import RewriteSummary
@@ -35,22 +36,21 @@ TRIMMABLE_CLIENTS = {
 }
 
 
-def inspect_model(model: ov.Model, runtime: str | None = None, kv_sharing: str = "keep",
-                  sliding_window: str = "full", paged_heads: str = "keep") -> dict:
-    """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA on ``runtime``,
-    and the operations ``runtime`` cannot read as exported with what the rewrite does about each.
+def inspect_model(model: ov.Model, options: RewriteOptions | None = None) -> dict:
+    """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA with ``options``
+    (default: every pass, the installed runtime), and the operations the target runtime cannot read as
+    exported with what the rewrite does about each.
 
     Runs the pipeline on a clone (the actions are the ones the rewrite really takes, including the
     fallback to decomposition and the refusal of an operation it cannot replace); ``model`` is not
     changed. The result follows the schema documented in README.md (``"schema": "ovpass.inspect/3"``, :data:`ovpasses.report.schemas.INSPECT`).
     Per SDPA, ``fusion`` is whether the CPU plugin is expected to fuse it into its stateful kernel in the
     model as the rewrite leaves it, and ``fusion_unmodified`` the same for the model as it is, each with
-    its reason. With ``sliding_window="bounded"``, per SDPA ``window`` (None: full attention) and
+    its reason. With ``sliding_window=bounded``, per SDPA ``window`` (None: full attention) and
     ``cache_bounded``, and ``kv_bytes``: KV-cache bytes per token and at :data:`KV_BYTES_CONTEXT` tokens
     of context (batch 1), as exported and as bounded.
     """
-    return inspect_summary(run_pipeline(model.clone(), runtime, kv_sharing=kv_sharing,
-                                        sliding_window=sliding_window, paged_heads=paged_heads))
+    return inspect_summary(run_pipeline(model.clone(), options))
 
 
 def inspect_summary(summary: RewriteSummary) -> dict:
@@ -73,7 +73,8 @@ def inspect_summary(summary: RewriteSummary) -> dict:
     if caches is not None:
         extra["kv_bytes"] = {"context": KV_BYTES_CONTEXT, "per_token": caches.kv_bytes(1, bounded=False),
                              "full": caches.kv_bytes(KV_BYTES_CONTEXT, bounded=False),
-                             "bounded": caches.kv_bytes(KV_BYTES_CONTEXT)}
+                             "bounded": caches.kv_bytes(KV_BYTES_CONTEXT),
+                             "held": caches.held_at(KV_BYTES_CONTEXT)}
     return {
         "schema": schemas.INSPECT,
         "runtime": summary.profile.version_string,

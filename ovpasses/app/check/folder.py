@@ -12,11 +12,13 @@ from pathlib import Path
 import openvino as ov
 
 from ovpasses.app.check import genai, inputs
-from ovpasses.app.check.side_by_side import FIXED, INCONCLUSIVE, OK, WORSE, CheckReport, check_model
+from ovpasses.app.check.side_by_side import (FIXED, INCONCLUSIVE, OK, WORSE, CheckReport, bound_prefill,
+                                              bounded_keeps, check_model)
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
 from ovpasses.app import folder
 from ovpasses.app.files import io
+from ovpasses.options import RewriteOptions
 from ovpasses.report import schemas
 
 # the verdict of a folder: the worst of its reports'
@@ -44,11 +46,10 @@ class PathCheck:
                 "genai": [r.to_dict() for r in self.genai]}
 
 
-def check_path(source: Path, device: str = "CPU", steps: int = 3, runtime: str | None = None,
-               config: dict | None = None, passes=None, prefill: int = 8, atol: float = 1e-4,
-               rtol: float = 1e-4, data_shapes: inputs.DataShapes | None = None, kv_sharing: str = "keep",
-               with_genai: bool = False, sliding_window: str = "full", sliding_window_margin: int = 0,
-               prefill_chunk: int | None = None, paged_heads: str = "keep") -> PathCheck:
+def check_path(source: Path, device: str = "CPU", steps: int = 3, options: RewriteOptions | None = None,
+               config: dict | None = None, prefill: int | None = None, atol: float = 1e-4, rtol: float = 1e-4,
+               data_shapes: inputs.DataShapes | None = None, with_genai: bool = False,
+               prefill_chunk: int | None = None) -> PathCheck:
     """Check an IR file, or each IR of an export folder that holds stateful attention (and, with
     ``with_genai``, the folder through openvino_genai). Raises :class:`OvpassesError` for a folder with
     files a client could not read, and for ``with_genai`` on an IR file."""
@@ -67,20 +68,22 @@ def check_path(source: Path, device: str = "CPU", steps: int = 3, runtime: str |
         feeds = inputs.InputSource(path.parent, data_shapes or {},
                                    inputs.Embedders.beside(path.parent, ov.Core(), device))
         result.reports.append((path.name, check_model(
-            model, device=device, steps=steps, runtime=runtime, config=config, passes=passes, prefill=prefill,
-            atol=atol, rtol=rtol, source=feeds, kv_sharing=kv_sharing, sliding_window=sliding_window,
-            sliding_window_margin=sliding_window_margin, prefill_chunk=prefill_chunk, paged_heads=paged_heads)))
+            model, device=device, steps=steps, options=options, config=config, prefill=prefill, atol=atol,
+            rtol=rtol, source=feeds, prefill_chunk=prefill_chunk)))
     if with_genai:
-        result.genai = genai_check(source, runtime, passes, device, kv_sharing, sliding_window, sliding_window_margin,
-                                   paged_heads)
+        result.genai = genai_check(source, device, options, prefill)
     return result
 
 
-def genai_check(source: Path, runtime, passes, device: str, kv_sharing: str = "keep", sliding_window: str = "full",
-                sliding_window_margin: int = 0, paged_heads: str = "keep") -> list:
-    """The folder and its rewritten copy (in a temporary folder) through openvino_genai."""
+def genai_check(source: Path, device: str, options: RewriteOptions | None = None, prefill: int | None = None) -> list:
+    """The folder and its rewritten copy (in a temporary folder) through openvino_genai, on a prompt of
+    ``prefill`` tokens; None: genai's default prompt, or, where the rewrite bounds a cache, a prompt past the
+    most a bounded cache keeps."""
     with tempfile.TemporaryDirectory(prefix="ovpass-genai-") as tmp:
         rewritten = Path(tmp) / "rewritten"
-        folder.rewrite_folder(source, rewritten, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                              sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
-        return genai.check_folders(source, rewritten, device=device)
+        summary = folder.rewrite_folder(source, rewritten, options)
+        keeps = [k[1] for m in summary.models if m.summary is not None and (k := bounded_keeps(m.summary))]
+        keep = max(keeps, default=None)
+        if prefill is None and keep is not None:
+            prefill = bound_prefill(keep)
+        return genai.check_folders(source, rewritten, device=device, prefill=prefill, bound_keep=keep)

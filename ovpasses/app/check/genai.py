@@ -70,6 +70,7 @@ class GenaiRun:
     tokens: list[int] = field(default_factory=list)
     text: str | None = None
     prompt_ids: list[int] = field(default_factory=list)   # the ids fed where the folder has no tokenizer
+    context: int | None = None   # prompt tokens (as genai counted them) + tokens generated
 
 
 def _output(run: GenaiRun) -> tuple:
@@ -84,6 +85,15 @@ class GenaiPathReport:
     rewritten: GenaiRun
     # where the paged outputs differ: the rewritten folder's stateful run (a path the check vouches for)
     reference: GenaiRun | None = None
+    bound_keep: int | None = None   # the most positions a bounded cache of the rewritten folder keeps (None: none)
+
+    @property
+    def bounding_exercised(self) -> bool | None:
+        """Whether the rewritten run's last inference read bounded caches that had dropped positions (None: no
+        cache bounded, or the run did not say how long its context was). Its past is the context less the
+        last token generated (never fed) and the token it feeds."""
+        context = self.rewritten.context
+        return None if self.bound_keep is None or context is None else context - 2 > self.bound_keep
 
     @property
     def same_output(self) -> bool:
@@ -104,6 +114,8 @@ class GenaiPathReport:
         if a.ran and b.ran and not a.tokens and not b.tokens:
             return "inconclusive"   # nothing generated: nothing compared
         if a.ran and b.ran:
+            if self.same_output and self.bound_keep is not None and not self.bounding_exercised:
+                return "inconclusive"   # the same tokens, but no step read a cache the bound had cut
             return "ok" if self.same_output else "fixed" if self.matches_reference else "worse"
         if a.ran:
             return "worse"
@@ -112,6 +124,7 @@ class GenaiPathReport:
     def to_dict(self) -> dict:
         return {"path": self.path, "verdict": self.verdict,
                 "same_output": self.same_output, "matches_reference": self.matches_reference,
+                "bound_keep": self.bound_keep, "bounding_exercised": self.bounding_exercised,
                 "original": asdict(self.original), "rewritten": asdict(self.rewritten),
                 "reference": None if self.reference is None else asdict(self.reference)}
 
@@ -127,6 +140,12 @@ class GenaiPathReport:
             equal += f" (the rewritten output is the rewritten folder's {self.reference.path} output; the original's is not)"
         elif self.reference is not None and self.reference.ran and self.rewritten.ran:
             equal += f" (and not the rewritten folder's {self.reference.path} output either)"
+        if self.bound_keep is not None and self.rewritten.ran:
+            context = f"context {self.rewritten.context} tokens" if self.rewritten.context is not None else \
+                "context not reported"
+            equal += (f"; {context}, past what a bounded cache keeps ({self.bound_keep})" if self.bounding_exercised
+                      else f"; {context}: the bound ({self.bound_keep} kept) was not exercised; give --prefill beyond "
+                           f"{self.bound_keep}")
         return (f"genai {self.path:<8}: original {one(self.original)}; rewritten {one(self.rewritten)}"
                 f"{'; ' + equal if equal else ''} -> {self.verdict.upper()}")
 
@@ -164,8 +183,10 @@ def prompt_ids(folder: Path, length: int = PROMPT_LENGTH, seed: int = 0) -> list
 
 
 def run_genai(folder: Path, path: str, prompt: str, max_new_tokens: int, device: str = "CPU",
-                 image: bool = True) -> GenaiRun:
-    """Run one greedy generation in this process (the worker's body)."""
+                 image: bool = True, prefill: int | None = None) -> GenaiRun:
+    """Run one greedy generation in this process (the worker's body). ``prefill``: a prompt of that many
+    tokens (a text export: :func:`prompt_ids` of that length; an image-text-to-text export: ``prompt``
+    repeated until its tokens are at least that many) instead of ``prompt`` as it is."""
     import openvino as ov
     import openvino_genai as genai
 
@@ -188,12 +209,18 @@ def run_genai(folder: Path, path: str, prompt: str, max_new_tokens: int, device:
         if image and (folder / VISION_MODEL).exists():
             pixels = (np.arange(32 * 32 * 3, dtype=np.uint32).reshape(1, 32, 32, 3) * 37 % 256).astype(np.uint8)
             extra["images"] = [ov.Tensor(pixels)]
+        if prefill is not None:
+            text, encode = prompt, pipe.get_tokenizer().encode
+            while encode(text).input_ids.get_shape()[1] < prefill:
+                text += " " + prompt
+            prompt = text
         streamer = token_collector()   # VLMPipeline's results carry text only: the streamer sees the ids
-        run.text = pipe.generate(prompt, generation_config=config, streamer=streamer, **extra).texts[0]
+        result = pipe.generate(prompt, generation_config=config, streamer=streamer, **extra)
+        run.text = result.texts[0]
         run.tokens = list(streamer.ids)
-    elif not tokenizer:   # token ids in and out
+    elif not tokenizer or prefill is not None:   # token ids in and out
         pipe = genai.LLMPipeline(str(folder), device, **kwargs)
-        run.prompt_ids = prompt_ids(folder)
+        run.prompt_ids = prompt_ids(folder, PROMPT_LENGTH if prefill is None else prefill)
         ids = np.array([run.prompt_ids], np.int64)
         result = pipe.generate(genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config)
         run.tokens = [int(t) for t in result.tokens[0]]
@@ -204,15 +231,18 @@ def run_genai(folder: Path, path: str, prompt: str, max_new_tokens: int, device:
         result = pipe.generate(tokenizer.encode(prompt), config)
         run.tokens = [int(t) for t in result.tokens[0]]
         run.text = tokenizer.decode(run.tokens)
+    metrics = result.perf_metrics
+    run.context = int(metrics.get_num_input_tokens()) + int(metrics.get_num_generated_tokens())
     run.ran = True
     return run
 
 
 def run_isolated(folder: Path, path: str, prompt: str, max_new_tokens: int, device: str,
-                 timeout: float = 600) -> GenaiRun:
+                 timeout: float = 600, prefill: int | None = None) -> GenaiRun:
     """:func:`run_genai` in a child process; a crash or an exception is recorded as an error."""
     command = [sys.executable, "-m", "ovpasses.app.check.genai", str(folder), "--path", path, "--prompt", prompt,
-               "--max-new-tokens", str(max_new_tokens), "--device", device]
+               "--max-new-tokens", str(max_new_tokens), "--device", device] + \
+        ([] if prefill is None else ["--prefill", str(prefill)])
     try:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -227,16 +257,20 @@ def run_isolated(folder: Path, path: str, prompt: str, max_new_tokens: int, devi
 
 
 def check_folders(original: Path, rewritten: Path, prompt: str = DEFAULT_PROMPT, max_new_tokens: int = 8,
-                  device: str = "CPU", paths=PATHS) -> list[GenaiPathReport]:
-    """Both folders through openvino_genai on each path in ``paths``; on the paged path, where the outputs
-    differ, the rewritten stateful run (when that path agreed or was fixed) is the reference."""
+                  device: str = "CPU", paths=PATHS, prefill: int | None = None,
+                  bound_keep: int | None = None) -> list[GenaiPathReport]:
+    """Both folders through openvino_genai on each path in ``paths``, on a prompt of ``prefill`` tokens (None:
+    ``prompt``); on the paged path, where the outputs differ, the rewritten stateful run (when that path
+    agreed or was fixed) is the reference. ``bound_keep`` (the most positions a bounded cache of
+    ``rewritten`` keeps) makes equal tokens inconclusive where the run never went past it."""
     try:
         import openvino_genai  # noqa: F401
     except ImportError:
         raise OvpassesError("--genai needs openvino_genai: pip install openvino-genai of the same release as "
                             "openvino") from None
-    reports = [GenaiPathReport(path, run_isolated(original, path, prompt, max_new_tokens, device),
-                               run_isolated(rewritten, path, prompt, max_new_tokens, device)) for path in paths]
+    reports = [GenaiPathReport(path, run_isolated(original, path, prompt, max_new_tokens, device, prefill=prefill),
+                               run_isolated(rewritten, path, prompt, max_new_tokens, device, prefill=prefill),
+                               bound_keep=bound_keep) for path in paths]
     stateful = next((r for r in reports if r.path == "stateful" and r.verdict in ("ok", "fixed")), None)
     for report in reports:
         if report.path == "paged" and stateful is not None and not report.same_output:
@@ -251,9 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--max-new-tokens", type=int, default=8)
     parser.add_argument("--device", default="CPU")
+    parser.add_argument("--prefill", type=int, default=None)
     args = parser.parse_args(argv)
     try:
-        run = run_genai(args.folder, args.path, args.prompt, args.max_new_tokens, args.device)
+        run = run_genai(args.folder, args.path, args.prompt, args.max_new_tokens, args.device, prefill=args.prefill)
     except Exception as exc:  # noqa: BLE001 - the parent reports it
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         run = GenaiRun(str(args.folder), args.path, error=(lines[-1] if lines else type(exc).__name__)[:300])

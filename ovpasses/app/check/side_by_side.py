@@ -27,6 +27,7 @@ from ovpasses.app.check.verdict import cannot_decide, compare_outputs, decide, r
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
+from ovpasses.options import RewriteOptions, SlidingWindow
 from ovpasses.pipeline import rewrite
 from ovpasses.precision import EXACT_CPU_CONFIG, Precision, compiled_precision
 from ovpasses.plan.runtimes import installed_version, version_string
@@ -145,18 +146,23 @@ class CheckReport:
     reference_tolerance: float | None = None
     inputs_from: list[str] = field(default_factory=list)   # the export's embedding IRs that made inputs
     prefill_chunk: int | None = None       # the prefill in inferences of at most this many tokens (None: one)
-    sliding_window: str = "full"           # rewrite(sliding_window=...)
-    # with sliding_window="bounded": the fewest positions a bounded cache keeps (None: none bounded); a
-    # context (prefill + steps) that never exceeds it compares nothing of the bounding
+    sliding_window: SlidingWindow = SlidingWindow.FULL   # the rewrite's
+    # with sliding_window="bounded": the fewest and the most positions a bounded cache keeps (None: none
+    # bounded); a context (prefill + steps) that never exceeds the most leaves a bounded cache whole
     bounded_keep: int | None = None
+    bounded_keep_max: int | None = None
+    prefill_chosen: bool = False           # the prefill was picked by the check (past the bound), not given
 
     @property
     def bounding_exercised(self) -> bool | None:
-        """Whether a bounded cache dropped positions during the run (None: no cache bounded)."""
-        return None if self.bounded_keep is None else self.prefill + self.steps > self.bounded_keep + 1
+        """Whether every bounded cache dropped positions before a step that was compared (None: no cache
+        bounded): the last inference reads a past of ``prefill + steps - 1`` positions, beyond the most any
+        bounded cache keeps."""
+        return None if self.bounded_keep_max is None else self.prefill + self.steps > self.bounded_keep_max + 1
 
     def to_dict(self) -> dict:
         data = {k: v for k, v in asdict(self).items() if k not in ("original", "rewritten", "reference")}
+        data["bounding_exercised"] = self.bounding_exercised
         data["original"] = self.original.to_dict()
         data["rewritten"] = self.rewritten.to_dict()
         data["reference"] = self.reference.to_dict() if self.reference is not None else None
@@ -189,17 +195,19 @@ class CheckReport:
         chunked = f" in chunks of {self.prefill_chunk}" if self.prefill_chunk is not None else ""
         lines = head + [f"inputs: prefill {self.prefill} tokens{chunked} + {self.steps} decode steps{made}; rewrite "
                         f"changed the model: {'yes' if self.changed else 'no'}"]
-        if self.sliding_window != "full":
+        if self.sliding_window is not SlidingWindow.FULL:
             if self.bounded_keep is None:
                 lines.append(f"sliding window {self.sliding_window}: no cache bounded")
             elif self.bounding_exercised:
-                lines.append(f"sliding window {self.sliding_window}: bounded caches keep {self.bounded_keep} positions "
-                             f"or more; the context ({self.prefill + self.steps} tokens) exceeds that, so the "
-                             f"comparison covers steps that read a bounded cache")
+                chosen = " (the prefill picked past it)" if self.prefill_chosen else ""
+                lines.append(f"sliding window {self.sliding_window}: bounded caches keep {self.bounded_keep} to "
+                             f"{self.bounded_keep_max} positions; the context ({self.prefill + self.steps} tokens) "
+                             f"exceeds that{chosen}, so the comparison covers steps that read a bounded cache")
             else:
-                lines.append(f"sliding window {self.sliding_window}: bounded caches keep {self.bounded_keep} positions "
-                             f"or more and the context ({self.prefill + self.steps} tokens) never exceeds that: the "
-                             f"bounding dropped nothing; give --prefill beyond {self.bounded_keep} to compare it")
+                lines.append(f"sliding window {self.sliding_window}: bounded caches keep {self.bounded_keep} to "
+                             f"{self.bounded_keep_max} positions and the context ({self.prefill + self.steps} tokens) "
+                             f"never exceeds that: the bounding was not exercised; give --prefill beyond "
+                             f"{self.bounded_keep_max} (or leave --prefill out) to compare it")
         lines += [line(self.original), line(self.rewritten)]
         if self.reference is not None:
             lines.append(line(self.reference) + " (every SDPA decomposed by the specification)")
@@ -229,16 +237,15 @@ def check_tolerance(name: str, value: float) -> float:
     return float(value)
 
 
-def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: str | None = None,
-                config: dict | None = None, passes: str | Iterable[str] | None = None, prefill: int = 8,
-                atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0, core: ov.Core | None = None,
-                source: InputSource | None = None, kv_sharing: str = "keep", sliding_window: str = "full",
-                sliding_window_margin: int = 0, prefill_chunk: int | None = None,
-                paged_heads: str = "keep") -> CheckReport:
+def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, options: RewriteOptions | None = None,
+                config: dict | None = None, prefill: int | None = None, atol: float = 1e-4, rtol: float = 1e-4, seed: int = 0,
+                core: ov.Core | None = None, source: InputSource | None = None,
+                prefill_chunk: int | None = None) -> CheckReport:
     """Compile ``model`` and a rewritten clone on ``device``; run both on the same prefill + decode inputs.
 
     ``config`` defaults to :data:`EXACT_CPU_CONFIG` on CPU and to the device defaults elsewhere. Both
-    run on the installed OpenVINO whatever ``runtime`` the rewrite targets. The verdict
+    run on the installed OpenVINO whatever runtime the rewrite targets (``options``, :class:`RewriteOptions`;
+    default: every pass, for the installed runtime). The verdict
     (:func:`decide`) is ``ok`` when both run and every output of every step agrees within
     ``atol + rtol * max|original|`` (NaN in the same places, and equal infinities, agree); ``fixed`` when
     the rewritten model runs or gives finite values where the original does not and agrees elsewhere;
@@ -251,24 +258,30 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     computes in less than f32 (:func:`ovpasses.precision.compiled_precision`: bf16 inference, an f16 KV
     cache or dynamic quantization, as the CPU defaults are), values beyond the tolerance are
     ``inconclusive``, naming the tolerance they would need: a correct rewrite differs there too.
-    ``source`` says where inputs come from (the export's folder, ``--data-shape``). ``kv_sharing``,
-    ``sliding_window``, ``sliding_window_margin`` and ``paged_heads`` are :func:`~ovpasses.pipeline.rewrite`'s
-    (a padded model gives the original's outputs: the padding is exact); with
-    ``sliding_window="bounded"`` a ``prefill`` (plus ``steps``) beyond the window compares steps that read
-    a bounded cache (the report says whether it did), and ``prefill_chunk`` splits the prefill into
-    inferences of at most that many tokens, so that later chunks read a bounded cache too.
+    ``source`` says where inputs come from (the export's folder, ``--data-shape``). A model padded by
+    ``paged_heads=pad`` gives the original's outputs: the padding is exact. With
+    ``sliding_window=bounded`` a ``prefill`` (plus ``steps``) beyond the window compares steps that read
+    a bounded cache (the report says whether it did: ``bounding_exercised``), and ``prefill_chunk`` splits
+    the prefill into inferences of at most that many tokens, so that later chunks read a bounded cache too.
+    ``prefill`` None is :data:`DEFAULT_PREFILL` tokens, or, where a cache is bounded, :func:`bound_prefill`
+    (past the most a bounded cache keeps). Where a cache is bounded and no compared step read it after it
+    dropped positions, agreeing outputs are ``inconclusive``, not ``ok``: they say nothing of the bound.
     """
     atol, rtol = check_tolerance("atol", atol), check_tolerance("rtol", rtol)
-    if steps < 0 or prefill < 1 or (prefill_chunk is not None and prefill_chunk < 1):
+    if steps < 0 or (prefill is not None and prefill < 1) or (prefill_chunk is not None and prefill_chunk < 1):
         raise OvpassesError(f"check_model needs steps >= 0, prefill >= 1 and prefill_chunk >= 1; got steps={steps}, "
                             f"prefill={prefill}, prefill_chunk={prefill_chunk}")
     core = core or ov.Core()
     device = resolve_device(device, core)
     if config is None:
         config = dict(EXACT_CPU_CONFIG) if device.split(".")[0] == "CPU" else {}
+    options = options or RewriteOptions()
     rewritten_model = model.clone()
-    summary = rewrite(rewritten_model, runtime, passes, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                      sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
+    summary = rewrite(rewritten_model, options=options)
+    keeps = bounded_keeps(summary)
+    prefill_chosen = prefill is None
+    if prefill is None:
+        prefill = DEFAULT_PREFILL if keeps is None else bound_prefill(keeps[1])
     try:
         feeds = make_feeds(model, steps, prefill, seed, source, prefill_chunk)
     except InputUnknownError as exc:   # nothing can run on inputs nobody knows: inconclusive, saying why
@@ -291,6 +304,10 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
     code, verdict = decide(original, rewritten, comparison, tolerance)
     if unknown is not None:
         code, verdict = INCONCLUSIVE, f"INCONCLUSIVE: no model was run: {unknown}"
+    elif code == OK and keeps is not None and prefill + steps <= keeps[1] + 1:
+        code, verdict = INCONCLUSIVE, (f"INCONCLUSIVE: the outputs agree, but the context ({prefill + steps} tokens) "
+                                       f"never exceeds what a bounded cache keeps ({keeps[1]} positions): the "
+                                       f"bound was not exercised; give --prefill beyond {keeps[1]}")
     reference = reference_cmp = None
     if code == FIXED:   # as strong as what ran: compare with a reference that can run
         reference = run_steps(core, decomposed_reference(model), device, config, feeds, "reference")
@@ -312,13 +329,30 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, runtime: s
         nonfinite_only_rewritten=comparison.nonfinite_only_rewritten,
         verdict=verdict, verdict_code=code, ok=code in (OK, FIXED), reference=reference,
         inputs_from=list(source.embedders.files) if source is not None else [],
-        prefill_chunk=prefill_chunk, sliding_window=sliding_window,
-        bounded_keep=min((b.keep for b in summary.sliding_window_caches.bounded.values()), default=None)
-        if summary.sliding_window_caches is not None else None)
+        prefill_chunk=prefill_chunk, sliding_window=options.sliding_window,
+        bounded_keep=None if keeps is None else keeps[0], bounded_keep_max=None if keeps is None else keeps[1],
+        prefill_chosen=prefill_chosen)
     if reference_cmp is not None and reference_cmp.max_abs_diff is not None:
         report.reference_max_abs_diff = reference_cmp.max_abs_diff
         report.reference_tolerance = atol + rtol * reference_cmp.scale
     return report
+
+
+DEFAULT_PREFILL = 8   # tokens, where no cache is bounded
+
+
+def bounded_keeps(summary) -> tuple[int, int] | None:
+    """The fewest and the most positions a cache bounded by ``summary``'s rewrite keeps (None: none bounded)."""
+    caches = summary.sliding_window_caches
+    keeps = [b.keep for b in caches.bounded.values()] if caches is not None else []
+    return (min(keeps), max(keeps)) if keeps else None
+
+
+def bound_prefill(keep: int) -> int:
+    """A prefill past a bound of ``keep`` positions: the prefill alone drops positions from every bounded
+    cache, so that each decode step reads caches that hold ``keep`` where the original's hold the whole
+    context."""
+    return keep + 2
 
 
 def decomposed_reference(model: ov.Model) -> ov.Model:

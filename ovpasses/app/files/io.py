@@ -25,7 +25,7 @@ from pathlib import Path
 import openvino as ov
 
 from ovpasses.app.files import commit
-from ovpasses.analysis.op_versions import installed_cannot_read
+from ovpasses.features.old_runtimes.analysis import UnknownToInstalled, installed_cannot_read
 from ovpasses.errors import OvpassesError
 from ovpasses.plan.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_known, version_string
 
@@ -256,9 +256,24 @@ def _explain_read_error(path: Path, message: str) -> str:
                 "another export); copy or export the .xml/.bin pair again")
     if "pugi" in message or "Error parsing" in message:
         return f"{path}: malformed IR XML ({_last_line(message)}); the file is damaged, export it again"
-    if (newer := installed_cannot_read(path)) is not None:   # an operation version it does not know
-        return newer
+    if (unknown := installed_cannot_read(path)) is not None:   # an operation version it does not know
+        return _unknown_operations(unknown)
     return f"{path}: OpenVINO cannot read this IR: {_last_line(message)}"
+
+
+def _unknown_operations(unknown: UnknownToInstalled) -> str:
+    """Why the installed OpenVINO cannot read an IR (operation versions it does not know), with the way to an
+    IR it reads: ``ovpass rewrite --runtime INSTALLED`` under a release that reads the file."""
+    path, shown = unknown.path, version_string(unknown.installed)
+    ops = ", ".join(f"{t} ({v})" for t, v in unknown.ops)
+    if any(first is None for first in unknown.first_readers):
+        return (f"{path} holds {ops}, which openvino {shown} cannot read, and no release ovpasses has measured "
+                "reads; run it on the runtime that exported it")
+    newest = version_string(max(unknown.first_readers))
+    return (f"{path} holds {ops}, which openvino {shown} cannot read ({newest} is the first release that reads "
+            f"{'them' if len(unknown.ops) > 1 else 'it'}); under openvino {newest} or newer, 'ovpass rewrite "
+            f"{path.parent} -o NEW_FOLDER --runtime {version_string(unknown.installed[:2])}' prepares a copy that "
+            f"{shown} reads (README: An IR for an older runtime)")
 
 
 def _last_line(message: str) -> str:

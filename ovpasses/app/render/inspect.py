@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import networkx as nx
 
+from ovpasses.analysis.kv_memory import format_bytes
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.app.render.text import (
     action_text,
     eager_lines,
     fusion_text,
     fusion_why,
+    held_text,
     mask_action_text,
     op_action_text,
     paged_heads_lines,
+    paged_warning_text,
 )
 from ovpasses.errors import OvpassesError
 from ovpasses.plan.decisions import Action
@@ -83,9 +86,10 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
                 lines.append(f"  layer {s['layer']}: " + ("full attention" if s["window"] is None else
                              f"window {s['window']}, cache {held}"))
         kv = report["kv_bytes"]
-        lines.append(f"  KV bytes at batch 1: {kv['per_token']} per token; at {kv['context']} tokens "
-                     f"{kv['full']} as exported, {kv['bounded']} " +
-                     ("once trimmed" if report["sliding_window"] == "trimmable" else "bounded"))
+        lines.append(f"  KV bytes at batch 1, {kv['context']} tokens, as declared: {format_bytes(kv['full'])} "
+                     f"as exported, {format_bytes(kv['bounded'])} {'once trimmed' if report['sliding_window'] == 'trimmable' else 'bounded'} ({kv['per_token']} B per token)")
+        lines += [f"  held, {held_text(h)}: {format_bytes(h['full'])} as exported, {format_bytes(h['bounded'])} "
+                  f"bounded" for h in kv.get("held", [])]
         if report["sliding_window"] == "trimmable":
             lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
     shared = [v for v in report["variables"] if v["shared"]]
@@ -124,8 +128,8 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         lines += paged_heads_lines(report["paged_heads"])
     for message in report["unhandled"]:
         lines.append(f"not handled: {message}")
-    for message in report.get("warnings", []):
-        lines.append(f"warning: {message}")
+    for warning in report.get("warnings", []):
+        lines.append(f"warning: {paged_warning_text(warning)}")
     ops = report.get("unreadable_ops", [])
     if ops:
         verdict = ("the rewritten IR is readable there" if report["readable"] else

@@ -9,14 +9,20 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from ovpasses.analysis.kv_memory import QUANTIZED, format_bytes
+from ovpasses.analysis.sliding_window_caches import HELD_CONTEXT, REFUSALS, Refusal
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
-from ovpasses.paged_padding import PagedHeadsAction, kv_cost_text
-from ovpasses.passes.attention_head_padding import AttentionHeadPadding
+from ovpasses.errors import UnreadableOperationError
+from ovpasses.features.old_runtimes.plan import refusal_message
+from ovpasses.modes import KVSharing, OptionChoice, PagedHeads, SlidingWindow
+from ovpasses.features.paged_heads.plan import PagedHeadsAction
+from ovpasses.features.paged_heads.attention_head_padding import AttentionHeadPadding
+from ovpasses.features.paged_heads.plan import PagedRisk, PagedWarning
 from ovpasses.plan.decisions import Action, Lowered, MaskAction
-from ovpasses.plan.runtimes import OPSETS_MEASURED_ON
+from ovpasses.plan.runtimes import OPSETS_MEASURED_ON, version_string
 
 if TYPE_CHECKING:
-    from ovpasses.lowering import OpVersionAction
+    from ovpasses.features.old_runtimes.plan import OpVersionAction
     from ovpasses.summary import RewriteSummary
 
 ACTION_TEXT = {
@@ -94,6 +100,23 @@ def _bytes(count: int | None) -> str:
     return "an unknown number of bytes (a dynamic head dimension)" if count is None else f"{count} bytes"
 
 
+def held_text(held: dict) -> str:
+    """How a configuration holds the caches (an entry of ``SlidingWindowCaches.held_at``), in words."""
+    fused = held["key"] if held["key"] == held["value"] else f"K {held['key']}, V {held['value']}"
+    scales = " + scale and zero point" if held["key"] in QUANTIZED else ""
+    config = "exact config" if held["config"] == "exact" else held["config"]
+    source = f" from the {held['source']}" if held["source"] != "device" else ""
+    return f"{config} (fused caches {fused}{scales}{source}, other states {held['plain']} x2)"
+
+
+def past_length_source(caches) -> str:
+    """Where the bounding reads the past length from (a :class:`SlidingWindowCaches` that bounds a cache)."""
+    if caches.reference is not None:
+        return caches.reference
+    context, tokens = caches.context_inputs
+    return f"the {context} input's length less {tokens}'"
+
+
 def eager_lines(entries: list[dict]) -> list[str]:
     """The eager attention subgraphs found (``RewriteSummary.eager_to_dicts()``), how many are SDPAs now,
     and why each other one is left eager."""
@@ -133,28 +156,39 @@ def summary_text(summary: RewriteSummary) -> str:
         text = mask_action_text(summary.mask_actions[mask.select], summary.masks_not_applied.get(mask.select))
         lines.append(f"sliding-window mask (window {mask.window}, "
                      f"{len(mask.sdpa_direct) + len(mask.sdpa_sliced)} SDPA): {text}")
-    if summary.kv_sharing != "keep":
+    no_effect = summary.no_effect()
+    if "kv_sharing" in no_effect:
+        lines.append(f"kv sharing: {summary.kv_sharing}: changed nothing: "
+                     + ("no cache is shared" if "no_shared_cache" in no_effect["kv_sharing"] else
+                        "every shared cache is kept shared (below)"))
+    elif summary.kv_sharing is not KVSharing.KEEP:
         lines.append(f"kv sharing: {summary.kv_sharing}: {len(summary.unshared)} caches added, "
                      f"{_bytes(summary.extra_cache_bytes_per_token)} per token of context (batch 1)")
     for cache, reason in summary.kept_shared.items():
         lines.append(f"kept shared: {cache}: {reason}")
     bounded = summary.sliding_window_caches
-    if summary.sliding_window != "full" and bounded is not None:
-        verb = "trimmable by the program (ovpasses.sliding_window_trim)" if summary.sliding_window == "trimmable" \
-            else "bounded"
+    if "sliding_window" in no_effect:   # one line, whatever the number of caches
+        reasons = "; ".join(f"{count} cache{'s' if count > 1 else ''}: {REFUSALS[Refusal(reason)]}"
+                            for reason, count in no_effect["sliding_window"].items())
+        lines.append(f"sliding window: {summary.sliding_window}: changed nothing: {reasons or 'the model has no cache'}")
+    elif summary.sliding_window is not SlidingWindow.FULL and bounded is not None:
+        verb = "trimmable by the program (ovpasses.sliding_window_trim)" \
+            if summary.sliding_window is SlidingWindow.TRIMMABLE else "bounded"
         lines.append(f"sliding window: {summary.sliding_window}: {len(bounded.bounded)} caches {verb}"
                      + (f" (window {', '.join(map(str, sorted({b.window for b in bounded.bounded.values()})))}, "
-                        f"past length from {bounded.reference})" if bounded.bounded else ""))
+                        f"past length from {past_length_source(bounded)})" if bounded.bounded else ""))
         for vid, refusal in bounded.refused.items():
-            lines.append(f"  not {'trimmable' if summary.sliding_window == 'trimmable' else 'bounded'}: {vid}: "
-                         f"{refusal.message}")
+            lines.append(f"  not {'trimmable' if summary.sliding_window is SlidingWindow.TRIMMABLE else 'bounded'}: "
+                         f"{vid}: {refusal.message}")
+        lines += [f"  KV held at {h['context']} tokens, {held_text(h)}: {format_bytes(h['full'])} -> "
+                  f"{format_bytes(h['bounded'])}" for h in bounded.held_at(HELD_CONTEXT)]
     lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []
     for message in summary.analysis.unhandled:
         lines.append(f"not handled: {message}")
     for finding in summary.findings:
         lines.append(f"warning: KV sharing: {finding.message}")
-    for message in summary.warnings:
-        lines.append(f"warning: {message}")
+    for warning in summary.warnings:
+        lines.append(f"warning: {paged_warning_text(warning)}")
     measured = summary.profile.version in OPSETS_MEASURED_ON
     for item in summary.op_versions:
         verb = "cannot read" if measured else "is not known to read"   # between measured releases
@@ -162,11 +196,79 @@ def summary_text(summary: RewriteSummary) -> str:
     return "\n".join(lines)
 
 
+def error_text(error: Exception) -> str:
+    """What ``ovpass`` says of an error: an operation the target cannot read names its ``--runtime`` option;
+    any other error says its own message."""
+    if isinstance(error, UnreadableOperationError) and error.refused:
+        message = refusal_message(error.target, error.refused, lambda _release: "--runtime")
+        return message if error.path is None else f"{error.path}: {message}"
+    return str(error)
+
+
+def option_flag(choice: OptionChoice) -> str:
+    """An option set to a value as ``ovpass`` spells it: ``--paged-heads pad``."""
+    return f"--{choice.option.replace('_', '-')} {choice.value}"
+
+
+def option_keyword(choice: OptionChoice) -> str:
+    """... and as :func:`ovpasses.rewrite` takes it: ``paged_heads='pad'``."""
+    return f"{choice.option}='{choice.value}'"
+
+
+def _cost(before: int | None, after: int | None) -> str:
+    if not before or not after:
+        return "KV bytes per token unknown (a dynamic dimension)"
+    return f"KV bytes per token (batch 1) {before} -> {after} ({after / before:.2f}x)"
+
+
+def paged_warning_text(warning: PagedWarning | dict) -> str:
+    """A :class:`PagedWarning` (or its dict, as the reports carry it) as the sentence a person reads: what goes
+    wrong where, and the ways out."""
+    w = warning.to_dict() if isinstance(warning, PagedWarning) else warning
+    where = (f"paged attention on CPU (openvino_genai with a SchedulerConfig, OpenVINO Model Server) on "
+             f"openvino {w['runtime']}")
+    stateful = 'use the stateful path (LLMPipeline(..., ATTENTION_BACKEND="SDPA"))'
+    layouts = ", ".join(f"{layout} in {count} layer{'s' if count > 1 else ''}" for layout, count in w["layouts"])
+    option = None if w["option"] is None else OptionChoice(w["option"]["option"], w["option"]["value"])
+    fixed = None if w["fixed_in"] is None else ".".join(w["fixed_in"].split(".")[:2])
+    risk = PagedRisk(w["risk"])
+    if risk == PagedRisk.MIXED_HEAD_SIZES:
+        newer = f"{stateful} or openvino {fixed} or newer" if fixed else stateful
+        return (f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose head size "
+                f"differs, and these differ (heads x head size: {layouts}); ovpass rewrite "
+                f"{option_flag(option)} ({option_keyword(option)}) gives every layer one, at more "
+                f"KV memory; or {newer}")
+    if risk == PagedRisk.MIXED_QUERY_HEADS:
+        fixes = "no release measured fixes it" if fixed is None else f"openvino {fixed} fixes it"
+        return (f"{where} gives wrong tokens with this model: its PagedAttention mixes up layers whose number of "
+                f"query heads differs, and these differ (heads x head size: {layouts}); no rewrite changes that, "
+                f"and {fixes}; {stateful}")
+    if risk == PagedRisk.IGNORES_WINDOW:
+        newer = f" or openvino {fixed} or newer" if fixed else ""
+        return (f"{where} ignores sliding windows: tokens are wrong once prompt and output outgrow the window "
+                f"({', '.join(map(str, w['windows']))}) of this model's sliding layers; no rewrite changes that; "
+                f"{stateful}{newer}")
+    if risk == PagedRisk.PADDING_NOT_NEEDED:
+        return (f"{option_flag(option)} is not needed on openvino {w['runtime']}: its CPU PagedAttention keys "
+                f"its executors by head size and KV heads; the padding only costs memory "
+                f"({_cost(*w['bytes_per_token'])})")
+    return (f"{option_flag(option)} could not pad this model ({w['refusal']['message']}): the paged path "
+            f"on openvino {w['runtime']} stays wrong where head layouts differ")
+
+
+def with_warning_texts(data: dict) -> dict:
+    """A report (``RewriteSummary.to_dict()``, an inspect report) as ``ovpass`` prints it in JSON: its paged-path
+    warnings as their sentences."""
+    return {**data, "warnings": [paged_warning_text(w) for w in data.get("warnings", [])]} \
+        if "warnings" in data else data
+
+
 def paged_heads_lines(data: dict) -> list[str]:
-    """The report lines of a :meth:`PagedHeadsStep.to_dict` (rewrite and inspect print the same); none when
-    there is nothing to say (one layout, or padding neither asked for nor needed by the runtime)."""
+    """The report lines of a :meth:`~ovpasses.features.paged_heads.plan.PagedHeadsStep.to_dict` (rewrite and inspect print
+    the same); none when there is nothing to say (one layout, or padding neither asked for nor needed by the
+    runtime)."""
     target = "x".join(map(str, data["target"])) if data["target"] else None
-    cost = kv_cost_text(data["bytes_per_token"], data["bytes_per_token_padded"])
+    cost = _cost(data["bytes_per_token"], data["bytes_per_token_padded"])
     action = PagedHeadsAction(data["action"])
     if action == PagedHeadsAction.PADDED:
         return [f"paged heads: pad: {len(data['changed'])} caches padded to {target} (KV heads x head size; were "
@@ -177,8 +279,9 @@ def paged_heads_lines(data: dict) -> list[str]:
         return [f"paged heads: not applied (pass {AttentionHeadPadding.NAME} not selected); planned: "
                 f"{len(data['padded'])} caches to {target}"]
     if action == PagedHeadsAction.KEPT and data["padded"] and data["needed"]:
+        pad = OptionChoice("paged_heads", PagedHeads.PAD)
         return [f"paged heads: {data['layouts']} (KV heads x head size)",
-                f"  --paged-heads pad would make every cache {target}: {cost}",
+                f"  {option_flag(pad)} would make every cache {target}: {cost}",
                 f"  layers: {_layer_heads(data['layers'])}"]
     return []
 

@@ -1,0 +1,12 @@
+"""Paged heads (``paged_heads="pad"``): the CPU PagedAttention of some releases mixes up layers whose head
+layouts differ; padding every KV cache to one layout mends it.
+
+* ``heads.py``: the head layout of each SDPA (query heads, head sizes);
+* ``analysis.py``: which caches a padding would touch, to what layout, or why the model is refused;
+* ``plan.py``: the step's plan (:class:`PagedHeadsStep`: mode, action, cost, what was padded, its
+  ``to_dict`` for the reports) and what no rewrite mends on the paged path (:func:`paged_warnings`);
+* ``attention_head_padding.py``: the pass, :class:`AttentionHeadPadding`.
+
+The sentences of its report section are the application's (``ovpasses.app.render.text.paged_heads_lines``,
+``paged_warning_text``). Guide: ``docs/paged-heads.md``.
+"""

@@ -1,0 +1,12 @@
+"""SDPA recovery: an IR exported with eager attention (MatMul -> Softmax -> MatMul) gets back the
+ScaledDotProductAttention nodes the rest of the pipeline (and the plugin's fusion) works on, where that is
+exact.
+
+* ``analysis.py``: the one pattern of the eager forms, the one predicate that refuses a match (its reason),
+  and :func:`find_eager_attention`, every attention-like Softmax with whether it is recoverable and why not
+  (``EagerAttention.to_dict``: the data of its report section);
+* ``eager_attention_to_sdpa.py``: the pass, :class:`EagerAttentionToSDPA`.
+
+Its step's wiring is ``ovpasses.plan.targets.eager_recovery``; its report lines are the application's
+(``ovpasses.app.render.text``). Guide: ``docs/sdpa-recovery.md``.
+"""
