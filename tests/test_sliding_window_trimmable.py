@@ -9,6 +9,7 @@ several times, trimming never, every step and every K steps. Fusion is counted i
 from __future__ import annotations
 
 import functools
+import json
 import sys
 from pathlib import Path
 
@@ -193,7 +194,6 @@ print(json.dumps({"tokens": out[0, ids.shape[1]:].tolist(), "trims": trimmer.tri
 def test_optimum_intel_decodes_the_reference_while_trimmed(tmp_path):
     """``ovpass rewrite --sliding-window trimmable`` and SlidingWindowTrimmer.attach: OVModelForCausalLM.generate
     decodes transformers' tokens while the sliding caches are cut back to 15 positions every 3 calls."""
-    import json
     import subprocess
 
     from testkit.cli import run_main
@@ -218,3 +218,23 @@ def test_caches_trimmed_apart_fail_the_inference():
     assert len(layer0) == 2
     with pytest.raises(RuntimeError):
         _greedy(compiled, _prompt(40), 40, 2, lambda r: SlidingWindowTrimmer(r, layer0))
+
+
+FAMILIES = ["gemma2/tiny4", "gemma3/text6", "cohere2/tiny4", "exaone4/tiny4", "gpt-oss/tiny4", "mistral/allsliding"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_stays_fused_and_decodes_the_unmodified_tokens_while_trimmed(family):
+    """Window 8: a 20-token prompt in chunks of 7 and 24 steps, trimmed every 3; mistral/allsliding has no full
+    cache (every cache trimmed, the past length read from the attention_mask)."""
+    folder = ROOT / "tests" / "fixtures" / family
+    _, base = _compiled(folder, "full")
+    model, trimmable = _compiled(folder, "trimmable")
+    assert count_fused_sdpa(trimmable) == count_fused_sdpa(base)
+    config = json.loads((folder / "config.json").read_text())
+    vocab = config.get("text_config", config)["vocab_size"]
+    prompt = [int(t) for t in np.random.default_rng(20).integers(4, vocab, 20)]
+    expected, _ = _greedy(base, prompt, 7, 24)
+    tokens, lengths = _greedy(trimmable, prompt, 7, 24, lambda r: SlidingWindowTrimmer.for_model(model, r, 3))
+    assert tokens == expected
+    assert min(lengths.values()) < 7 + 3
