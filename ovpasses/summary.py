@@ -14,7 +14,8 @@ from ovpasses.features.sdpa_recovery.analysis import EagerAttention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.sharing_lint import Finding
 from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches
-from ovpasses.features.paged_heads.plan import PagedHeadsStep, PagedWarning
+from ovpasses.features.paged_heads.paged_path import PagedWarning
+from ovpasses.features.paged_heads.plan import PagedHeadsStep
 from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
 from ovpasses.features.old_runtimes.plan import OpVersionAction

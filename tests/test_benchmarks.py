@@ -1,4 +1,4 @@
-"""Smoke runs of the benchmark scripts at toy sizes, so that README's commands keep working.
+"""Smoke runs of the benchmark scripts at toy sizes, so that docs/benchmarks.md's commands keep working.
 
 The records go to a temporary folder ($OVPASSES_BENCH_RESULTS), never over benchmarks/results.
 """

@@ -201,3 +201,18 @@ def test_names_and_paths_in_docs_exist(page: Path):
     missing = [name for name in sorted(set(DOTTED.findall(text))) if not _resolves(name)]
     missing += [path for path in sorted(set(REPO_PATH.findall(text))) if not (ROOT / path).exists()]
     assert not missing, f"{_rel(page)} names what the code no longer has: {missing}"
+
+
+def test_docs_pages_the_code_names_exist():
+    """A docstring, comment or message that sends the reader to ``docs/....md`` or a record names a page that
+    exists (pages move: the guides replaced docs/sliding_window.md and its kin)."""
+    named = re.compile(r"\b((?:docs|benchmarks/records)/[\w./-]+?\.md)\b")
+    missing = []
+    for folder in ("ovpasses", "testkit", "tools", "benchmarks", "tests"):
+        for source in sorted((ROOT / folder).rglob("*.py")):
+            if source == Path(__file__).resolve():
+                continue
+            for page in sorted(set(named.findall(source.read_text()))):
+                if not (ROOT / page).exists():
+                    missing.append(f"{_rel(source)}: {page}")
+    assert not missing, missing

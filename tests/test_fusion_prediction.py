@@ -100,7 +100,7 @@ def _runtime(name: str) -> Path:
 def test_prediction_equals_measurement_on_the_fixtures(fixture, runtime):
     result = measure(_runtime(runtime), str(FIXTURES / FIXTURE_IRS[fixture]))
     if "read_error" in result:
-        # measured: 2026.0.0 reads no opset17 operation; gemma3n/tiny8 holds ErfInv (README, Fixtures)
+        # measured: 2026.0.0 reads no opset17 operation; gemma3n/tiny8 holds ErfInv (docs/fixtures.md)
         assert runtime == "2026.0" and fixture == "gemma3n/tiny8" and "ErfInv" in result["read_error"], result
         pytest.skip("openvino 2026.0.0 cannot read gemma3n/tiny8 (ErfInv, opset17): nothing to measure there")
     _assert_prediction_equals_measurement(result)

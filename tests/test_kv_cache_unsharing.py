@@ -146,7 +146,7 @@ F16 = StackSpec(k_source=(0, 1, 0, 1), gqa_form="bidirectional", dtype="f16", ca
 
 
 def test_f16_model_with_shared_caches():
-    """README's runtime note: 2026.4.1 cannot run an f16 model whose cache the plugin does not fuse.
+    """A runtime note of docs/runtimes.md: 2026.4.1 cannot run an f16 model whose cache the plugin does not fuse.
     keep leaves the shared caches unfused, so this f16 stack fails there; unshare lets the plugin fuse
     every cache and it runs and matches the reference (4 f16 ulps, as in test_properties.py). Where the
     plugin does not fuse the builder's form (GQA through a ShapeOf), unshared caches stay unfused and

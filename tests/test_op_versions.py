@@ -314,7 +314,7 @@ def test_every_op_version_with_a_lowering_pass_is_one_some_release_cannot_read()
 
 @pytest.mark.skipif(installed_version() != (2026, 4, 1), reason="measured on 2026.4.1")
 def test_plugin_erfinv_differs_from_the_specification_in_the_tails():
-    """Runtime note (README): the CPU plugin of 2026.4.1 computes ErfInv within 2 ulp near 0 and 0.9 but
+    """Runtime note (docs/runtimes.md): the CPU plugin of 2026.4.1 computes ErfInv within 2 ulp near 0 and 0.9 but
     off by 4.9e-3 at 0.999 (f32); the fold follows the specification. If this fails, re-measure."""
     from openvino import opset1, opset17
     x = np.array([0.9, 0.999], np.float32)

@@ -142,7 +142,7 @@ def test_paged_warnings_are_data_and_the_edge_renders_them():
     """What no rewrite mends on the paged path is a risk, the option that mends it and the release that fixes it;
     the sentence (with the flag) is rendered by report.text, and the JSON carries the sentence as before."""
     from ovpasses.modes import OptionChoice
-    from ovpasses.features.paged_heads.plan import PagedRisk
+    from ovpasses.features.paged_heads.paged_path import PagedRisk
     from ovpasses.app.render.text import paged_warning_text, summary_text, with_warning_texts
 
     model = read_ir(TINY8.parent / "e2b35" / "openvino_model.xml")

@@ -33,7 +33,7 @@ from ovpasses.analysis.kv_sharing import analyze_kv_sharing
 from ovpasses.features.paged_heads.analysis import HeadsRefusal, analyze_paged_heads
 from ovpasses.modes import OptionChoice, PagedHeads
 from ovpasses.features.paged_heads.plan import PagedHeadsAction
-from ovpasses.features.paged_heads.plan import PagedRisk
+from ovpasses.features.paged_heads.paged_path import PagedRisk
 from ovpasses.app.render.text import paged_warning_text
 from ovpasses.features.paged_heads.attention_head_padding import AttentionHeadPadding
 from ovpasses.precision import EXACT_CPU_CONFIG

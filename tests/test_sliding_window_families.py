@@ -250,7 +250,7 @@ def test_genai_chat_on_the_bounded_folder_equals_the_unmodified_one(fixture, tmp
     """openvino_genai's chat (start_chat, three turns of 6 tokens; the chat's context passes W = 8 in every
     turn): the stateful path (SDPA) on a folder bounded with a margin of one answer, and the default paged
     path on one bounded with none, answer as the unmodified folder does (LLMPipeline's stateful chat takes
-    each answer back out of the cache: see docs/sliding_window.md)."""
+    each answer back out of the cache: see docs/guides/sliding-window-bounded.md)."""
     import openvino_genai as genai
 
     assert bounded_layers(bounded_model(fixture, ANSWER)) == sliding_layers(fixture)
@@ -331,6 +331,18 @@ def test_gemma3_vlm_image_prompt_decodes_transformers_tokens_through_core():
     case = next(c for c in vlm_cases() if c["name"] == "image")
     ids = reference_vlm()["image_prompt"]["prompt_ids"]
     assert vlm_greedy(VLM, ids, len(case["expected"]), "CPU", EXACT_CPU_CONFIG, case["image"])[0] == case["expected"]
+
+
+@pytest.mark.parametrize("case", vlm_cases(), ids=lambda c: c["name"])
+def test_bounded_gemma3_vlm_decodes_transformers_tokens_through_core(bounded_vlm, case):
+    """The bounded folder through ov.Core (its embedding and vision IRs, token_type_ids marking the image tokens):
+    transformers' 32 tokens after the text prompts shorter and longer than W and after the image prompt."""
+    from testkit.greedy import vlm_greedy
+
+    ids = {"text": reference_vlm()["prompt_ids"], "long": reference_vlm()["long_prompt"]["prompt_ids"],
+           "image": reference_vlm()["image_prompt"]["prompt_ids"]}[case["name"]]
+    tokens, _ = vlm_greedy(bounded_vlm, ids, len(case["expected"]), "CPU", EXACT_CPU_CONFIG, case["image"])
+    assert tokens == case["expected"]
 
 
 @pytest.mark.xdist_group("sliding-window-family-vlm-cells")

@@ -337,7 +337,7 @@ def _numpy_expand(sdpa: ov.Node, port: int) -> bool:
     ``Broadcast(u, ShapeOf(u) * [1, .., rep, .., 1], numpy)``, ``u = Unsqueeze(kv)`` ``[B, Hkv, 1, S, D]``:
     the shape ``repeat_kv`` expands to (``rep`` at the inserted axis, every other dimension the input's own),
     so the values are the exported Broadcast's. Why (measured on 2026.4.1, ``out/e2b-kv2-w512``: 2 KV heads, 8
-    query heads, 4k context, docs/sliding_window.md): the exporter's Broadcast is bidirectional with a
+    query heads, 4k context, benchmarks/records/2026-11-25-sliding-window-gqa-expand.md): the exporter's Broadcast is bidirectional with a
     computed target, which the CPU plugin's ConvertBroadcast3 turns into ``Multiply(kv, Broadcast(1, target))``
     (a Broadcast of ones as large as the expanded cache, a Reorder and the Multiply, every step, in the
     unmodified IR's unfused layers as in the bounded one); a numpy Broadcast is one copy in the plugin's

@@ -1,7 +1,7 @@
 """Typed decisions: per SDPA and per sliding-window mask, what the pipeline does on a runtime profile and
 why. Pure over plain data: :func:`plan_with_reasons` per SDPA (the KV caches), :func:`mask_plan` per
 sliding-window mask (openvino_genai's paged path). What no rewrite mends on the paged path is the paged-heads
-feature's (:func:`ovpasses.features.paged_heads.plan.paged_warnings`).
+feature's (:func:`ovpasses.features.paged_heads.paged_path.paged_warnings`).
 
 A decision is an enum value (:class:`Action`, :class:`MaskAction`) and a reason; the sentences a person
 reads are rendered at the edge (:mod:`ovpasses.app.render.text`), and the JSON reports carry the enum values.

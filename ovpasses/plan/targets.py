@@ -33,14 +33,8 @@ from ovpasses.analysis.sliding_window_masks import (
 )
 from ovpasses.options import KVSharing, PagedHeads, RewriteOptions, SlidingWindow
 from ovpasses.features.old_runtimes.plan import lowering_target, unreadable_before
-from ovpasses.features.paged_heads.plan import (
-    PagedHeadsAction,
-    PagedHeadsStep,
-    PagedWarning,
-    paged_heads_plan,
-    paged_warnings,
-    sdpa_by_name,
-)
+from ovpasses.features.paged_heads.paged_path import PagedWarning, paged_warnings
+from ovpasses.features.paged_heads.plan import PagedHeadsAction, PagedHeadsStep, paged_heads_plan, sdpa_by_name
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
 from ovpasses.features.unsharing.plan import UnsharedCache, plan_unsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection

@@ -273,7 +273,7 @@ def _unknown_operations(unknown: UnknownToInstalled) -> str:
     return (f"{path} holds {ops}, which openvino {shown} cannot read ({newest} is the first release that reads "
             f"{'them' if len(unknown.ops) > 1 else 'it'}); under openvino {newest} or newer, 'ovpass rewrite "
             f"{path.parent} -o NEW_FOLDER --runtime {version_string(unknown.installed[:2])}' prepares a copy that "
-            f"{shown} reads (README: An IR for an older runtime)")
+            f"{shown} reads (docs/guides/default-rewrite.md)")
 
 
 def _last_line(message: str) -> str:

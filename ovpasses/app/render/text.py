@@ -17,7 +17,7 @@ from ovpasses.features.old_runtimes.plan import refusal_message
 from ovpasses.modes import KVSharing, OptionChoice, PagedHeads, SlidingWindow
 from ovpasses.features.paged_heads.plan import PagedHeadsAction
 from ovpasses.features.paged_heads.attention_head_padding import AttentionHeadPadding
-from ovpasses.features.paged_heads.plan import PagedRisk, PagedWarning
+from ovpasses.features.paged_heads.paged_path import PagedRisk, PagedWarning
 from ovpasses.plan.decisions import Action, Lowered, MaskAction
 from ovpasses.plan.runtimes import OPSETS_MEASURED_ON, version_string
 

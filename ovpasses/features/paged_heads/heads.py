@@ -8,7 +8,7 @@ Read from the static dimensions of the SDPA's inputs, which the specification la
 dimension of K and ``Ev`` the last of V (``None`` when dynamic). This is what openvino_genai's
 PagedAttention conversion turns into each layer's query width (``H * E``) and cache head sizes; the
 CPU PagedAttention of some releases mixes up layers whose ``(H, E, Ev)`` differ (see
-:func:`ovpasses.features.paged_heads.plan.paged_warnings`).
+:func:`ovpasses.features.paged_heads.paged_path.paged_warnings`).
 """
 
 from __future__ import annotations

@@ -8,5 +8,5 @@ exact.
 * ``eager_attention_to_sdpa.py``: the pass, :class:`EagerAttentionToSDPA`.
 
 Its step's wiring is ``ovpasses.plan.targets.eager_recovery``; its report lines are the application's
-(``ovpasses.app.render.text``). Guide: ``docs/sdpa-recovery.md``.
+(``ovpasses.app.render.text``). Guide: ``docs/guides/sdpa-recovery.md``.
 """
