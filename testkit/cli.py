@@ -43,3 +43,16 @@ def run_main(*args, cwd: str | os.PathLike | None = None) -> CliResult:
     finally:
         os.chdir(here)
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def unwrapped(text: str) -> list[str]:
+    """The lines of ``ovpass``'s text output as they were before it wrapped them at 100 characters
+    (``ovpasses.app.render.text.fit``): a line indented 4 more than the one before it continues that one."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip(" "))
+        if lines and line.strip() and indent == len(lines[-1]) - len(lines[-1].lstrip(" ")) + 4:
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    return lines

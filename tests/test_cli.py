@@ -27,7 +27,7 @@ from ovpasses.app.render.text import fusion_text
 from ovpasses.pipeline import PASSES
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import installed_version
-from testkit.cli import run_main
+from testkit.cli import run_main, unwrapped
 from testkit.fixture_variants import compress_weights, fill_weight, variant_folder
 from testkit.graphs import AttentionSpec, StackSpec, build_attention, build_stack
 
@@ -93,11 +93,14 @@ def test_help_documents_commands_and_exit_codes():
     assert all(key in check_help for key in EXACT_CPU_CONFIG)
 
 
-def test_passes_lists_each_pass_on_one_line():
+def test_passes_lists_each_pass_with_its_description_under_one_column():
     result = ovpass("passes")
     assert result.returncode == 0
     lines = result.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == list(PASSES)
+    assert [line.split()[0] for line in lines if not line.startswith(" ")] == list(PASSES)
+    column = max(map(len, PASSES)) + 2
+    assert all(len(line) <= 100 for line in lines)
+    assert all(line[:column].strip() in PASSES or not line[:column].strip() for line in lines)
 
 
 @pytest.mark.parametrize("args, message", [
@@ -289,8 +292,8 @@ BAD_INPUTS = {
     "no ir version": (_ir_version(None), "<net> has no version attribute"),
     "missing bin": (_missing_bin, "openvino_model.bin is missing"),
     "truncated bin": (_truncated_bin, "shorter than the XML expects"),
-    "truncated xml": (_truncated_xml, "malformed IR XML"),
-    "malformed xml": (_malformed_xml, "malformed IR XML"),
+    "truncated xml": (_truncated_xml, "the XML ends early"),
+    "malformed xml": (_malformed_xml, "malformed XML (mismatched tag"),
     "xml that is not an IR": (_not_an_ir, "not an OpenVINO IR"),
     "binary junk": (_binary_junk, "not an XML file"),
     "empty file": (_empty, "empty"),
@@ -460,11 +463,13 @@ def test_a_runtime_newer_than_every_known_release_warns_in_one_line(ir):
     assert json.loads(result.stdout)["profile"] == "fixed"
 
 
-def test_debug_shows_the_traceback(ir):
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(ir):
+    """Issue 31: --debug re-raised, and Python's exit 1 read as 'check: WORSE'."""
     _missing_bin(ir)
-    result = ovpass("--debug", "inspect", ir, process=True)   # the traceback ends the process
-    assert result.returncode != 0 and "Traceback" in result.stderr
-    assert "Traceback" in ovpass("inspect", ir, "--debug", process=True).stderr
+    for args in (("--debug", "inspect", ir), ("inspect", ir, "--debug")):
+        result = ovpass(*args)
+        assert result.returncode == 2 and "Traceback" in result.stderr, result.stderr
+        assert result.stderr.splitlines()[-1].startswith("ovpass: error: ") and "is missing" in result.stderr
 
 
 # ------------------------------------------------------------------------------------------ inspect
@@ -495,11 +500,21 @@ def test_inspect_text_is_one_row_per_layer_with_full_names_only_when_verbose(ir)
     lines = text.stdout.splitlines()
     assert "fixed profile" in lines[0] and "expected fused: 2 of 8" in lines[1]
     header = next(i for i, line in enumerate(lines) if line.split()[:4] == ["layer", "kind", "head", "status"])
-    rows = [line.split() for line in lines[header + 1: header + 9]]
+    why = lines[header].index("why")
+    rows, whys = [], []   # a row, and its last column with the lines it wraps onto (under that column)
+    for line in lines[header + 1:]:
+        if not line.strip():
+            break
+        if line[:why].strip():
+            rows.append(line.split())
+            whys.append(line[why:])
+        elif line[why - 1] == " " and line[why] != " ":
+            whys[-1] += " " + line[why:]
     assert [int(r[0]) for r in rows] == list(range(8))
     assert rows[0][1:6] == ["sliding", "16", "16", "exclusive", "own"] and rows[0][6] == "yes"
     assert rows[4][1:7] == ["sliding", "16", "16", "shared", "layer", "2"] and rows[4][7] == "no"
-    assert "its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)" in lines[header + 5]
+    assert whys[4] == "its cache Concat feeds 4 SDPAs (layers 2, 4, 5, 6)"
+    assert all(len(line) <= 100 for line in lines)
     assert "  layer 2: layers 4, 5, 6 (K/V)" in lines and "KV sharing lint: no findings" in lines
     assert LAYER0 not in text.stdout
     verbose = ovpass("inspect", ir, "--verbose").stdout
@@ -575,7 +590,8 @@ def test_rewrite_text_prints_what_a_restricted_run_left_out(ir):
     SDPAs left 'not applied'."""
     result = ovpass("rewrite", ir, "--dry-run", "--runtime", AFFECTED, "--passes", "SharedKVCacheDetection")
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    assert all(len(line) <= 100 for line in result.stdout.splitlines())
+    lines = unwrapped(result.stdout)
     assert ("not applied (KVCacheShapeOfDecomposition not selected): layer 0; planned: cache ShapeOf computed "
             "from the Concat inputs, so the plugin can fuse it") in lines
     assert any(line.startswith("  layer 0 as left: fused, but a ShapeOf reads the Concat of layer 0's K cache")
@@ -752,7 +768,7 @@ def test_check_lists_where_the_plugin_fused_otherwise_than_predicted(tmp_path):
     text = ovpass("check", path, "--steps", "1").stdout
     assert "original: 2 SDPAs fused otherwise than predicted:" in text
     assert ("  layers.0.self_attn.sdpa: predicted fused (fused: exclusive cache; the one ShapeOf on its Concat is "
-            "allowed), but the compiled model did not fuse it") in text.splitlines()
+            "allowed), but the compiled model did not fuse it") in unwrapped(text)
 
 
 @pytest.mark.parametrize("device", ["cpu", "Cpu", " CPU "])
@@ -776,8 +792,8 @@ def test_check_says_the_target_runtime_was_not_exercised(ir):
     assert report["target"] == report["runtime"] == "2026.0.0" and report["profile"] == "affected"
     assert report["ran_on"] == installed and not report["target_exercised"]
     text = ovpass("check", ir, "--runtime", AFFECTED, "--steps", "1").stdout
-    assert text.splitlines()[0] == (f"target runtime 2026.0.0 (affected profile); both models ran on the installed "
-                                    f"openvino {installed}: the target runtime was not exercised")
+    assert unwrapped(text)[0] == (f"target runtime 2026.0.0 (affected profile); both models ran on the installed "
+                                  f"openvino {installed}: the target runtime was not exercised")
     assert "runtime 2026.0.0 (affected profile), device" not in text
     same = json.loads(ovpass("check", ir, "--steps", "1", "--format", "json").stdout)
     assert same["target_exercised"] and same["ran_on"] == same["target"] == installed

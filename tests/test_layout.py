@@ -72,7 +72,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # what every layer uses: errors, OpenVINO helpers, the exact CPU config, devices, one timed pass run,
     # the JSON schema ids
     ("ovpasses.errors", "ovpasses._ov", "ovpasses._strenum", "ovpasses.precision", "ovpasses.devices",
-     "ovpasses.step", "ovpasses.report.schemas", "ovpasses.modes"),
+     "ovpasses.step", "ovpasses.report.schemas", "ovpasses.modes", "ovpasses.units"),
     ("ovpasses.plan.runtimes",),                          # the facts about runtimes: one typed table
     ("ovpasses.analysis",),                               # walks that return facts
     ("ovpasses.plan",),                                   # profiles and typed decisions

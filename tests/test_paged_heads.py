@@ -23,7 +23,7 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from testkit.cli import CliResult, run_main
+from testkit.cli import CliResult, run_main, unwrapped
 from testkit.matrix import cell_in, cells_in
 from hypothesis import assume, given
 
@@ -274,13 +274,13 @@ def test_cli_says_what_padding_costs_and_where_it_is_needed():
     padded_run = ovpass("rewrite", xml, "--dry-run", "--runtime", "2026.0", "--paged-heads", "pad")
     assert padded_run.returncode == 0, padded_run.stderr
     assert ("paged heads: pad: 24 caches padded to 1x16 (KV heads x head size; were 1x16 in 6 caches, 1x8 in 24 "
-            "caches)\n  KV bytes per token (batch 1) 1152 -> 1920 (1.67x)") in padded_run.stdout
+            "caches)\n  KV cache per token (batch 1) 1.1 KiB -> 1.9 KiB (1.67x)") in "\n".join(unwrapped(padded_run.stdout))
     assert "mixes up layers" not in padded_run.stdout
     inspected = ovpass("inspect", xml, "--runtime", "2026.0")
-    assert "  --paged-heads pad would make every cache 1x16: KV bytes per token (batch 1) 1152 -> 1920 (1.67x)" \
-        in inspected.stdout.splitlines()
+    assert "  --paged-heads pad would make every cache 1x16: KV cache per token (batch 1) 1.1 KiB -> 1.9 KiB (1.67x)" \
+        in unwrapped(inspected.stdout)
     assert "paged heads" not in ovpass("inspect", xml, "--runtime", "2026.4.1").stdout   # not needed there
-    (warning,) = [line for line in inspected.stdout.splitlines() if "mixes up layers whose head size" in line]
+    (warning,) = [line for line in unwrapped(inspected.stdout) if "mixes up layers whose head size" in line]
     assert "--paged-heads pad" in warning and 'ATTENTION_BACKEND="SDPA"' in warning and "2026.3 or newer" in warning
     newest = ovpass("rewrite", xml, "--dry-run", "--runtime", "2026.4.1", "--paged-heads", "pad", "--format", "json")
     data = json.loads(newest.stdout)

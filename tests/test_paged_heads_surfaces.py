@@ -23,7 +23,7 @@ import ovpasses
 from ovpasses.app.check.genai import GenaiPathReport, GenaiRun
 from ovpasses.errors import OvpassesError
 from ovpasses.precision import EXACT_CPU_CONFIG
-from testkit.cli import run_main
+from testkit.cli import run_main, unwrapped
 from testkit.graphs import HeadsStackSpec, build_heads_stack, heads_stack_reference, run_heads_stack
 from testkit.matrix import cell_in, cells_in
 
@@ -34,7 +34,7 @@ AFFECTED = ROOT / ".venvs" / "ov-2026.0.0" / "bin"
 needs_affected = pytest.mark.skipif(not (AFFECTED / "ovpass").exists(),
                                     reason="needs .venvs/ov-2026.0.0 (bash tools/venv.sh ov 2026.0.0)")
 E2B_XML = FIXTURES / "e2b35" / "openvino_model.xml"
-E2B_COST = "KV bytes per token (batch 1) 1152 -> 1920 (1.67x)"
+E2B_COST = "KV cache per token (batch 1) 1.1 KiB -> 1.9 KiB (1.67x)"
 E2B_LAYERS = "layers: 8 query heads on 1x8 in 28 layers, 8 query heads on 1x16 in 7 layers"
 
 
@@ -97,10 +97,11 @@ def test_a_padded_image_text_folder_pads_its_language_model_only(tmp_path):
     target = tmp_path / "vlm"
     result = ovpass("rewrite", FIXTURES / "vlm8", "-o", target, "--paged-heads", "pad")
     assert result.returncode == 0, result.stderr
-    assert "openvino_language_model.xml:\n" in result.stdout
+    text = "\n".join(unwrapped(result.stdout))
+    assert "openvino_language_model.xml:\n" in text
     assert "paged heads: pad: 6 caches padded to 2x32 (KV heads x head size; were 2x16 in 6 caches, 2x32 in 2 " \
-           "caches)" in result.stdout
-    assert "  warning: --paged-heads pad is not needed on openvino 2026.4.1" in result.stdout
+           "caches)" in text
+    assert "  warning: --paged-heads pad is not needed on openvino 2026.4.1" in text
     assert variable_layouts(FIXTURES / "vlm8" / "openvino_language_model.xml") == {(2, 16), (2, 32)}
     assert variable_layouts(target / "openvino_language_model.xml") == {(2, 32)}
     for name in ("openvino_text_embeddings_model", "openvino_text_embeddings_per_layer_model",
@@ -151,7 +152,7 @@ def test_check_with_genai_says_fixed_for_the_padded_paged_path_on_2026_0(tmp_pat
 def test_inspect_says_the_cost_and_the_heads_of_each_layer_in_text_and_json():
     text = ovpass("inspect", E2B_XML, "--runtime", "2026.0", "--paged-heads", "pad")
     assert text.returncode == 0, text.stderr
-    lines = text.stdout.splitlines()
+    lines = unwrapped(text.stdout)
     at = lines.index("paged heads: pad: 24 caches padded to 1x16 (KV heads x head size; were 1x16 in 6 caches, "
                      "1x8 in 24 caches)")
     assert lines[at + 1:at + 3] == [f"  {E2B_COST}", f"  {E2B_LAYERS}"]
@@ -170,7 +171,7 @@ def test_inspect_says_the_cost_and_the_heads_of_each_layer_in_text_and_json():
 
 def test_inspect_warns_where_the_runtime_does_not_need_the_padding():
     text = ovpass("inspect", E2B_XML, "--paged-heads", "pad")
-    (warning,) = [line for line in text.stdout.splitlines() if line.startswith("warning:")]
+    (warning,) = [line for line in unwrapped(text.stdout) if line.startswith("warning:")]
     assert warning == ("warning: --paged-heads pad is not needed on openvino 2026.4.1: its CPU PagedAttention keys "
                        f"its executors by head size and KV heads; the padding only costs memory ({E2B_COST})")
     data = json.loads(ovpass("inspect", E2B_XML, "--paged-heads", "pad", "--format", "json").stdout)

@@ -29,11 +29,12 @@ from ovpasses.app.check import inputs as check_inputs
 from ovpasses.app.files import commit, io, signals
 from ovpasses.app.render import inspect as render_inspect
 from ovpasses.app.render import text
-from ovpasses.errors import OvpassesError
+from ovpasses.errors import ErrorCode, OvpassesError
 from ovpasses.plan import runtimes
-from ovpasses.report import inspect as inspect_report
 from ovpasses.report import schemas
 from ovpasses.options import MODES, RewriteOptions
+
+log = logging.getLogger(__name__)
 
 EXIT_OK = 0
 EXIT_WORSE = 1
@@ -69,7 +70,10 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``ovpass: error: <message> (see 'ovpass ... --help')``."""
 
     def error(self, message: str):  # noqa: D401 - argparse hook
-        sys.stderr.write(f"ovpass: error: {message} (see '{self.prog} --help')\n")
+        line = f"{message} (see '{self.prog} --help')"
+        if _JSON_ERRORS:
+            _print_json_error(ErrorCode.USAGE, line)
+        sys.stderr.write(f"ovpass: error: {line}\n")
         sys.exit(EXIT_USAGE)
 
 
@@ -243,24 +247,26 @@ def cmd_rewrite(args) -> int:
     target = source if args.in_place else (Path(args.output) if args.output else None)
     if target is None and not args.dry_run:
         raise OvpassesError("say where to write: -o OUT.xml, --in-place, or --dry-run to write nothing")
+    replaced = not args.dry_run and ir_file.replaces(target)
     summary = ir_file.rewrite_file(source, target, options, in_place=args.in_place, dry_run=args.dry_run)
     written = not args.dry_run and ir_file.written(summary, args.in_place)
     if args.format == "json":
         data = text.with_warning_texts(summary.to_dict())
         data["input"] = str(source)
         data["output"] = None if args.dry_run else str(target)
+        data["replaced"] = replaced
         data["changed"] = summary.changed
         data["written"] = written
         print(json.dumps(data, indent=2))
     else:
-        print(text.summary_text(summary))
+        print(text.fit(text.summary_text(summary)))
         if args.dry_run:
             print("dry run: nothing written")
         elif not summary.changed:
             print(f"nothing changed: {target} left as it is" if not written else
                   f"nothing changed: {target} and {io.weights_path(target).name} hold the input as read")
         else:
-            print(f"wrote {target} and {io.weights_path(target).name}")
+            print(f"{'replaced' if replaced else 'wrote'} {target} and {io.weights_path(target).name}")
     return EXIT_OK
 
 
@@ -275,26 +281,30 @@ def _rewrite_folder(args, source: Path, options: RewriteOptions) -> int:
     if args.format == "json":
         print(json.dumps(summary.to_dict(), indent=2))
     else:
-        print(summary)
-        print("dry run: nothing written" if target is None else
-              f"wrote {target}" if summary.changed else f"nothing changed: {target} holds the input folder's files as read")
+        print(text.fit(str(summary)))
+        print(text.fit("dry run: nothing written" if target is None else f"wrote {target}" if summary.changed else
+                       f"nothing changed: {target} holds the input folder's files as read"))
     return EXIT_OK
 
 
 def cmd_inspect(args) -> int:
     options = _options(args)
     source = Path(args.input)
-    reports = inspect.inspect_path(source, options)
+    result = inspect.inspect_path(source, options)
     if args.format == "json":
-        reports = [(name, text.with_warning_texts(report)) for name, report in reports]
-        data = reports[0][1] if reports[0][0] is None else inspect_report.folder_report(source, reports)
-        print(json.dumps(data, indent=2))
+        result.reports = [(name, text.with_warning_texts(report)) for name, report in result.reports]
+        print(json.dumps(result.to_dict(), indent=2))
         return EXIT_OK
-    for index, (name, report) in enumerate(reports):
-        if name is not None and args.format == "text":
+    if args.format == "dot":
+        for _name, report in result.reports:
+            sys.stdout.write(render_inspect.inspect_dot(report))
+        return EXIT_OK
+    for index, (name, report) in enumerate(result.reports):
+        if name is not None:
             print(f"{'' if index == 0 else chr(10)}== {name} ==")
-        sys.stdout.write(render_inspect.inspect_dot(report) if args.format == "dot" else
-                         render_inspect.inspect_text(report, verbose=args.verbose))
+        sys.stdout.write(text.fit(render_inspect.inspect_text(report, verbose=args.verbose)))
+    if result.skipped:
+        print(text.fit(f"\n{render_inspect.skipped_text(result.skipped)}"))
     return EXIT_OK
 
 
@@ -311,9 +321,11 @@ def cmd_check(args) -> int:
         for index, (name, report) in enumerate(result.reports):
             if result.is_folder:
                 print(f"{'' if index == 0 else chr(10)}== {name} ==")
-            print(report)
+            print(text.fit(str(report)))
         for report in result.genai:
-            print(report)
+            print(text.fit(str(report)))
+        if result.skipped:
+            print(text.fit(f"\n{render_inspect.skipped_text(result.skipped)}"))
         if result.is_folder:
             print(f"\nfolder verdict: {result.verdict.upper()}")
     return CHECK_EXIT[result.verdict]
@@ -323,7 +335,8 @@ def cmd_passes(args) -> int:
     width = max(map(len, pipeline.PASSES))
     for name, (cls, line) in pipeline.PASSES.items():
         only = getattr(cls, "ONLY_WITH", None)
-        print(f"{name:<{width}}  {'' if only is None else text.option_flag(only) + ' only: '}{line}")
+        print(text.fit(f"{name:<{width}}  {'' if only is None else text.option_flag(only) + ' only: '}{line}",
+                       hanging=width + 2))
     return EXIT_OK
 
 
@@ -331,6 +344,9 @@ COMMANDS = {"rewrite": cmd_rewrite, "inspect": cmd_inspect, "check": cmd_check, 
 
 
 def main(argv: list[str] | None = None) -> int:
+    global _JSON_ERRORS
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _JSON_ERRORS = _wants_json(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -342,23 +358,44 @@ def main(argv: list[str] | None = None) -> int:
                 commit.settle(Path(args.input))   # what an interrupted commit left, before the input is judged
             return COMMANDS[args.command](args)
     except OvpassesError as exc:
-        if args.debug:
-            raise
-        sys.stderr.write(f"ovpass: error: {_one_line(text.error_text(exc))}\n")
-        return EXIT_USAGE
+        return _fail(args, EXIT_USAGE, exc.code, text.error_text(exc))
     except BrokenPipeError:  # the reader of stdout went away (e.g. '| head'): not an error of ours
-        import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
     except KeyboardInterrupt as exc:   # signals.Interrupted included
-        sys.stderr.write(f"ovpass: error: {_interrupted(exc)}\n")
-        return exc.exit_code if isinstance(exc, signals.Interrupted) else 128 + signal.SIGINT
+        code = exc.exit_code if isinstance(exc, signals.Interrupted) else 128 + signal.SIGINT
+        return _fail(args, code, ErrorCode.INTERRUPTED, _interrupted(exc), traceback=False)
     except Exception as exc:  # noqa: BLE001 - the shell turns every failure into one line
-        if args.debug:
-            raise
-        sys.stderr.write(f"ovpass: error: unexpected {type(exc).__name__}: {_one_line(str(exc))} "
-                         "(rerun with --debug for the traceback)\n")
-        return EXIT_INTERNAL
+        return _fail(args, EXIT_INTERNAL, ErrorCode.INTERNAL, f"unexpected {type(exc).__name__}: {exc}"
+                     + ("" if args.debug else " (rerun with --debug for the traceback)"))
+
+
+# whether this run's errors are also a JSON object on stdout (--format json); set by main() from its argv,
+# so that argparse's errors, raised before the arguments are parsed, follow it too
+_JSON_ERRORS = False
+
+
+def _wants_json(argv: list[str]) -> bool:
+    return any(a == "--format=json" or a == "--format" and b == "json" for a, b in zip(argv, argv[1:] + [""]))
+
+
+def _fail(args, exit_code: int, code: ErrorCode, message: str, traceback: bool = True) -> int:
+    """Report a failure: its traceback first with ``--debug``, then the error (one line on stderr, and the
+    ``ovpass.error/1`` object on stdout under ``--format json``); the exit code is the same either way."""
+    if args.debug and traceback:
+        import traceback as tb
+        tb.print_exc(file=sys.stderr)
+    line = _one_line(message)
+    if _JSON_ERRORS:
+        _print_json_error(code, line)
+    sys.stderr.write(f"ovpass: error: {line}\n")
+    return exit_code
+
+
+def _print_json_error(code: ErrorCode, line: str) -> None:
+    with contextlib.suppress(BrokenPipeError):
+        print(json.dumps({"schema": schemas.ERROR, "error": {"code": ErrorCode(code).value, "message": line}},
+                         indent=2), flush=True)
 
 
 def _interrupted(exc: KeyboardInterrupt) -> str:

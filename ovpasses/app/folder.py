@@ -24,18 +24,21 @@ before it crash when they load them (:data:`ovpasses.plan.runtimes.TOKENIZERS_CR
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import logging
 import os
 import shutil
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from ovpasses.features.old_runtimes.analysis import unreadable_versions
 from ovpasses.app.files import commit, io
 from ovpasses.app.render.text import op_action_text, summary_text, with_warning_texts
-from ovpasses.errors import OvpassesError, UnreadableOperationError
+from ovpasses.errors import ErrorCode, InputError, OvpassesError, UnreadableOperationError
 from ovpasses.features.old_runtimes.plan import OpVersionAction, lower_op_versions
 from ovpasses.options import RewriteOptions
 from ovpasses.pipeline import rewrite
@@ -50,28 +53,103 @@ STATEFUL = "ReadValue"
 ATTENTION = {"ScaledDotProductAttention", "SoftMax"}   # the IR's layer types (Softmax is "SoftMax" there)
 
 
-class FolderError(OvpassesError):
-    """A folder cannot be read, or the target folder cannot take the result."""
+class FolderError(InputError):
+    """A folder cannot be read, or one of its files is damaged."""
 
 
-def layer_types(xml_path: Path) -> set[str]:
-    """The ``type`` of every ``<layer>`` of an IR, read from the XML (bodies of sub-graphs included)."""
-    types: set[str] = set()
-    with open(xml_path, "rb") as handle:
-        for _event, element in ET.iterparse(handle, events=("start",)):
-            if element.tag == "layer":
-                types.add(element.get("type", ""))
-    return types
+class FolderTargetError(FolderError):
+    """The target folder cannot take the result."""
+
+    code = ErrorCode.OUTPUT
+
+
+class Skipped(str, Enum):
+    """Why a file of an export folder that looks like an IR is not worked on."""
+
+    NO_STATEFUL_ATTENTION = "no_stateful_attention"   # an IR without ReadValue and attention (tokenizer, embeddings)
+    NOT_AN_IR = "not_an_ir"                           # an .xml whose root element is not <net>
+
+
+@dataclass(frozen=True)
+class ExportScan:
+    """What an export folder holds, read from its files without building a model: its IR ``.xml`` names,
+    those that hold stateful attention (what ``ovpass`` works on), and each other ``.xml`` with why it is
+    not worked on. :func:`scan_export` makes one, or refuses a damaged folder."""
+
+    folder: Path
+    irs: tuple[str, ...]
+    stateful: tuple[str, ...]
+    skipped: tuple[tuple[str, Skipped], ...]
+
+    def skipped_dicts(self) -> list[dict]:
+        return [{"file": name, "reason": reason.value} for name, reason in self.skipped]
+
+
+def scan_export(folder: str | os.PathLike) -> ExportScan:
+    """Read what ``folder`` holds; :class:`~ovpasses.app.files.io.IRReadError` or :class:`FolderError` naming the
+    file when one is damaged: an IR whose XML is malformed or truncated or whose ``.bin`` is missing or
+    shorter than the XML says (:func:`~ovpasses.app.files.io.scan_ir`, every IR of the folder: a client reads
+    them all), an ``.xml`` that is a folder, the ``.bin`` of an IR whose ``.xml`` is missing, a JSON file
+    that does not parse, a ``config.json`` that is not a JSON object. :class:`FolderError` when no IR
+    holds stateful attention."""
+    folder = Path(folder)
+    irs, stateful, skipped = [], [], []
+    entries = sorted(folder.iterdir())
+    names = {entry.name for entry in entries}
+    for path in entries:
+        suffix = path.suffix.lower()
+        if commit.is_own_name(path.name):
+            continue
+        _check_link(path)
+        if suffix == ".xml":
+            if path.is_dir():
+                raise FolderError(f"{path}: a folder where the export has an IR .xml file; move it away and copy "
+                                  "the export again")
+            try:
+                io.check_ir_file(path)
+            except io.NotAnIRError:
+                skipped.append((path.name, Skipped.NOT_AN_IR))
+                continue
+            types = io.scan_ir(path).types
+            irs.append(path.name)
+            if STATEFUL in types and ATTENTION & types:
+                stateful.append(path.name)
+            else:
+                skipped.append((path.name, Skipped.NO_STATEFUL_ATTENTION))
+        elif suffix == ".bin" and path.name.startswith("openvino_") and path.with_suffix(".xml").name not in names:
+            raise FolderError(f"{path}: the weights of an IR whose {path.with_suffix('.xml').name} is missing; "
+                              "copy or export the folder again")
+        elif suffix == ".json":
+            _check_json(path)
+    if not stateful:
+        raise FolderError(f"{folder}: no IR in this folder holds stateful attention (ReadValue and "
+                          f"ScaledDotProductAttention or Softmax); IRs found: {', '.join(irs) or 'none'}")
+    return ExportScan(folder, tuple(irs), tuple(stateful), tuple(skipped))
+
+
+def _check_json(path: Path) -> None:
+    """A JSON file of the export parses (a client reads them); ``config.json`` is an object."""
+    if path.is_dir():
+        raise FolderError(f"{path}: a folder where the export has a JSON file; move it away and copy the export "
+                          "again")
+    try:
+        data = json.loads(path.read_bytes())
+    except UnicodeDecodeError:
+        raise FolderError(f"{path}: not UTF-8 text, so not JSON; the file is damaged, copy or export it "
+                          "again") from None
+    except json.JSONDecodeError as exc:
+        raise FolderError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno} column {exc.colno}); the file "
+                          "is damaged, copy or export it again") from None
+    except OSError as exc:
+        raise FolderError(f"{path}: cannot be read ({exc.strerror}); check its permissions") from None
+    if path.name == "config.json" and not isinstance(data, dict):
+        raise FolderError(f"{path}: a JSON {type(data).__name__}, not an object of settings; the file is damaged, "
+                          "copy or export it again")
 
 
 def ir_files_in(folder: Path) -> list[Path]:
     """The IR ``.xml`` files directly in ``folder`` (root element ``<net>``), sorted by name."""
-    found = []
-    for path in sorted(folder.iterdir()):
-        if path.suffix.lower() == ".xml" and path.is_file():
-            with contextlib.suppress(io.IRReadError):
-                found.append(io.check_ir_file(path))
-    return found
+    return [Path(folder) / name for name in scan_export(folder).irs]
 
 
 def unreadable_files(folder: Path) -> list[str]:
@@ -92,19 +170,13 @@ def unreadable_files(folder: Path) -> list[str]:
 
 
 def holds_stateful_attention(xml_path: Path) -> bool:
-    types = layer_types(xml_path)
+    types = io.scan_ir(xml_path).types
     return STATEFUL in types and bool(ATTENTION & types)
 
 
 def stateful_irs(folder: str | os.PathLike) -> list[str]:
     """The names of the IRs in ``folder`` that hold stateful attention; :class:`FolderError` if none do."""
-    folder = Path(folder)
-    irs = [p.name for p in ir_files_in(folder)]
-    found = [name for name in irs if holds_stateful_attention(folder / name)]
-    if not found:
-        raise FolderError(f"{folder}: no IR in this folder holds stateful attention (ReadValue and "
-                          f"ScaledDotProductAttention or Softmax); IRs found: {', '.join(irs) or 'none'}")
-    return found
+    return list(scan_export(folder).stateful)
 
 
 @dataclass
@@ -167,31 +239,31 @@ def check_folder_target(source: Path, target: Path, in_place: bool) -> None:
         return
     src, dst = source.resolve(), target.resolve()
     if dst == src:
-        raise FolderError(f"{target} is the input folder; choose another -o, or pass --in-place to overwrite it")
+        raise FolderTargetError(f"{target} is the input folder; choose another -o, or pass --in-place to overwrite it")
     if src in dst.parents:
-        raise FolderError(f"{target} is inside the input folder {source}; choose an -o outside it")
+        raise FolderTargetError(f"{target} is inside the input folder {source}; choose an -o outside it")
     if dst in src.parents:
-        raise FolderError(f"{target} holds the input folder {source}; choose another -o")
+        raise FolderTargetError(f"{target} holds the input folder {source}; choose another -o")
     if target.exists() or target.is_symlink():
         if not target.is_dir() or target.is_symlink():
-            raise FolderError(f"{target} exists and is not a folder; -o must name a new or empty folder")
+            raise FolderTargetError(f"{target} exists and is not a folder; -o must name a new or empty folder")
         _check_empty(target)
         if not os.access(target, os.W_OK | os.X_OK):
-            raise FolderError(f"{target}: the folder is not writable; choose another -o")
+            raise FolderTargetError(f"{target}: the folder is not writable; choose another -o")
         return
     if not target.parent.is_dir():
-        raise FolderError(f"{target}: the folder {target.parent} does not exist; create it first")
+        raise FolderTargetError(f"{target}: the folder {target.parent} does not exist; create it first")
     if not os.access(target.parent, os.W_OK | os.X_OK):
-        raise FolderError(f"{target}: the folder {target.parent} is not writable; choose another -o")
+        raise FolderTargetError(f"{target}: the folder {target.parent} is not writable; choose another -o")
 
 
 def _check_empty(target: Path, staging: Path | None = None) -> None:
     """Raise :class:`FolderError` unless ``target`` holds nothing but ovpass's own files."""
     others = sorted(p.name for p in target.iterdir() if p != staging and not commit.is_own_name(p.name))
     if others:
-        raise FolderError(f"{target} exists and is not empty ({', '.join(others[:3])}"
-                          f"{', ...' if len(others) > 3 else ''}); -o must name a new or empty folder "
-                          "(or pass --in-place to rewrite the input folder)")
+        raise FolderTargetError(f"{target} exists and is not empty ({', '.join(others[:3])}"
+                                f"{', ...' if len(others) > 3 else ''}); -o must name a new or empty folder "
+                                "(or pass --in-place to rewrite the input folder)")
 
 
 def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
@@ -219,7 +291,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
     mode and owner.
     """
     if symlinks not in SYMLINK_MODES:
-        raise FolderError(f"symlinks={symlinks!r}: expected one of {', '.join(SYMLINK_MODES)}")
+        raise OvpassesError(f"symlinks={symlinks!r}: expected one of {', '.join(SYMLINK_MODES)}")
     source = Path(source)
     destination = source if in_place else (Path(target) if target is not None else None)
     if destination is not None:
@@ -228,8 +300,8 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
         raise FolderError(f"{source}: not a folder")
     checked = None if destination is None else commit.Identity.of(destination)
     summary = FolderSummary(str(source), None if destination is None else str(destination))
-    irs = {p.name for p in ir_files_in(source)}
-    stateful = stateful_irs(source)
+    scan = scan_export(source)
+    irs, stateful = set(scan.irs), list(scan.stateful)
     options = options or RewriteOptions()
     target = options.runtime.version
     _warn_newer_tokenizers(source, sorted(irs), target)
@@ -251,12 +323,14 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
                 raise UnreadableOperationError(f"{source / name}: {exc}", target=exc.target, refused=exc.refused,
                                                path=source / name) from None
             if staging is not None:
-                io.save_ir(model, staging / name, mode_from=source / name)
+                _save(model, staging / name, source / name)
             summary.models.append(FolderModel(name, result, time.perf_counter() - start))
             done |= {name, io.weights_path(Path(name)).name}
         # IRs without stateful attention that hold an operation the target cannot read: only that changes
         for name in sorted(irs - set(stateful)):
-            if not unreadable_versions(source / name, target):
+            with io.xml_errors(source / name):
+                unreadable = unreadable_versions(source / name, target)
+            if not unreadable:
                 continue
             start = time.perf_counter()
             model = io.read_ir(source / name)
@@ -264,7 +338,7 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
             if lowering.refused:
                 raise lowering.error(source / name)
             if staging is not None:
-                io.save_ir(model, staging / name, mode_from=source / name)
+                _save(model, staging / name, source / name)
             summary.models.append(FolderModel(name, None, time.perf_counter() - start, lowering.actions))
             done |= {name, io.weights_path(Path(name)).name}
         for entry in sorted(source.iterdir()):
@@ -280,9 +354,9 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
         if staging is not None:
             _commit(source, destination, checked, staging, in_place, fill, source_id)
     except commit.TargetCreatedError as exc:
-        raise FolderError(f"{destination}: {exc}") from None
+        raise FolderTargetError(f"{destination}: {exc}") from None
     except OSError as exc:
-        raise FolderError(f"{destination}: cannot be written ({exc.strerror or exc}"
+        raise FolderTargetError(f"{destination}: cannot be written ({exc.strerror or exc}"
                           f"{f': {exc.filename}' if exc.filename else ''}); nothing was changed") from exc
     finally:
         if staging is not None and staging.exists():
@@ -312,6 +386,17 @@ def _commit(source: Path, destination: Path, checked: commit.Identity | None, st
             os.chown(staging, st.st_uid, st.st_gid)
     with commit.folder_lock(destination.parent):
         commit.replace_all(destination.parent, [(staging, destination)], expected={destination: checked})
+
+
+def _save(model, target: Path, source: Path) -> None:
+    """Save a model of the folder into the staging folder; a model OpenVINO's serializer refuses is the
+    input's damage (:func:`~ovpasses.app.files.io.unserializable`), a full device the target's."""
+    try:
+        io.save_ir(model, target, mode_from=source)
+    except RuntimeError as exc:
+        if io.device_full(target.parent, model):
+            raise OSError(errno.ENOSPC, "no space left on the device") from exc
+        raise io.IRReadError(io.unserializable(source, exc)) from None
 
 
 def _tokenizers_version(xml_path: Path) -> Version | None:

@@ -1,20 +1,41 @@
 """``ovpass inspect`` on files: the report of an IR file, or of each IR of an export folder that holds
-stateful attention (:func:`ovpasses.report.inspect.inspect_model` on each, read through the file layer)."""
+stateful attention (:func:`ovpasses.report.inspect.inspect_model` on each, read through the file layer), and
+what the folder holds that was not inspected."""
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ovpasses.app.files.io import read_ir
-from ovpasses.app.folder import stateful_irs
+from ovpasses.app.folder import scan_export
 from ovpasses.options import RewriteOptions
-from ovpasses.report.inspect import inspect_model
+from ovpasses.report.inspect import folder_report, inspect_model
 
 
-def inspect_path(source: Path, options: RewriteOptions | None = None) -> list[tuple[str | None, dict]]:
-    """The report of an IR file (named None), or of each IR of an export folder that holds stateful
-    attention (named by its file name)."""
+@dataclass
+class PathInspection:
+    """The reports of an IR file (one, named None) or of each IR of an export folder that holds stateful
+    attention (named by file), and the folder's other ``.xml`` files with why each was not inspected."""
+
+    source: Path
+    reports: list[tuple[str | None, dict]]
+    skipped: list[dict] = field(default_factory=list)   # {"file", "reason": an app.folder.Skipped value}
+
+    @property
+    def is_folder(self) -> bool:
+        return self.reports[0][0] is not None
+
+    def to_dict(self) -> dict:
+        """The report of the file, or the folder's (``ovpass.inspect-folder/3``)."""
+        return folder_report(self.source, self.reports, self.skipped) if self.is_folder else self.reports[0][1]
+
+
+def inspect_path(source: Path, options: RewriteOptions | None = None) -> PathInspection:
+    """The report of an IR file, or of each IR of an export folder that holds stateful attention."""
     if not os.path.isdir(source):
-        return [(None, inspect_model(read_ir(source), options))]
-    return [(name, inspect_model(read_ir(source / name), options)) for name in stateful_irs(source)]
+        return PathInspection(source, [(None, inspect_model(read_ir(source), options))])
+    scan = scan_export(source)
+    return PathInspection(source, [(name, inspect_model(read_ir(source / name), options)) for name in scan.stateful],
+                          scan.skipped_dicts())

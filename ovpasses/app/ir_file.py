@@ -3,6 +3,7 @@ artefact (the folder flow, beside it, is :mod:`ovpasses.app.folder`)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from ovpasses.app.files import io
 from ovpasses.options import RewriteOptions
 from ovpasses.pipeline import rewrite
 from ovpasses.summary import RewriteSummary
+
+log = logging.getLogger(__name__)
 
 
 def rewrite_file(source: str | os.PathLike, target: str | os.PathLike | None,
@@ -32,7 +35,12 @@ def rewrite_file(source: str | os.PathLike, target: str | os.PathLike | None,
     model = io.read_ir(source)
     summary = rewrite(model, options=options)
     if target is not None and not dry_run and written(summary, in_place):
-        io.write_ir(model, target)
+        replaced = replaces(target)
+        io.write_ir(model, target, source=source)
+        if replaced and not in_place and (export := io.export_folder_of(target, source)) is not None:
+            log.warning("%s: replaced an IR of the export folder %s, whose config.json and other files stay as they "
+                        "were; if IN is another model's IR, rewrite its folder instead (ovpass rewrite DIR -o NEW_DIR)",
+                        target, export)
     return summary
 
 
@@ -40,3 +48,8 @@ def written(summary: RewriteSummary, in_place: bool) -> bool:
     """Whether :func:`rewrite_file` writes the pair (not on a dry run): a rewrite that changed nothing leaves an
     ``in_place`` input as it is; to another target the pair is written as read."""
     return summary.changed or not in_place
+
+
+def replaces(target: str | os.PathLike) -> bool:
+    """Whether writing the IR ``target`` replaces a pair (or a file of one) that is there."""
+    return any(os.path.lexists(path) for path in io.ir_files(target))

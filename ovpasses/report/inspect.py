@@ -91,7 +91,9 @@ def inspect_summary(summary: RewriteSummary) -> dict:
     }
 
 
-def folder_report(source: str | os.PathLike, reports: list[tuple[str | None, dict]]) -> dict:
-    """A folder's reports as one (schema :data:`ovpasses.report.schemas.INSPECT_FOLDER`)."""
+def folder_report(source: str | os.PathLike, reports: list[tuple[str | None, dict]],
+                  skipped: list[dict] | None = None) -> dict:
+    """A folder's reports as one (schema :data:`ovpasses.report.schemas.INSPECT_FOLDER`), with the folder's
+    other ``.xml`` files and why each was not inspected (``{"file", "reason"}``)."""
     return {"schema": schemas.INSPECT_FOLDER, "folder": os.fspath(source),
-            "models": [{"file": name, "report": report} for name, report in reports]}
+            "models": [{"file": name, "report": report} for name, report in reports], "skipped": skipped or []}

@@ -13,3 +13,6 @@ INSPECT = "ovpass.inspect/3"
 INSPECT_FOLDER = "ovpass.inspect-folder/3"
 # ovpass check DIR --format json: per IR its check report (no plan decisions in it: unchanged)
 CHECK_FOLDER = "ovpass.check-folder/1"
+# any command with --format json that fails: {"schema", "error": {"code", "message"}} on stdout, the message
+# also on stderr; "code" is an ovpasses.errors.ErrorCode value, "message" the one line of stderr
+ERROR = "ovpass.error/1"

@@ -15,7 +15,7 @@ from ovpasses.app.check import genai, inputs
 from ovpasses.app.check.side_by_side import (FIXED, INCONCLUSIVE, OK, WORSE, CheckReport, bound_prefill,
                                               bounded_keeps, check_model)
 from ovpasses.devices import resolve_device
-from ovpasses.errors import OvpassesError
+from ovpasses.errors import InputError, OvpassesError
 from ovpasses.app import folder
 from ovpasses.app.files import io
 from ovpasses.options import RewriteOptions
@@ -33,6 +33,7 @@ class PathCheck:
     is_folder: bool
     reports: list[tuple[str, CheckReport]] = field(default_factory=list)
     genai: list[genai.GenaiPathReport] = field(default_factory=list)
+    skipped: list[dict] = field(default_factory=list)   # a folder's other IRs: {"file", "reason"}
 
     @property
     def verdict(self) -> str:
@@ -43,7 +44,7 @@ class PathCheck:
         """A folder's report (schema :data:`ovpasses.report.schemas.CHECK_FOLDER`)."""
         return {"schema": schemas.CHECK_FOLDER, "folder": str(self.source), "verdict_code": self.verdict,
                 "models": [{"file": name, **report.to_dict()} for name, report in self.reports],
-                "genai": [r.to_dict() for r in self.genai]}
+                "genai": [r.to_dict() for r in self.genai], "skipped": self.skipped}
 
 
 def check_path(source: Path, device: str = "CPU", steps: int = 3, options: RewriteOptions | None = None,
@@ -57,12 +58,13 @@ def check_path(source: Path, device: str = "CPU", steps: int = 3, options: Rewri
     if with_genai and not is_folder:
         raise OvpassesError("--genai runs openvino_genai on an export folder: give the folder, not an IR file")
     if is_folder and (unreadable := folder.unreadable_files(source)):
-        raise OvpassesError(f"{source}: {len(unreadable)} file(s) of the export cannot be read: "
+        raise InputError(f"{source}: {len(unreadable)} file(s) of the export cannot be read: "
                             f"{', '.join(unreadable[:3])}{', ...' if len(unreadable) > 3 else ''}; "
                             "a client would fail on them: copy the export again (with cp -L for links)")
-    files = [source / name for name in folder.stateful_irs(source)] if is_folder else [source]
+    scan = folder.scan_export(source) if is_folder else None
+    files = [source / name for name in scan.stateful] if is_folder else [source]
     device = resolve_device(device, ov.Core())
-    result = PathCheck(source, is_folder)
+    result = PathCheck(source, is_folder, skipped=scan.skipped_dicts() if is_folder else [])
     for path in files:
         model = io.read_ir(path)
         feeds = inputs.InputSource(path.parent, data_shapes or {},

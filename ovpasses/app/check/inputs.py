@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +31,9 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from ovpasses.errors import OvpassesError
+from ovpasses.errors import InputError, OvpassesError
+from ovpasses.app.files import io
+from ovpasses.units import size_text
 
 log = logging.getLogger(__name__)
 
@@ -42,9 +46,17 @@ EMBEDDING_SCALE = 0.02   # the usual initialiser scale: random embeddings of a p
 DataShapes = dict[str, list[int | None]]
 
 
-class InputUnknownError(OvpassesError):
+class InputUnknownError(InputError):
     """An input's dims cannot be known from the model, its folder or ``--data-shape``: a check that guessed
     them would compare two models on inputs they were never made for."""
+
+
+class InputTooLargeError(InputUnknownError):
+    """An input's dims, as the model or ``--data-shape`` fixes them, make a value larger than
+    :data:`MAX_INPUT_BYTES`: an IR with a damaged dim, which no check can run."""
+
+
+MAX_INPUT_BYTES = 2**30   # one input of one step; an LLM's are kilobytes to megabytes
 
 
 def parse_data_shape(text: str | None) -> DataShapes:
@@ -87,18 +99,36 @@ class Embedders:
 
     @classmethod
     def beside(cls, folder: Path | None, core: ov.Core, device: str = "CPU") -> "Embedders":
+        """The embedding IRs in ``folder``, read and compiled; :class:`~ovpasses.errors.InputError` naming
+        the file when one is damaged or OpenVINO cannot compile it."""
         found = cls()
         if folder is None:
             return found
         for attr, name in (("text", TEXT_EMBEDDINGS), ("per_layer", PER_LAYER_EMBEDDINGS)):
-            if (folder / name).is_file():
-                setattr(found, attr, core.compile_model(core.read_model(folder / name), device))
+            if os.path.lexists(folder / name):
+                model = io.read_ir(folder / name, core)
+                try:
+                    setattr(found, attr, core.compile_model(model, device))
+                except RuntimeError as exc:
+                    raise InputError(f"{folder / name}: OpenVINO reads this embedding IR but cannot compile it "
+                                     f"({_last_line(exc)}); the file is damaged, export the folder again") from None
                 found.files.append(name)
         return found
 
-    @staticmethod
-    def run(compiled: ov.CompiledModel, ids: np.ndarray) -> np.ndarray:
-        return np.array(compiled({compiled.inputs[0]: ids})[compiled.outputs[0]], copy=True)
+    def run(self, which: str, ids: np.ndarray) -> np.ndarray:
+        """The embeddings of ``ids`` through the ``text`` or ``per_layer`` IR."""
+        compiled = getattr(self, which)
+        try:
+            return np.array(compiled({compiled.inputs[0]: ids})[compiled.outputs[0]], copy=True)
+        except RuntimeError as exc:
+            name = TEXT_EMBEDDINGS if which == "text" else PER_LAYER_EMBEDDINGS
+            raise InputError(f"{name}: the embedding IR beside the model fails on token ids ({_last_line(exc)}); "
+                             "the file is damaged, export the folder again") from None
+
+
+def _last_line(exc: Exception) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1][:200] if lines else type(exc).__name__
 
 
 @dataclass
@@ -117,10 +147,16 @@ class InputSource:
             config = json.loads((self.folder / "config.json").read_text())
         except ValueError:
             return None
-        for scope in (config, config.get("text_config") or {}):
+        scopes = [config] if isinstance(config, dict) else []
+        scopes += [config["text_config"]] if scopes and isinstance(config.get("text_config"), dict) else []
+        for scope in scopes:
             for key in keys:
-                if isinstance(scope.get(key), int):
-                    return scope[key]
+                value = scope.get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    if value < 1:
+                        raise InputError(f"{self.folder / 'config.json'}: {key} is {value}, not a positive number; "
+                                         "the file is damaged, copy or export it again")
+                    return value
         return None
 
 
@@ -142,6 +178,7 @@ def make_feeds(model: ov.Model, steps: int, prefill: int = 8, seed: int = 0,
     if unknown:
         raise OvpassesError(f"--data-shape names {', '.join(unknown)}, which the model does not take; its inputs: "
                             f"{', '.join(sorted(p.get_any_name() for p in model.inputs))}")
+    _check_static_sizes(model)
     rng = np.random.default_rng(seed)
     last = model.outputs[0].get_partial_shape()
     vocab = (_static(last, last.rank.get_length() - 1) if last.rank.is_static else None) \
@@ -160,11 +197,27 @@ def make_feeds(model: ov.Model, steps: int, prefill: int = 8, seed: int = 0,
                                     f"{pshape.rank.get_length()} ({pshape}), not {len(given)}")
             kind = next((k for k in KNOWN if k in names), None)
             dtype = param.get_element_type().to_dtype()
-            value = _value(kind, pshape, dtype, given, n, past, ids, vocab, rng, source)
+            value = _value(param.get_any_name(), kind, pshape, dtype, given, n, past, ids, vocab, rng, source)
             feed[param.get_any_name()] = np.asarray(value).astype(dtype)
         feeds.append(feed)
         past += n
     return feeds
+
+
+def _check_static_sizes(model: ov.Model) -> None:
+    """:class:`InputTooLargeError` when the dims an input has in the IR make it larger than
+    :data:`MAX_INPUT_BYTES` whatever its dynamic dims are: compiling such a model takes memory by the
+    gigabyte (measured: a static attention_mask of 2**28 tokens, 4 GiB for tiny8), so it is not run."""
+    for param in model.inputs:
+        pshape = param.get_partial_shape()
+        if pshape.rank.is_dynamic:
+            continue
+        least = math.prod(d.get_length() if d.is_static else 1 for d in pshape)
+        size = least * param.get_element_type().size
+        if size > MAX_INPUT_BYTES:
+            raise InputTooLargeError(f"input {param.get_any_name()} is {pshape} in the IR, at least {size_text(size)}, "
+                                     f"more than {size_text(MAX_INPUT_BYTES)} (a damaged dim?): not run; export the "
+                                     "IR again")
 
 
 KNOWN = ("input_ids", "attention_mask", "position_ids", "beam_idx", "token_type_ids", "inputs_embeds",
@@ -190,7 +243,7 @@ def _needed(kind: str, what: str, value: int | None, form: str) -> int:
     return value
 
 
-def _value(kind: str | None, pshape: ov.PartialShape, dtype: np.dtype, given: list[int | None] | None, n: int,
+def _value(name: str, kind: str | None, pshape: ov.PartialShape, dtype: np.dtype, given: list[int | None] | None, n: int,
            past: int, ids: np.ndarray, vocab: int, rng: np.random.Generator, source: InputSource) -> np.ndarray:
     """One step's value of an input: recognised kinds as the module's table says, others random."""
     rank = pshape.rank.get_length() if pshape.rank.is_static else None
@@ -205,18 +258,23 @@ def _value(kind: str | None, pshape: ov.PartialShape, dtype: np.dtype, given: li
             given = [1]
         elif kind == "inputs_embeds" and rank == 3:
             if source.embedders.text is not None:
-                return Embedders.run(source.embedders.text, ids)
+                return source.embedders.run("text", ids)
             given = [1, n, _needed(kind, "width", _static(pshape, 2) or source.config_value("hidden_size"),
                                    "[1,?,WIDTH]")]
         elif kind == "per_layer_inputs" and rank == 4:
             if source.embedders.per_layer is not None:
-                return Embedders.run(source.embedders.per_layer, ids)
+                return source.embedders.run("per_layer", ids)
             given = [1, n,
                      _needed(kind, "layer count", _static(pshape, 2) or source.config_value("num_hidden_layers"),
                              "[1,?,LAYERS,WIDTH]"),
                      _needed(kind, "width", _static(pshape, 3) or source.config_value("hidden_size_per_layer_input"),
                              "[1,?,LAYERS,WIDTH]")]
     shape = _shape(pshape, given, n)
+    size = math.prod(shape) * np.dtype(dtype).itemsize
+    if size > MAX_INPUT_BYTES:
+        raise InputTooLargeError(f"cannot make input {name}: its shape {shape} takes {size_text(size)}, "
+                                 f"more than {size_text(MAX_INPUT_BYTES)} (a damaged dim in the IR?); give "
+                                 f"--data-shape, or export the IR again")
     if kind == "input_ids":
         return ids if shape == list(ids.shape) else rng.integers(0, vocab, size=shape)
     if kind == "attention_mask":

@@ -284,7 +284,7 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, options: R
         prefill = DEFAULT_PREFILL if keeps is None else bound_prefill(keeps[1])
     try:
         feeds = make_feeds(model, steps, prefill, seed, source, prefill_chunk)
-    except InputUnknownError as exc:   # nothing can run on inputs nobody knows: inconclusive, saying why
+    except InputUnknownError as exc:   # nothing can run on inputs nobody knows (or too large): inconclusive
         unknown = str(exc)
         chunks = -(-prefill // (prefill_chunk or prefill))
         original, rewritten = (RunResult(label, steps_total=steps + chunks, error=unknown)

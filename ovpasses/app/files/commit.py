@@ -60,7 +60,7 @@ from ovpasses.app.files.fsops import (
     renameat2,
 )
 from ovpasses.app.files.journal import JOURNAL_FORMAT, JOURNAL_NAME, Entry, Identity  # noqa: F401 - part of this API
-from ovpasses.errors import OvpassesError
+from ovpasses.errors import OutputError
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ LOCK_POLL_S = 0.05
 COMMITTED: list[Path] = []
 
 
-class CommitError(OvpassesError):
+class CommitError(OutputError):
     """Files could not be put in place; the message says what was kept and what to do."""
 
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import logging
@@ -20,24 +21,32 @@ import os
 import re
 import shutil
 import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from xml.parsers.expat import errors as expat_errors
 
 import openvino as ov
 
 from ovpasses.app.files import commit
 from ovpasses.features.old_runtimes.analysis import UnknownToInstalled, installed_cannot_read
-from ovpasses.errors import OvpassesError
+from ovpasses.errors import InputError, OutputError, OvpassesError
+from ovpasses.units import size_text
 from ovpasses.plan.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_known, version_string
 
 log = logging.getLogger(__name__)
 
 
 
-class IRReadError(OvpassesError):
+class IRReadError(InputError):
     """The file is missing, is not an OpenVINO IR, or its ``.xml``/``.bin`` pair is damaged."""
 
 
-class IRWriteError(OvpassesError):
+class NotAnIRError(IRReadError):
+    """The file is XML, but not an OpenVINO IR (its root element is not ``<net>``)."""
+
+
+class IRWriteError(OutputError):
     """The IR could not be written where it was asked to go."""
 
 
@@ -74,6 +83,18 @@ def same_ir(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     return all(_same_file(x, y) for x, y in zip(ir_files(a), ir_files(b)))
 
 
+GIVE_INPUT = "give the path of an OpenVINO IR .xml file or of an export folder"
+
+
+def export_folder_of(target: str | os.PathLike, source: str | os.PathLike) -> Path | None:
+    """The folder of IR ``target`` when it is an export folder (it holds a ``config.json``) other than
+    ``source``'s: writing ``target`` there leaves that export's configuration describing another model."""
+    folder, theirs = Path(target).parent, Path(source).parent
+    if not (folder / "config.json").is_file() or _same_file(folder, theirs):
+        return None
+    return folder
+
+
 def check_ir_file(path: str | os.PathLike) -> Path:
     """Raise :class:`IRReadError` unless ``path`` is a readable IR ``.xml`` that OpenVINO can read.
 
@@ -84,31 +105,111 @@ def check_ir_file(path: str | os.PathLike) -> Path:
     element, so it is cheap for large IRs.
     """
     path = Path(path)
-    _check_reachable(path, "give the path of an OpenVINO IR .xml file")
+    _check_reachable(path, GIVE_INPUT)
     if not path.is_file():
         raise IRReadError(f"{_shown(path)}: not a file; give the path of an OpenVINO IR .xml file")
+    if path.suffix.lower() == ".bin":
+        raise IRReadError(f"{path}: that is the weights file of an IR; give its .xml ({path.with_suffix('.xml').name})")
     try:
-        with open(path, "rb") as handle:
+        with open(path, "rb") as handle, xml_errors(path):
             for _event, element in ET.iterparse(handle, events=("start",)):
                 root, version = element.tag, element.get("version")
                 break
             else:
                 root = version = None
-    except ET.ParseError as exc:
-        if path.stat().st_size == 0:
-            raise IRReadError(f"{path}: the file is empty; give the path of an OpenVINO IR .xml file") from None
-        if _is_truncation(exc):
-            raise IRReadError(f"{path}: the XML ends early ({exc}); the file is truncated, copy or export "
-                              "it again") from None
-        raise IRReadError(f"{path}: not an XML file ({exc}); give the path of an OpenVINO IR .xml file") from None
     except OSError as exc:
         raise IRReadError(f"{path}: cannot be read ({exc.strerror}); check its permissions") from None
     if root != "net":
-        raise IRReadError(f"{path}: XML, but not an OpenVINO IR (root element <{root}>, expected <net>); "
-                          "give the path of an IR .xml file written by OpenVINO")
+        raise NotAnIRError(f"{path}: XML, but not an OpenVINO IR (root element <{root}>, expected <net>); "
+                           "give the path of an IR .xml file written by OpenVINO")
     _check_ir_version(path, version)
     _check_weights_file(path)
     return path
+
+
+@contextlib.contextmanager
+def xml_errors(path: str | os.PathLike) -> Iterator[None]:
+    """Turn what Python's XML parser raises while reading ``path`` into :class:`IRReadError` naming the file
+    and what to do: every walk over an IR's XML (here, in the folder flows, in the op-version reader) runs
+    inside it, so that a damaged file is one line, not an internal error."""
+    try:
+        yield
+    except ET.ParseError as exc:
+        path = Path(path)
+        if path.stat().st_size == 0:
+            raise IRReadError(f"{path}: the file is empty; give the path of an OpenVINO IR .xml file") from None
+        if exc.code in _TRUNCATION_CODES:
+            raise IRReadError(f"{path}: the XML ends early ({exc}); the file is truncated, copy or export "
+                              "it again") from None
+        if exc.position == (1, 0):
+            raise IRReadError(f"{path}: not an XML file ({exc}); give the path of an OpenVINO IR .xml file") from None
+        raise IRReadError(f"{path}: malformed XML ({exc}); the file is damaged, copy or export it again") from None
+
+
+# expat's codes for a document that stops early
+_TRUNCATION_CODES = {expat_errors.codes[expat_errors.XML_ERROR_NO_ELEMENTS],
+                     expat_errors.codes[expat_errors.XML_ERROR_UNCLOSED_TOKEN]}
+
+
+@dataclass(frozen=True)
+class IRScan:
+    """What one walk over an IR's XML tells without building the model: the ``type`` of every layer
+    (bodies of sub-graphs included) and the end of the last constant's bytes in the ``.bin``."""
+
+    types: frozenset[str]
+    weights_end: int
+
+
+def scan_ir(path: str | os.PathLike) -> IRScan:
+    """Walk the XML of the IR at ``path`` (which :func:`check_ir_file` accepted) and check that its ``.bin``
+    holds every constant the XML places in it; :class:`IRReadError` naming the file otherwise.
+
+    For the IRs ovpass does not build (tokenizers need openvino_tokenizers' extension to be read at all)
+    this is the only check, and for those it reads it says precisely what OpenVINO's reader words as an
+    exception: a constant's ``offset`` or ``size`` that is not a byte count, a ``.bin`` that is missing
+    or shorter than the XML says.
+    """
+    path = Path(path)
+    types: set[str] = set()
+    end = 0
+    with open(path, "rb") as handle, xml_errors(path):
+        layer = None
+        for _event, element in ET.iterparse(handle, events=("start",)):
+            if element.tag == "layer":
+                layer = element
+                types.add(element.get("type", ""))
+            elif element.tag == "data" and layer is not None and layer.get("type") == "Const":
+                offset, size = (_byte_count(path, layer, element, key) for key in ("offset", "size"))
+                if offset is not None and size is not None:
+                    end = max(end, offset + size)
+    _check_weights_hold(path, end)
+    return IRScan(frozenset(types), end)
+
+
+def _byte_count(path: Path, layer: ET.Element, data: ET.Element, key: str) -> int | None:
+    text = data.get(key)
+    if text is None:   # a constant written inline, or without data: OpenVINO's reader judges it
+        return None
+    if not text.strip().isdigit():
+        raise IRReadError(f"{path}: the constant {_shown(Path(layer.get('name', '?')), 60)} has {key}=\"{text[:20]}\", "
+                          "not a byte count; the file is damaged, copy or export the IR again")
+    return int(text)
+
+
+def _check_weights_hold(path: Path, end: int) -> None:
+    """The ``.bin`` beside ``path`` holds ``end`` bytes or more (none needed when ``end`` is 0)."""
+    weights = weights_path(path)
+    if end == 0:
+        return
+    if not os.path.lexists(weights):
+        raise IRReadError(f"{path}: its weights file {weights.name} is missing; keep the .bin beside the .xml "
+                          "with the same name")
+    _check_weights_file(path)
+    size = weights.stat().st_size
+    if size < end:
+        raise IRReadError(f"{path}: its weights file {weights.name} is shorter than the XML expects ("
+                          f"{size_text(size)}, the XML places constants up to {size_text(end)}: truncated, or from "
+                          "another export); copy or export the .xml/.bin pair again")
 
 
 def read_ir(path: str | os.PathLike, core: ov.Core | None = None) -> ov.Model:
@@ -121,9 +222,36 @@ def read_ir(path: str | os.PathLike, core: ov.Core | None = None) -> ov.Model:
         # that an ovpass writer is replacing at this moment
         with commit.reading(path.parent):
             path = check_ir_file(path)
-            return core.read_model(str(path))
+            _check_utf8(path)
+            model = core.read_model(str(path))
     except RuntimeError as exc:
         raise IRReadError(_explain_read_error(path, str(exc))) from exc
+    try:   # what the reader does not check (found by the fuzz test: an Assign on a variable of another shape)
+        model.validate_nodes_and_infer_types()
+    except RuntimeError as exc:
+        raise IRReadError(f"{path}: OpenVINO reads this IR but its graph does not validate ({_last_line(str(exc))}); "
+                          "the file is damaged, copy or export it again") from None
+    return model
+
+
+def _check_utf8(path: Path, chunk: int = 1 << 20) -> None:
+    """The XML is UTF-8 text throughout. OpenVINO's reader (pugixml) takes any bytes in a name or an
+    attribute, and the first read of that name from Python then raises UnicodeDecodeError anywhere in the
+    pipeline; this finds the byte first, at a cost of milliseconds where a full XML walk costs seconds."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as handle:
+        while True:
+            data = handle.read(chunk)
+            start = offset - len(decoder.getstate()[0])   # the bytes of a character the last chunk cut
+            try:
+                decoder.decode(data, final=not data)
+            except UnicodeDecodeError as exc:
+                raise IRReadError(f"{path}: byte {start + exc.start} is not UTF-8 text (a damaged byte); the file "
+                                  "is damaged, copy or export it again") from None
+            if not data:
+                return
+            offset += len(data)
 
 
 def check_output_path(path: str | os.PathLike) -> Path:
@@ -176,8 +304,10 @@ def save_ir(model: ov.Model, path: Path, mode_from: Path | None = None) -> None:
         os.chmod(made, _file_mode(like))
 
 
-def write_ir(model: ov.Model, path: str | os.PathLike) -> None:
-    """Write ``model`` to ``path`` (``.xml``) and the ``.bin`` next to it, as one artefact.
+def write_ir(model: ov.Model, path: str | os.PathLike, source: str | os.PathLike | None = None) -> None:
+    """Write ``model`` to ``path`` (``.xml``) and the ``.bin`` next to it, as one artefact. ``source``, the IR
+    the model was read from, is named when OpenVINO's serializer refuses the model (its variables disagree
+    with their readers, say): that is the input's damage, not the output's.
 
     Weights keep their element types (no fp16 compression). Both files are first written to
     temporary names in the target folder, then :func:`ovpasses.app.files.commit.replace_all` puts the pair in
@@ -193,11 +323,28 @@ def write_ir(model: ov.Model, path: str | os.PathLike) -> None:
         with commit.folder_lock(folder):
             commit.replace_all(folder, [(tmp_bin, weights_path(path)), (tmp_xml, path)])
     except (OSError, RuntimeError) as exc:
+        if isinstance(exc, RuntimeError) and source is not None and not device_full(folder, model):
+            raise IRReadError(unserializable(source, exc)) from exc
         raise IRWriteError(_write_error(path, exc, model)) from exc
     finally:
         for leftover in (tmp_xml, tmp_bin):
             with contextlib.suppress(FileNotFoundError):
                 leftover.unlink()
+
+
+def unserializable(source: str | os.PathLike, exc: RuntimeError) -> str:
+    """OpenVINO read the IR at ``source`` and the pipeline ran, but its serializer refuses the model: found by
+    the fuzz test (a variable_id changed, two caches of different shapes on one variable)."""
+    return (f"{source}: OpenVINO reads this IR but cannot write it back ({_last_line(str(exc))}); the file is "
+            "damaged, copy or export it again (nothing was written)")
+
+
+def device_full(folder: Path, model: ov.Model) -> bool:
+    """Whether the device of ``folder`` has less room than the model's IR needs (OpenVINO's serializer words a
+    full device as an iostream error, without an errno)."""
+    with contextlib.suppress(OSError):
+        return shutil.disk_usage(folder).free < _ir_size_estimate(model)
+    return False
 
 
 def _write_error(path: Path, exc: Exception, model: ov.Model) -> str:
@@ -212,8 +359,8 @@ def _write_error(path: Path, exc: Exception, model: ov.Model) -> str:
     with contextlib.suppress(OSError):
         free = shutil.disk_usage(folder).free
     if full or isinstance(exc, RuntimeError) and free is not None and free < needed:
-        return (f"{path}: no space left on the device of {folder}: the IR needs about {_mib(needed)}"
-                f"{f', {_mib(free)} are free' if free is not None else ''}; free space or choose another output "
+        return (f"{path}: no space left on the device of {folder}: the IR needs about {size_text(needed)}"
+                f"{f', {size_text(free)} are free' if free is not None else ''}; free space or choose another output "
                 "folder (nothing was written)")
     if isinstance(exc, OSError):
         if exc.errno in (errno.ENOENT, errno.EROFS, errno.EACCES, errno.EPERM):  # e.g. -o /proc/x.xml
@@ -228,10 +375,6 @@ def _ir_size_estimate(model: ov.Model) -> int:
     return sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant")
 
 
-def _mib(size: int) -> str:
-    return f"{size / 2**20:.1f} MiB"
-
-
 def _file_mode(path: Path | None) -> int:
     """The permission bits a file written to ``path`` gets: those of the file it replaces, else 0o666 - umask."""
     if path is not None:
@@ -242,23 +385,17 @@ def _file_mode(path: Path | None) -> int:
     return 0o666 & ~umask
 
 
-def _is_truncation(exc: ET.ParseError) -> bool:
-    return "no element found" in str(exc) or "unclosed token" in str(exc)
-
-
 def _explain_read_error(path: Path, message: str) -> str:
-    weights = weights_path(path)
-    if "bin file cannot be found" in message or not weights.exists() and "weights" in message.lower():
-        return (f"{path}: its weights file {weights.name} is missing; keep the .bin beside the .xml with the same "
-                "name")
-    if "Incorrect weights in bin file" in message:
-        return (f"{path}: its weights file {weights.name} is shorter than the XML expects (truncated, or from "
-                "another export); copy or export the .xml/.bin pair again")
-    if "pugi" in message or "Error parsing" in message:
-        return f"{path}: malformed IR XML ({_last_line(message)}); the file is damaged, export it again"
-    if (unknown := installed_cannot_read(path)) is not None:   # an operation version it does not know
+    """Why OpenVINO could not read the IR at ``path``, from what ovpasses can tell on its own: the XML
+    walked (malformed, a constant's bytes not in the ``.bin``: :func:`scan_ir` raises), then an operation
+    version the installed OpenVINO does not know; else OpenVINO's own last line."""
+    scan_ir(path)
+    with xml_errors(path):
+        unknown = installed_cannot_read(path)
+    if unknown is not None:   # an operation version it does not know
         return _unknown_operations(unknown)
-    return f"{path}: OpenVINO cannot read this IR: {_last_line(message)}"
+    return (f"{path}: OpenVINO cannot read this IR ({_last_line(message)}); the file is damaged or was not "
+            "written by OpenVINO: copy or export it again")
 
 
 def _unknown_operations(unknown: UnknownToInstalled) -> str:

@@ -3,11 +3,14 @@ Graphviz DOT; both only format the report's data."""
 
 from __future__ import annotations
 
+import textwrap
+
 import networkx as nx
 
 from ovpasses.analysis.kv_memory import format_bytes
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.app.render.text import (
+    WIDTH,
     action_text,
     eager_lines,
     fusion_text,
@@ -17,6 +20,7 @@ from ovpasses.app.render.text import (
     op_action_text,
     paged_heads_lines,
     paged_warning_text,
+    size_text,
 )
 from ovpasses.errors import OvpassesError
 from ovpasses.plan.decisions import Action
@@ -64,8 +68,8 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     widths[1] = max(widths[1], kind_width)
     for index, row in enumerate(rows):
-        lines.append(f"{row[0]:>{widths[0]}}  " + "  ".join(f"{c:<{w}}" for c, w in zip(row[1:6], widths[1:]))
-                     + f"  {row[6]}")
+        cells = f"{row[0]:>{widths[0]}}  " + "  ".join(f"{c:<{w}}" for c, w in zip(row[1:6], widths[1:])) + "  "
+        lines += _column(cells, row[6])
         if index == 0:
             continue
         s = report["sdpa"][index - 1]
@@ -120,9 +124,9 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
     if report.get("kv_sharing", "keep") != "keep":
         extra = report["extra_cache_bytes_per_token"]
         lines += ["", f"kv sharing: {report['kv_sharing']}: {len(report['unshared'])} caches added, "
-                      f"{'unknown' if extra is None else extra} bytes per token of context (batch 1)"]
+                      f"{_size(extra)} per token of context (batch 1)"]
         lines += [f"  {u['variable_id']}: for layer {by_name[u['borrower']]['layer'] if u['borrower'] in by_name else u['borrower']}, "
-                  f"{u['bytes_per_token']} bytes/token" for u in report["unshared"]]
+                  f"{_size(u['bytes_per_token'])} per token" for u in report["unshared"]]
         lines += [f"  kept shared: {cache}: {reason}" for cache, reason in report["kept_shared"].items()]
     if report.get("paged_heads"):
         lines += paged_heads_lines(report["paged_heads"])
@@ -141,6 +145,31 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
             lines.append(f"  {op['type']} ({op['opset']}, {first}) '{op['name']}'{where}")
             lines.append(f"    action: {op_action_text(op)}")
     return "\n".join(lines) + "\n"
+
+
+def _column(cells: str, text: str) -> list[str]:
+    """A table row whose last column, ``text``, wraps within :data:`~ovpasses.app.render.text.WIDTH` under its
+    own column (a column that starts too far right for that wraps under the row instead)."""
+    room = WIDTH - len(cells)
+    if len(cells) + len(text) <= WIDTH or room < 30:
+        return [cells + text]
+    first, *rest = textwrap.wrap(text, room, break_long_words=False, break_on_hyphens=False)
+    return [cells + first, *(" " * len(cells) + line for line in rest)]
+
+
+def _size(count: int | None) -> str:
+    return "an unknown number of bytes" if count is None else size_text(count)
+
+
+SKIPPED_TEXT = {"no_stateful_attention": "no stateful attention", "not_an_ir": "XML, not an IR"}
+
+
+def skipped_text(skipped: list[dict]) -> str:
+    """The IRs of a folder that were not worked on, and why (``ExportScan.skipped_dicts()``), as one line
+    (empty when none)."""
+    if not skipped:
+        return ""
+    return "skipped: " + ", ".join(f"{s['file']} ({SKIPPED_TEXT[s['reason']]})" for s in skipped)
 
 
 # ------------------------------------------------------------------------------------------------ dot

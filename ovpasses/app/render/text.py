@@ -6,6 +6,7 @@ become sentences. Nothing reads these sentences back.
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ from ovpasses.features.paged_heads.attention_head_padding import AttentionHeadPa
 from ovpasses.features.paged_heads.paged_path import PagedRisk, PagedWarning
 from ovpasses.plan.decisions import Action, Lowered, MaskAction
 from ovpasses.plan.runtimes import OPSETS_MEASURED_ON, version_string
+from ovpasses.units import size_text  # noqa: F401 - the renderers' size formatter, re-exported
 
 if TYPE_CHECKING:
     from ovpasses.features.old_runtimes.plan import OpVersionAction
@@ -96,8 +98,26 @@ def op_action_text(item: OpVersionAction | dict) -> str:
     return f"refused: {reason}"
 
 
+WIDTH = 100   # the widest line of text output
+
+
+def fit(text: str, width: int = WIDTH, hanging: int = 4) -> str:
+    """``text`` with every line wider than ``width`` wrapped at spaces, its continuation lines indented
+    ``hanging`` more than the line's own indent. A word wider than the room left (a long node name) stays
+    whole, on a line of its own: a name is for copying."""
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out += textwrap.wrap(line.strip(" "), width, initial_indent=indent, subsequent_indent=indent + " " * hanging,
+                             break_long_words=False, break_on_hyphens=False) or [line]
+    return "\n".join(out)
+
+
 def _bytes(count: int | None) -> str:
-    return "an unknown number of bytes (a dynamic head dimension)" if count is None else f"{count} bytes"
+    return "an unknown number of bytes (a dynamic head dimension)" if count is None else size_text(count)
 
 
 def held_text(held: dict) -> str:
@@ -218,7 +238,7 @@ def option_keyword(choice: OptionChoice) -> str:
 def _cost(before: int | None, after: int | None) -> str:
     if not before or not after:
         return "KV bytes per token unknown (a dynamic dimension)"
-    return f"KV bytes per token (batch 1) {before} -> {after} ({after / before:.2f}x)"
+    return f"KV cache per token (batch 1) {size_text(before)} -> {size_text(after)} ({after / before:.2f}x)"
 
 
 def paged_warning_text(warning: PagedWarning | dict) -> str:
