@@ -1,14 +1,22 @@
 """Bounded sliding-window caches: KV state, prefill and decode time, peak RSS and fused SDPA count,
-unmodified / bounded / unshared / unshared + bounded side by side (issue 22).
+unmodified / bounded / trimmable / unshared / unshared + bounded / unshared + trimmable side by side
+(issues 22 and 32).
 
     .venvs/dev/bin/python benchmarks/sliding_window.py [--model tests/fixtures/gemma4/e2b35]
-        [--context 2048 [8192 ...]] [--chunk 512] [--decode 32] [--rounds 3] [--config default [exact]]
-        [--forms unmodified,bounded,...] [--margin N] [--name NAME]
+        [--context 2048 [8192 ...]] [--chunk 512 [0 ...]] [--decode 32] [--rounds 3] [--config default [exact]]
+        [--forms unmodified,bounded,trimmable,...] [--margin N] [--every K] [--name NAME]
+
+``--chunk 0`` feeds the prompt whole (as optimum-intel and openvino_genai's stateful path feed it); several
+``--chunk`` values measure each. The ``trimmable`` forms (``rewrite(sliding_window="trimmable")``) run with the
+library's trimmer (:class:`ovpasses.sliding_window_trim.SlidingWindowTrimmer`): after each prefill chunk and every
+``--every`` decode steps, inside the timed region (``decode_ms_mean`` shows what the trims cost on average; the
+median step has none). ``kv_held_bytes`` counts each state at the positions it holds after the prefill (a
+trimmed cache: its keep).
 
 Per config (``default``: the CPU plugin as a user gets it, no properties; ``exact``:
-:data:`ovpasses.precision.EXACT_CPU_CONFIG`), every form is compiled once; then per context and round,
-each form in turn (interleaved, so that load on the machine spreads over all of them): a fresh request
-is filled with a ``--context``-token prompt in ``--chunk``-token chunks (prefill time), then
+:data:`ovpasses.precision.EXACT_CPU_CONFIG`), per context, prompt form and round, each form in turn
+(interleaved, so that load on the machine spreads over all of them) is compiled in a fresh process and measured
+once there: a fresh request is filled with a ``--context``-token prompt in ``--chunk``-token chunks (prefill time), then
 ``--decode`` greedy tokens are decoded one by one (median ms per token). State is the bytes of every
 state as ``query_state()`` returns them (``get_byte_size``: the IR's declared type, f32) after the prefill and
 after the decode; ``kv_held_bytes`` is the KV cache as the CPU plugin holds it after the prefill
@@ -38,11 +46,12 @@ from pathlib import Path
 import numpy as np
 
 from common import ROOT, markdown_table, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
-from ovpasses.units import size_text  # noqa: E402
 
+from ovpasses.units import size_text
 
-FORMS = {"unmodified": None, "bounded": ("keep", "bounded"), "unshared": ("unshare", "full"),
-         "unshared+bounded": ("unshare", "bounded")}
+FORMS = {"unmodified": None, "bounded": ("keep", "bounded"), "trimmable": ("keep", "trimmable"),
+         "unshared": ("unshare", "full"), "unshared+bounded": ("unshare", "bounded"),
+         "unshared+trimmable": ("unshare", "trimmable")}
 
 
 def configs() -> dict[str, dict]:
@@ -62,7 +71,7 @@ def compile_form(model_dir: Path, name: str, config: dict, margin: int):
     form = FORMS[name]
     if form is not None:
         ovpasses.rewrite(model, kv_sharing=form[0], sliding_window=form[1],
-                         sliding_window_margin=margin if form[1] == "bounded" else 0)
+                         sliding_window_margin=margin if form[1] != "full" else 0)
     compiled = core.compile_model(model, "CPU", config)
     warm = compiled.create_infer_request()   # first inferences allocate; not part of any measurement
     warm.reset_state()
@@ -75,7 +84,7 @@ def compile_form(model_dir: Path, name: str, config: dict, margin: int):
     return compiled, count_fused_sdpa(compiled), precision, model
 
 
-def serve(model_dir: Path, form: str, config_name: str, margin: int) -> int:
+def serve(model_dir: Path, form: str, config_name: str, margin: int, every: int) -> int:
     """The worker: compile ``form``, print ``{"fused_sdpa", "precision"}``, then per JSON line on stdin
     (``context``, ``chunk``, ``decode``, ``vocab``, ``logits_path``) measure, save the logits there and print
     the measurement with ``process_peak_rss_mib`` (``ru_maxrss``). Only these lines go to stdout."""
@@ -88,10 +97,14 @@ def serve(model_dir: Path, form: str, config_name: str, margin: int) -> int:
     held = compiled_held_precision(compiled, config_name)
     precision["held"] = held.to_dict()
     print(json.dumps({"fused_sdpa": fused, "precision": precision}), flush=True)
+    trimmable = None
+    if form.endswith("trimmable"):
+        from ovpasses.sliding_window_trim import trimmable_caches
+        trimmable = trimmable_caches(model)
     for line in sys.stdin:
         ask = json.loads(line)
-        result = measure(compiled, ask["context"], ask["chunk"], ask["decode"], ask["vocab"])
-        result["kv_held_bytes"] = model_kv_bytes_held(model, ask["context"], held)
+        result = measure(compiled, ask["context"], ask["chunk"], ask["decode"], ask["vocab"], trimmable, every)
+        result["kv_held_bytes"] = model_kv_bytes_held(model, ask["context"], held, result.pop("positions"))
         np.save(ask["logits_path"], result.pop("logits"))
         result["process_peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
         print(json.dumps(result), flush=True)
@@ -101,13 +114,14 @@ def serve(model_dir: Path, form: str, config_name: str, margin: int) -> int:
 class FormWorker:
     """One form in a worker process of its own (``serve``); :meth:`measure` asks it for one measurement."""
 
-    def __init__(self, model_dir: Path, form: str, config_name: str, margin: int, scratch: Path):
+    def __init__(self, model_dir: Path, form: str, config_name: str, margin: int, scratch: Path, every: int = 1):
         import subprocess
         import sys
 
         self.form, self.scratch = form, scratch
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker", form, "--model",
-                                      str(model_dir), "--config", config_name, "--margin", str(margin)],
+                                      str(model_dir), "--config", config_name, "--margin", str(margin),
+                                      "--every", str(every)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         hello = self._reply()
         self.fused, self.precision = hello["fused_sdpa"], hello["precision"]
@@ -132,6 +146,13 @@ class FormWorker:
         self.proc.wait()
 
 
+def _load() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
 def _type_name(value) -> str:
     return value.to_string() if hasattr(value, "to_string") else str(value)
 
@@ -154,31 +175,50 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def measure(compiled, context: int, chunk: int, decode: int, vocab: int) -> dict:
+def measure(compiled, context: int, chunk: int, decode: int, vocab: int, trimmable: dict | None = None,
+            every: int = 1) -> dict:
+    """One measurement on a fresh request; ``chunk`` 0 feeds the prompt whole; ``trimmable`` (variable id ->
+    positions kept) trims those states after each prefill chunk and every ``every`` decode steps."""
     rss_before = _rss_kib("VmRSS")
     peak_reset = _reset_peak_rss()
     request = compiled.create_infer_request()
     request.reset_state()
     prompt = np.random.default_rng(0).integers(4, vocab, context)
     feed = stateful_feeder(request)
+    trimmer = None
+    if trimmable:
+        from ovpasses.sliding_window_trim import SlidingWindowTrimmer
+        trimmer = SlidingWindowTrimmer(request, trimmable, every)
+    chunk = chunk or context
 
     start = time.perf_counter()
     for begin in range(0, context, chunk):
         logits = feed(prompt[begin:begin + chunk])
+        if trimmer:
+            trimmer.trim()
     prefill = time.perf_counter() - start
-    state_prefill = sum(s.state.get_byte_size() for s in request.query_state())
+    peak_prefill = _rss_kib("VmHWM")
+    states = [(s.name, s.state) for s in request.query_state()]
+    state_prefill = sum(t.get_byte_size() for _, t in states)
+    positions = {name: t.shape[2] for name, t in states}   # what each state holds after the prefill
+    del states
     steps, tokens, all_logits = [], [], []
     for _ in range(decode):
         tokens.append(int(np.argmax(logits)))
         all_logits.append(logits)
         start = time.perf_counter()
         logits = feed([tokens[-1]])
+        if trimmer:
+            trimmer.step()
         steps.append(time.perf_counter() - start)
     state_end = sum(s.state.get_byte_size() for s in request.query_state())
     peak = _rss_kib("VmHWM")
     del request
     return {"prefill_s": prefill, "decode_ms": 1000 * statistics.median(steps),
+            "decode_ms_mean": 1000 * statistics.fmean(steps),
             "decode_ms_min": 1000 * min(steps), "state_bytes": state_prefill, "state_bytes_end": state_end,
+            "positions": positions, "trims": trimmer.trims if trimmer else 0,
+            "peak_rss_prefill_mib": None if peak_prefill is None else round(peak_prefill / 1024, 1),
             "peak_rss_mib": None if peak is None else round(peak / 1024, 1),
             "peak_rss_rise_mib": None if peak is None or rss_before is None or not peak_reset
             else round((peak - rss_before) / 1024, 1),
@@ -217,10 +257,16 @@ def summarise(runs: dict, fused: dict) -> list[dict]:
                      "state_x": round(state / base_state, 3), "state_bytes_end": measured[0]["state_bytes_end"],
                      "prefill_s": round(prefill, 3), "prefill_x": round(prefill / base_prefill, 3),
                      "decode_ms": round(decode, 2), "decode_x": round(decode / base_decode, 3),
+                     "decode_ms_mean": round(statistics.median(r["decode_ms_mean"] for r in measured), 2),
+                     "trims": measured[0]["trims"],
                      "decode_ms_each_round": [round(r["decode_ms"], 2) for r in measured],
                      "prefill_s_each_round": [round(r["prefill_s"], 3) for r in measured],
                      "peak_rss_mib": max(r["peak_rss_mib"] or 0 for r in measured),
                      "peak_rss_rise_mib": max(r["peak_rss_rise_mib"] or 0 for r in measured),
+                     "peak_rss_x": _ratio(max(r["peak_rss_mib"] or 0 for r in measured),
+                                          max(r["peak_rss_mib"] or 0 for r in base)),
+                     "context_memory_x": _ratio(max(r["peak_rss_rise_mib"] or 0 for r in measured),
+                                                max(r["peak_rss_rise_mib"] or 0 for r in base)),
                      "process_peak_rss_mib": max(r["process_peak_rss_mib"] for r in measured),
                      "tokens_equal_unmodified": all(a["tokens_equal"] for a in agree),
                      "max_logit_diff": max((a["max_logit_diff"] or 0.0) for a in agree),
@@ -228,23 +274,28 @@ def summarise(runs: dict, fused: dict) -> list[dict]:
     return rows
 
 
+def _ratio(a, b):
+    return round(a / b, 3) if a and b else None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", "--fixture", type=Path, default=ROOT / "tests" / "fixtures" / "gemma4" / "e2b35",
                         help="a text export folder (openvino_model.xml, config.json)")
     parser.add_argument("--context", type=int, nargs="+", default=[2048])
-    parser.add_argument("--chunk", type=int, default=512)
+    parser.add_argument("--chunk", type=int, nargs="+", default=[512], help="prefill chunk sizes; 0: the prompt whole")
     parser.add_argument("--decode", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--config", nargs="+", choices=("default", "exact"), default=["default"])
     parser.add_argument("--forms", default=",".join(FORMS), help=f"comma-separated, among {', '.join(FORMS)}")
-    parser.add_argument("--margin", type=int, default=0, help="sliding_window_margin of the bounded forms")
+    parser.add_argument("--margin", type=int, default=0, help="sliding_window_margin of the bounded and trimmable forms")
+    parser.add_argument("--every", type=int, default=1, help="the trimmable forms trim every K decode steps")
     parser.add_argument("--name", help="record name (default sliding_window-<model folder>-<first context>)")
     parser.add_argument("--export-command", help="how the model was exported (recorded)")
     parser.add_argument("--worker", choices=FORMS, help=argparse.SUPPRESS)   # one form's process (serve)
     args = parser.parse_args(argv)
     if args.worker:
-        return serve(args.model, args.worker, args.config[0], args.margin)
+        return serve(args.model, args.worker, args.config[0], args.margin, args.every)
     forms = args.forms.split(",")
     if forms[0] != "unmodified" or not set(forms) <= set(FORMS):
         parser.error(f"--forms must start with unmodified and name only {', '.join(FORMS)}")
@@ -267,47 +318,55 @@ def main(argv=None) -> int:
         write_record(name, [row for result in results for row in result["rows"]], complete=complete,
                      model=model_label, widths=widths, export_command=args.export_command,
                      contexts=args.context, chunk=args.chunk, decode=args.decode, rounds=args.rounds,
-                     margin=args.margin, compiled_precision=compiled_precision,
+                     margin=args.margin, every=args.every, compiled_precision=compiled_precision,
                      state_note="kv_held_bytes: the KV cache as the CPU plugin holds it after the prefill "
                                 "(fused caches in the compiled model's KEY/VALUE_CACHE_PRECISION, with scales when "
                                 "quantized; every other state in its INFERENCE_PRECISION_HINT, double buffered: "
                                 "compiled_precision[config][form].held); state_bytes: as query_state() returns "
                                 "the states (the IR's declared type, f32)", configs={c: configs()[c] or "CPU plugin defaults (no properties)"
                                                   for c in args.config},
-                     measured="per config, context and round, each form in turn from a fresh request: prefill "
-                              "of the whole context in chunks, then greedy decode steps (median ms); state = "
-                              "sum of get_byte_size over the states after the prefill; each form in a process of "
-                              "its own: peak RSS = its VmHWM reset before each measurement, process peak RSS = "
-                              "its ru_maxrss (compilation included)", results=results)
+                     measured="per config, context, chunk (0: whole prompt) and round, each form in turn, "
+                              "compiled in a fresh process and measured once there: prefill of the whole context "
+                              "in chunks, then greedy decode steps (median ms); state = sum of get_byte_size over "
+                              "the states after the prefill; kv_held = as the plugin holds them; peak RSS = the "
+                              "process' VmHWM reset before the request, context memory (peak_rss_rise) = that "
+                              "peak minus the RSS before the request, process peak RSS = its ru_maxrss "
+                              "(compilation included)", results=results)
 
     for config_name in args.config:
-        progress(f"{config_name}: compiling {', '.join(forms)}, each in a process of its own")
+        compiled_precision[config_name] = {}
         with tempfile.TemporaryDirectory(prefix="sliding-window-") as scratch:
-            workers = {f: FormWorker(args.model, f, config_name, args.margin, Path(scratch)) for f in forms}
-            fused = {f: w.fused for f, w in workers.items()}
-            compiled_precision[config_name] = {f: w.precision for f, w in workers.items()}
             for context in args.context:
-                runs: dict[str, list[dict]] = {f: [] for f in forms}
-                result = {"config": config_name, "context": context, "rows": []}
-                results.append(result)
-                for round_ in range(args.rounds):
-                    for form in forms:
-                        progress(f"{config_name} context {context} round {round_ + 1}/{args.rounds}: {form}")
-                        runs[form].append(workers[form].measure(context, args.chunk, args.decode, vocab))
-                        m = runs[form][-1]
-                        held = m["kv_held_bytes"]
-                        progress(f"  prefill {m['prefill_s']:.2f} s, decode {m['decode_ms']:.1f} ms, "
-                                 f"KV held {'?' if held is None else size_text(held)}, peak RSS {m['peak_rss_mib']} MiB "
-                                 f"(process {m['process_peak_rss_mib']} MiB)")
-                        result["rows"] = [dict(row, config=config_name, context=context)
-                                          for row in summarise(runs, fused)]
-                        save(False)
-                print(f"\n{config_name}, context {context}:")
-                keys = ["form", "fused_sdpa", "kv_held_bytes", "kv_held_x", "state_bytes", "state_x", "prefill_s", "prefill_x", "decode_ms",
-                        "decode_x", "peak_rss_mib", "process_peak_rss_mib", "tokens_equal_unmodified", "max_logit_diff"]
-                print(markdown_table(keys, [[row[k] for k in keys] for row in result["rows"]]), flush=True)
-            for worker in workers.values():
-                worker.close()
+                for chunk in args.chunk:
+                    runs: dict[str, list[dict]] = {f: [] for f in forms}
+                    fused: dict[str, int] = {}
+                    result = {"config": config_name, "context": context, "chunk": chunk or "whole", "rows": []}
+                    results.append(result)
+                    for round_ in range(args.rounds):
+                        for form in forms:
+                            progress(f"{config_name} context {context} chunk {chunk or 'whole'} round "
+                                     f"{round_ + 1}/{args.rounds}: {form} (load {_load()})")
+                            worker = FormWorker(args.model, form, config_name, args.margin, Path(scratch), args.every)
+                            try:
+                                fused[form] = worker.fused
+                                compiled_precision[config_name][form] = worker.precision
+                                m = worker.measure(context, chunk, args.decode, vocab)
+                            finally:
+                                worker.close()
+                            m["load"] = _load()
+                            runs[form].append(m)
+                            progress(f"  prefill {m['prefill_s']:.2f} s, decode {m['decode_ms']:.1f} ms "
+                                     f"(mean {m['decode_ms_mean']:.1f}), KV held {(m['kv_held_bytes'] or 0) / 2**20:.1f} "
+                                     f"MiB, peak RSS {m['peak_rss_mib']} MiB (context {m['peak_rss_rise_mib']} MiB)")
+                            result["rows"] = [dict(row, config=config_name, context=context, chunk=chunk or "whole",
+                                                   load=[r["load"] for r in runs[row["form"]]])
+                                              for row in summarise(runs, fused)]
+                            save(False)
+                    print(f"\n{config_name}, context {context}, chunk {chunk or 'whole'}:")
+                    keys = ["form", "fused_sdpa", "kv_held_bytes", "kv_held_x", "prefill_s", "prefill_x", "decode_ms",
+                            "decode_x", "decode_ms_mean", "peak_rss_mib", "peak_rss_x", "peak_rss_rise_mib",
+                            "context_memory_x", "tokens_equal_unmodified", "max_logit_diff"]
+                    print(markdown_table(keys, [[row[k] for k in keys] for row in result["rows"]]), flush=True)
     save(True)
     return 0
 

@@ -42,6 +42,10 @@ class SlidingWindow(Mode):
     FULL = "full", "every KV cache holds the whole context"
     BOUNDED = "bounded", ("a cache that only sliding-window attention reads keeps its last W-1 positions (the "
                           "stateful path: ov.Core, optimum-intel, openvino_genai with ATTENTION_BACKEND=SDPA)")
+    TRIMMABLE = "trimmable", ("such caches stay in the plugin's fused kernel and stay exact when the program trims "
+                              "them to their last W-1 positions (ovpasses.sliding_window_trim: ov.Core and "
+                              "optimum-intel programs); a client that does not trim (openvino_genai) runs the "
+                              "model as unmodified")
 
 
 class PagedHeads(Mode):

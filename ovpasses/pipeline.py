@@ -48,6 +48,7 @@ from ovpasses.passes import (
     SharedKVCacheUnsharing,
     SlidingWindowKVCacheBounding,
     SlidingWindowMaskSliceInsertion,
+    TrimmableSlidingWindowKVCache,
 )
 from ovpasses.plan import targets
 from ovpasses.step import run_step
@@ -77,6 +78,7 @@ STEPS: tuple[Step, ...] = (
     Step(KVCacheShapeOfDecomposition, targets.cache_shapeof),          # affected runtimes
     Step(SlidingWindowMaskSliceInsertion, targets.mask_slice),         # runtimes whose paged converter needs it
     Step(SlidingWindowKVCacheBounding, targets.cache_bounding),        # sliding_window="bounded" only
+    Step(TrimmableSlidingWindowKVCache, targets.cache_trimming),       # sliding_window="trimmable" only
     Step(ErfInvConstantFolding, targets.lowering),                     # targets that cannot read ErfInv
     Step(ConvertOneHot16ToOneHot1, targets.lowering),                  # targets that cannot read OneHot-16
 )

@@ -1,6 +1,6 @@
 """Run one exported LLM fixture one way, under whichever OpenVINO this interpreter has.
 
-    python -m testkit.matrix FIXTURE_DIR --mode unmodified|rewritten|recovered|unshared|bounded|unshared-bounded|paged-pad|decomposed
+    python -m testkit.matrix FIXTURE_DIR --mode unmodified|rewritten|recovered|unshared|bounded|unshared-bounded|trimmable|unshared-trimmable|paged-pad|decomposed
                                       --path core|stateful|paged|default|batching [PATH ...]
                                       [--prompt default|long]
 
@@ -63,7 +63,8 @@ def worker_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
-REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded", "paged-pad", "recovered")
+REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded", "trimmable", "unshared-trimmable", "paged-pad",
+                 "recovered")
 MODES = ("unmodified", *REWRITE_MODES, "decomposed")
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
 
@@ -71,13 +72,15 @@ MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "gener
 def apply_mode(model: ov.Model, mode: str) -> ov.Model:
     """``model`` as the mode runs it, changed in place: ``unmodified``, ``rewritten``
     (:func:`ovpasses.rewrite`), ``unshared`` (``rewrite(kv_sharing="unshare")``), ``bounded``
-    (``rewrite(sliding_window="bounded")``), ``unshared-bounded`` (both), ``paged-pad``
+    (``rewrite(sliding_window="bounded")``), ``unshared-bounded`` (both), ``trimmable`` and ``unshared-trimmable``
+    (``sliding_window="trimmable"``, nobody trimming: as a client that does not run the trimmer), ``paged-pad``
     (``rewrite(paged_heads="pad")``) or ``decomposed`` (every SDPA
     decomposed)."""
     if mode in REWRITE_MODES:
         import ovpasses
         ovpasses.rewrite(model, kv_sharing="unshare" if mode.startswith("unshared") else "keep",
-                         sliding_window="bounded" if mode.endswith("bounded") else "full",
+                         sliding_window="bounded" if mode.endswith("bounded") else
+                         "trimmable" if mode.endswith("trimmable") else "full",
                          paged_heads="pad" if mode == "paged-pad" else "keep",
                          passes="EagerAttentionToSDPA" if mode == "recovered" else None)
     elif mode == "decomposed":

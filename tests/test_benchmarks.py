@@ -25,6 +25,8 @@ CASES = {
     "paged_heads": (["--runtimes", "newest", "--decode", "2", "--repeats", "1"], "paged_heads"),
     "sliding_window": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2",
                         "--rounds", "1", "--config", "default", "exact"], "sliding_window-tiny8-40"),
+    "sliding_window_decode": (["--model", str(TINY8.parent), "--context", "64", "--decode", "4", "--every", "2",
+                               "--rounds", "1"], "sliding_window_decode-tiny8-default"),
     "sliding_window_exactness": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
                                  "sliding_window_exactness-tiny8-40"),
     "sliding_window_expand_forms": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode",
@@ -66,7 +68,11 @@ def test_benchmark_script_runs(script, tmp_path):
         assert rows["stateful-padded"]["kv_bytes_per_token"] == rows["paged-padded"]["kv_bytes_per_token"]
     if script == "sliding_window":   # each form measured in a process of its own, both configs, every form
         assert {(row["config"], row["form"]) for row in data["rows"]} == {
-            (c, f) for c in ("default", "exact") for f in ("unmodified", "bounded", "unshared", "unshared+bounded")}
+            (c, f) for c in ("default", "exact") for f in ("unmodified", "bounded", "trimmable", "unshared",
+                                                           "unshared+bounded", "unshared+trimmable")}
+        exact = {row["form"]: row for row in data["rows"] if row["config"] == "exact"}
+        assert exact["trimmable"]["fused_sdpa"] == 2 and exact["unshared+trimmable"]["fused_sdpa"] == 8
+        assert exact["trimmable"]["tokens_equal_unmodified"] and exact["trimmable"]["trims"] > 0
         assert all(row["process_peak_rss_mib"] >= row["peak_rss_rise_mib"] > 0 for row in data["rows"])
         held = {(row["config"], row["form"]): row["kv_held_bytes"] for row in data["rows"]}
         # the exact config holds every cache in f32: tiny8's 4 fused caches (2 x 16) once, the shared ones
@@ -74,6 +80,10 @@ def test_benchmark_script_runs(script, tmp_path):
         assert held[("exact", "unmodified")] == 40 * 4 * (4 * 32 + 2 * 2 * 32 + 2 * 2 * 64)
         assert all(held[(c, "bounded")] < held[(c, "unmodified")] for c in ("default", "exact"))
         assert {p["held"]["key"] for p in data["compiled_precision"]["exact"].values()} == {"f32"}
+    if script == "sliding_window_decode":   # states set, not prefilled: the trimmable form trims and stays fused
+        rows = {row["form"]: row for row in data["rows"]}
+        assert rows["unmodified"]["fused_sdpa"] == rows["trimmable"]["fused_sdpa"] == 2
+        assert rows["trimmable"]["trim_ms"] > 0 and rows["unmodified"]["trim_ms"] is None
     if script == "sliding_window_profile":   # the prefill's counters, per decoder layer (tiny8: 8 layers)
         row = data["rows"][0]
         assert row["phase"] == "prefill" and row["steps"] == 3 and row["wall_s"] > 0

@@ -79,6 +79,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ovpasses.passes.*",),                               # the transformations several features share
     ("ovpasses.features",),                               # a home per feature (they never import each other)
     ("ovpasses.passes",),                                 # every pass by its public name, PIPELINE_ORDER
+    ("ovpasses.sliding_window_trim",),                    # the program-side helper of sliding_window="trimmable"
     ("ovpasses.options",),                                # what a rewrite is asked to do (names the passes)
     ("ovpasses.plan.targets",),                           # what the plan gives each pipeline step
     ("ovpasses.summary",),                                # what one run did, as data

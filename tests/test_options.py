@@ -43,7 +43,7 @@ def test_modes_are_enums_and_strings_are_parsed_once():
 
 @pytest.mark.parametrize("field, value, message", [
     ("kv_sharing", "share", "kv_sharing must be one of keep, unshare, not 'share'"),
-    ("sliding_window", "half", "sliding_window must be one of full, bounded, not 'half'"),
+    ("sliding_window", "half", "sliding_window must be one of full, bounded, trimmable, not 'half'"),
     ("paged_heads", None, "paged_heads must be one of keep, pad, not None"),
     ("sliding_window_margin", -1, "sliding_window_margin must be a whole number of positions >= 0, not -1"),
     ("sliding_window_margin", 1.5, "sliding_window_margin must be a whole number of positions >= 0, not 1.5"),

@@ -400,7 +400,7 @@ def test_cli_says_when_a_rewrite_changed_nothing(tmp_path, capsys, in_place):
 
 
 def test_modes_are_checked():
-    with pytest.raises(OvpassesError, match="sliding_window must be one of full, bounded, not 'half'"):
+    with pytest.raises(OvpassesError, match="sliding_window must be one of full, bounded, trimmable, not 'half'"):
         ovpasses.rewrite(read(), sliding_window="half")
     with pytest.raises(OvpassesError, match="sliding_window_margin must be"):
         ovpasses.rewrite(read(), sliding_window="bounded", sliding_window_margin=-1)

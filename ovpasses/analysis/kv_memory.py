@@ -149,12 +149,14 @@ def _bound_keep(assign: ov.Node) -> int | None:
     return -int(start.get_data().reshape(-1)[0]) if start is not None and start.get_type_name() == "Constant" else None
 
 
-def model_kv_bytes_held(model: ov.Model, context: int, precision: HeldPrecision) -> int | None:
+def model_kv_bytes_held(model: ov.Model, context: int, precision: HeldPrecision,
+                        positions: dict[str, int] | None = None) -> int | None:
     """KV-cache bytes at batch 1 after ``context`` positions that the CPU plugin holds for ``model`` as it is
     (any form: unmodified, bounded, unshared) under ``precision``: a cache whose readers the plugin's stateful
     kernel is expected to take (:func:`~ovpasses.analysis.stateful_fusion.predict_fusion`) in the kernel's
     precision, every other one a plain state (a bounded one at most the positions its Assign stores). None:
-    unknown (a dynamic dimension, a cache without a chain)."""
+    unknown (a dynamic dimension, a cache without a chain). ``positions`` (variable id -> positions the state
+    holds, as ``query_state`` shows them) overrides the count for the caches it names: a trimmed cache."""
     from ovpasses.analysis.cache_chain import find_cache_chains
     from ovpasses.analysis.kv_sharing import analyze_kv_sharing
     from ovpasses.analysis.stateful_fusion import predict_fusion
@@ -179,6 +181,8 @@ def model_kv_bytes_held(model: ov.Model, context: int, precision: HeldPrecision)
             if keep is None:
                 return None
             kept = min(context, keep)
+        if positions is not None and vid in positions:
+            kept = positions[vid]
         plugin_fused = bool(cache.sdpa) and set(cache.sdpa) <= fused and not cache.bounded
         total += precision.cache_bytes("key" if cache.key_readers else "value", *shape, kept, fused=plugin_fused)
     return total

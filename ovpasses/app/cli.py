@@ -88,7 +88,8 @@ def _add_common(sub: argparse.ArgumentParser, runtime: bool = True) -> None:
                              help="; ".join(f"{m.value}{' (default)' if m is default else ''}"
                                             f"{': ' + m.description if m.description else ''}" for m in kind))
         sub.add_argument("--sliding-window-margin", type=int, default=0, metavar="N",
-                         help="with --sliding-window bounded: keep N positions more, so that a client may take "
+                         help="with --sliding-window bounded or trimmable: keep N positions more, so that a client "
+                              "may take "
                               "back N (openvino_genai's stateful chat takes back each answer); a longer rollback "
                               "fails the inference (default 0)")
 

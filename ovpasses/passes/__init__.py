@@ -10,6 +10,7 @@ from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecompos
 from ovpasses.features.unsharing.shared_kv_cache_unsharing import SharedKVCacheUnsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.passes.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
+from ovpasses.passes.sliding_window_cache_trimmable import TrimmableSlidingWindowKVCache
 from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 
 # Every pass, in the order ovpasses.pipeline.STEPS runs them (tests/test_pipeline.py checks it): the names
@@ -24,6 +25,7 @@ PIPELINE_ORDER: tuple[type, ...] = (
     KVCacheShapeOfDecomposition,
     SlidingWindowMaskSliceInsertion,
     SlidingWindowKVCacheBounding,
+    TrimmableSlidingWindowKVCache,
     ErfInvConstantFolding,
     ConvertOneHot16ToOneHot1,
 )
@@ -40,4 +42,5 @@ __all__ = [
     "SlidingWindowKVCacheBounding",
     "SlidingWindowMaskSliceInsertion",
     "SharedKVCacheUnsharing",
+    "TrimmableSlidingWindowKVCache",
 ]

@@ -176,98 +176,127 @@ class SlidingWindowKVCacheBounding(ModelPass):
         return past_length
 
     def _bound(self, nodes: CacheNodes, keep: int, past_length: ov.Output) -> list[ov.Node]:
-        made: list[ov.Node] = []
-        axis = nodes.axis
-        # every shape read from the chain or the Concat: the shape unbounded
-        for shape_of in nodes.shape_ofs:
-            source = shape_of.input_value(0)
-            if source.get_node() is nodes.concat:
-                base = ops.shape_of(nodes.new, "i64")
-                length = ops.add(past_length, ops.gather(base, _i64([axis]), _i64([0])))
-                made += [base, length]
-            else:
-                base = ops.shape_of(source, "i64")
-                length = past_length
-                made.append(base)
-            shape = opset8.scatter_update(base, _i64([axis]), length, _i64([0]))
-            made.append(shape)
-            output_type = shape_of.get_output_element_type(0)
-            if output_type != ov.Type.i64:
-                shape = ops.convert(shape, output_type)
-                made.append(shape)
-            copy_runtime_info(shape_of, made)
-            shape.set_friendly_name(shape_of.get_friendly_name())
-            shape_of.output(0).replace(shape.output(0))
+        made = unbounded_shapes(nodes, past_length)
         # the stored value: the last `keep` positions
         stored = nodes.stored.get_source_output()
-        window = opset8.slice(stored, _i64([-keep]), _i64([INT64_MAX]), _i64([1]), _i64([axis]))
+        window = opset8.slice(stored, _i64([-keep]), _i64([INT64_MAX]), _i64([1]), _i64([nodes.axis]))
         window.set_friendly_name(nodes.concat.get_friendly_name() + BOUND_SUFFIX)
         copy_runtime_info(nodes.assign, window)
         nodes.stored.replace_source_output(window.output(0))
         made.append(window)
-        # the GQA broadcast: its sequence length from its own input (one that no SDPA reads any more is dead)
-        for broadcast, out_axis in nodes.broadcasts:
-            if not broadcast.output(0).get_target_inputs():
-                continue
-            target = broadcast.input_value(1)
-            length = target.get_partial_shape()[0].get_length()
-            position = out_axis - (broadcast.get_output_partial_shape(0).rank.get_length() - length)
-            constant = target.get_node().get_data() if target.get_node().get_type_name() == "Constant" else None
-            if 0 <= position and constant is not None and int(constant.reshape(-1)[position]) == 1 \
-                    and broadcast.get_attributes()["mode"] == "bidirectional":
-                continue   # takes its input's length already
-            if not 0 <= position < length:
-                raise PassInvariantError(f"{self.NAME}: Broadcast '{broadcast.get_friendly_name()}' has no target "
-                                         f"element for the sequence axis {out_axis}")
-            one = ops.constant(np.array([1], target.get_element_type().to_dtype()))
-            new_target = opset8.scatter_update(target, _i64([position]), one, _i64([0]))
-            replacement = ops.broadcast(broadcast.input_value(0), new_target, broadcast_spec="BIDIRECTIONAL")
-            copy_runtime_info(broadcast, [new_target, replacement])
-            replacement.set_friendly_name(broadcast.get_friendly_name())
-            broadcast.output(0).replace(replacement.output(0))
-            made += [new_target, replacement]
-        return made
+        return made + own_length_broadcasts(nodes, self.NAME)
 
     def _slice_mask(self, sdpa: ov.Node, nodes: CacheNodes, window: int, past_length: ov.Output,
                     masks: dict[tuple[ov.Output, str], ov.Output]) -> list[ov.Node]:
-        """Give ``sdpa`` (which reads ``nodes``' cache as K) the mask columns of its keys: the last P+n."""
-        if sdpa.get_input_size() <= MASK_PORT:
-            raise PassInvariantError(f"{self.NAME}: SDPA '{sdpa.get_friendly_name()}' has no mask; the plan "
-                                     "bounds only caches read under a sliding-window mask")
-        mask = sdpa.input_value(MASK_PORT)
-        key = (mask, variable_id(nodes.read_value))
-        if key in masks:
-            sdpa.input(MASK_PORT).replace_source_output(masks[key])
-            return []
-        # one Slice on the Select: openvino's PagedAttention converter reads the window only from
-        # Slice(Select) at the SDPA (measured: 2026.0.0 with SlidingWindowMaskSliceInsertion's Slice, 2026.4.1
-        # with the Slice the VLM export writes; a Slice on that Slice loses the window)
-        source, stop = mask, None
-        if (columns_slice := _columns_slice(mask.get_node())) is not None:
-            source, stop = columns_slice.input_value(0), columns_slice.input_value(2)
-        name = f"{nodes.concat.get_friendly_name()}"
-        axis = _i64([nodes.axis])
-        key_length = ops.gather(ops.shape_of(nodes.concat, "i64"), axis, _i64([0]))
-        columns = ops.gather(ops.shape_of(source, "i64"), _i64([-1]), _i64([0]))
-        end = columns if stop is None else ops.minimum(ops.convert(stop, ov.Type.i64), columns)
-        # positions the mask needs from the past: min(T, W-1); the cache holds `held`. Fewer: the Concat of a
-        # [1, 1] and a [1, 2] tensor on axis 0 fails the inference, so no step runs on a cache that lost them
-        # (measured on 2026.0.0 and 2026.4.1: the CPU plugin checks Concat's shapes at run time; it does not
-        # check a Reshape's element count or an Add's broadcast)
-        held = ops.gather(ops.shape_of(nodes.chain[-1].output(0), "i64"), axis, _i64([0]))
-        needed = ops.minimum(past_length, _i64([window - 1]))
-        lost = ops.convert(ops.less(held, needed), ov.Type.i64)
-        zeros = ops.broadcast(_i64(0), ops.concat([_i64([1]), ops.add(lost, _i64([1]))], 0))
-        check = ops.concat([ops.broadcast(_i64(0), _i64([1, 1])), zeros], 0)
-        check.set_friendly_name(name + CHECK_SUFFIX)
-        start = ops.add(ops.reduce_sum(check, _i64([0]), keep_dims=False), ops.subtract(end, key_length))
-        keys = opset8.slice(source, start, end, _i64([1]), _i64([-1]))
-        keys.set_friendly_name(name + KEYS_SUFFIX)
-        made = [key_length, columns, end, held, needed, lost, zeros, check, start, keys]
-        copy_runtime_info(mask.get_node(), made)
-        masks[key] = keys.output(0)
-        sdpa.input(MASK_PORT).replace_source_output(keys.output(0))
-        return made
+        return slice_mask(self.NAME, sdpa, nodes, window, past_length, masks,
+                          ops.gather(ops.shape_of(nodes.concat, "i64"), _i64([nodes.axis]), _i64([0])))
+
+
+def failing_check(flag: ov.Node) -> ov.Node:
+    """Zeros of shape [2, 1] that fail the inference when ``flag`` (i64 [1]) is 1: the Concat of a [1, 1] and a
+    [1, 2] tensor on axis 0 (measured on 2026.0.0 and 2026.4.1: the CPU plugin checks Concat's shapes at run
+    time; it does not check a Reshape's element count or an Add's broadcast)."""
+    zeros = ops.broadcast(_i64(0), ops.concat([_i64([1]), ops.add(flag, _i64([1]))], 0))
+    return ops.concat([ops.broadcast(_i64(0), _i64([1, 1])), zeros], 0)
+
+
+def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, past_length: ov.Output,
+               masks: dict[tuple[ov.Output, str], ov.Output], key_length: ov.Node,
+               extra_checks: tuple[ov.Node, ...] = ()) -> list[ov.Node]:
+    """Give ``sdpa`` (which reads ``nodes``' cache as K) the mask columns of its keys: the last ``key_length``
+    (P+n: the positions the cache holds and the new ones). ``extra_checks`` (:func:`failing_check` nodes) are
+    added to the Slice's start, so that the inference runs them. Returns the nodes made."""
+    if sdpa.get_input_size() <= MASK_PORT:
+        raise PassInvariantError(f"{pass_name}: SDPA '{sdpa.get_friendly_name()}' has no mask; the plan "
+                                 "bounds only caches read under a sliding-window mask")
+    mask = sdpa.input_value(MASK_PORT)
+    key = (mask, variable_id(nodes.read_value))
+    if key in masks:
+        sdpa.input(MASK_PORT).replace_source_output(masks[key])
+        return []
+    # one Slice on the Select: openvino's PagedAttention converter reads the window only from
+    # Slice(Select) at the SDPA (measured: 2026.0.0 with SlidingWindowMaskSliceInsertion's Slice, 2026.4.1
+    # with the Slice the VLM export writes; a Slice on that Slice loses the window)
+    source, stop = mask, None
+    if (columns_slice := _columns_slice(mask.get_node())) is not None:
+        source, stop = columns_slice.input_value(0), columns_slice.input_value(2)
+    name = f"{nodes.concat.get_friendly_name()}"
+    axis = _i64([nodes.axis])
+    columns = ops.gather(ops.shape_of(source, "i64"), _i64([-1]), _i64([0]))
+    end = columns if stop is None else ops.minimum(ops.convert(stop, ov.Type.i64), columns)
+    # positions the mask needs from the past: min(T, W-1); the cache holds `held`. Fewer: the check fails the
+    # inference, so no step runs on a cache that lost them
+    held = ops.gather(ops.shape_of(nodes.chain[-1].output(0), "i64"), axis, _i64([0]))
+    needed = ops.minimum(past_length, _i64([window - 1]))
+    lost = ops.convert(ops.less(held, needed), ov.Type.i64)
+    check = failing_check(lost)
+    check.set_friendly_name(name + CHECK_SUFFIX)
+    start = ops.subtract(end, key_length)
+    for each in (check, *extra_checks):
+        start = ops.add(ops.reduce_sum(each, _i64([0]), keep_dims=False), start)
+    keys = opset8.slice(source, start, end, _i64([1]), _i64([-1]))
+    keys.set_friendly_name(name + KEYS_SUFFIX)
+    made = [key_length, columns, end, held, needed, lost, check, start, keys]
+    copy_runtime_info(mask.get_node(), made)
+    masks[key] = keys.output(0)
+    sdpa.input(MASK_PORT).replace_source_output(keys.output(0))
+    return made
+
+
+def unbounded_shapes(nodes: CacheNodes, past_length: ov.Output) -> list[ov.Node]:
+    """Replace every ShapeOf on ``nodes``' chain or Concat by the shape the cache has unbounded: its sequence
+    element ``past_length`` (on the chain) or ``past_length + n`` (on the Concat). Returns the nodes made."""
+    made: list[ov.Node] = []
+    axis = nodes.axis
+    # every shape read from the chain or the Concat: the shape unbounded
+    for shape_of in nodes.shape_ofs:
+        source = shape_of.input_value(0)
+        if source.get_node() is nodes.concat:
+            base = ops.shape_of(nodes.new, "i64")
+            length = ops.add(past_length, ops.gather(base, _i64([axis]), _i64([0])))
+            made += [base, length]
+        else:
+            base = ops.shape_of(source, "i64")
+            length = past_length
+            made.append(base)
+        shape = opset8.scatter_update(base, _i64([axis]), length, _i64([0]))
+        made.append(shape)
+        output_type = shape_of.get_output_element_type(0)
+        if output_type != ov.Type.i64:
+            shape = ops.convert(shape, output_type)
+            made.append(shape)
+        copy_runtime_info(shape_of, made)
+        shape.set_friendly_name(shape_of.get_friendly_name())
+        shape_of.output(0).replace(shape.output(0))
+    return made
+
+
+def own_length_broadcasts(nodes: CacheNodes, pass_name: str) -> list[ov.Node]:
+    """Make each GQA Broadcast on ``nodes``' path take its sequence length from its own input (a 1 in its
+    target's sequence element, bidirectional). Returns the nodes made."""
+    made: list[ov.Node] = []
+    # the GQA broadcast: its sequence length from its own input (one that no SDPA reads any more is dead)
+    for broadcast, out_axis in nodes.broadcasts:
+        if not broadcast.output(0).get_target_inputs():
+            continue
+        target = broadcast.input_value(1)
+        length = target.get_partial_shape()[0].get_length()
+        position = out_axis - (broadcast.get_output_partial_shape(0).rank.get_length() - length)
+        constant = target.get_node().get_data() if target.get_node().get_type_name() == "Constant" else None
+        if 0 <= position and constant is not None and int(constant.reshape(-1)[position]) == 1 \
+                and broadcast.get_attributes()["mode"] == "bidirectional":
+            continue   # takes its input's length already
+        if not 0 <= position < length:
+            raise PassInvariantError(f"{pass_name}: Broadcast '{broadcast.get_friendly_name()}' has no target "
+                                     f"element for the sequence axis {out_axis}")
+        one = ops.constant(np.array([1], target.get_element_type().to_dtype()))
+        new_target = opset8.scatter_update(target, _i64([position]), one, _i64([0]))
+        replacement = ops.broadcast(broadcast.input_value(0), new_target, broadcast_spec="BIDIRECTIONAL")
+        copy_runtime_info(broadcast, [new_target, replacement])
+        replacement.set_friendly_name(broadcast.get_friendly_name())
+        broadcast.output(0).replace(replacement.output(0))
+        made += [new_target, replacement]
+    return made
 
 
 def _expand(sdpa: ov.Node, port: int) -> tuple[ov.Node, ov.Node, ov.Node] | None:

@@ -31,6 +31,7 @@ class Action(StrEnum):
     DECOMPOSE = "decompose"            # ScaledDotProductAttentionDecomposition, where the barrier cannot go
     UNSHARED = "unshared"              # SharedKVCacheUnsharing gave it a cache of its own
     BOUNDED = "bounded"                # SlidingWindowKVCacheBounding bounded its cache
+    TRIMMABLE = "trimmable"            # TrimmableSlidingWindowKVCache: its cache may be trimmed by the program
 
     @property
     def changes(self) -> bool:

@@ -310,6 +310,10 @@ def _bounding(run: Run, _cls) -> tuple | None:
     """Last: it plans (:func:`analyze_sliding_window_caches`) on the model as the other passes left it."""
     if run.options.sliding_window is not SlidingWindow.BOUNDED:
         return None
+    return _plan_caches(run)
+
+
+def _plan_caches(run: Run) -> tuple | None:
     ordered = run.model.get_ordered_ops()
     analysis = analyze_kv_sharing(run.model, ordered)
     sdpa_nodes = analysis.sdpa_nodes(ordered).values()
@@ -329,6 +333,21 @@ def _bounded(run: Run, _bounding) -> None:
 
 cache_bounding = Targets(_bounding, _bounded,
                          lambda run, cls, _args: run.decide(_readers(run), Action.BOUNDED, cls.NAME))
+
+
+# ----------------------------------------------------------------------- TrimmableSlidingWindowKVCache
+def _trimming(run: Run, _cls) -> tuple | None:
+    """Last, as the bounding: the same plan of which caches only sliding-window attention reads."""
+    return _plan_caches(run) if run.options.sliding_window is SlidingWindow.TRIMMABLE else None
+
+
+def _trimmed(run: Run, _pass) -> None:
+    run.analysis = analyze_kv_sharing(run.model)
+    run.decide(_readers(run), Action.TRIMMABLE)
+
+
+cache_trimming = Targets(_trimming, _trimmed,
+                         lambda run, cls, _args: run.decide(_readers(run), Action.TRIMMABLE, cls.NAME))
 
 
 # ------------------------------------------------------------------ op-version lowering (last steps)

@@ -26,6 +26,16 @@ SUMMARY_FIELDS = ("sliding_window_masks", "warnings", "lint", "unreadable_ops", 
 KV_BYTES_CONTEXT = 8192   # the context at which the report gives the KV-cache bytes
 
 
+# who gets what from sliding_window="trimmable" (measured: benchmarks/records/2026-11-26-bounded-vs-native.md)
+TRIMMABLE_CLIENTS = {
+    "ov.Core / optimum-intel with ovpasses.sliding_window_trim": (
+        "each sliding cache cut to its last W-1 (+ margin) positions every K steps and after each prefill chunk, "
+        "still in the plugin's fused kernel: less KV memory and faster decode once the context passes the window"),
+    "openvino_genai (stateful or paged), or a program that does not trim": (
+        "nothing trims: the model computes as unmodified (same tokens, caches and kernels)"),
+}
+
+
 def inspect_model(model: ov.Model, options: RewriteOptions | None = None) -> dict:
     """The KV-sharing map of ``model`` and what ``ovpass rewrite`` would do to each SDPA with ``options``
     (default: every pass, the installed runtime), and the operations the target runtime cannot read as

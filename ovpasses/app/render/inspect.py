@@ -23,6 +23,7 @@ from ovpasses.app.render.text import (
 )
 from ovpasses.errors import OvpassesError
 from ovpasses.plan.decisions import Action
+from ovpasses.report.inspect import TRIMMABLE_CLIENTS
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
@@ -83,13 +84,17 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         lines += ["", f"sliding window: {report['sliding_window']}"]
         for s in report["sdpa"]:
             if "window" in s:
+                held = ("trimmable" if report["sliding_window"] == "trimmable" else "bounded") \
+                    if s["cache_bounded"] else "whole"
                 lines.append(f"  layer {s['layer']}: " + ("full attention" if s["window"] is None else
-                             f"window {s['window']}, cache {'bounded' if s['cache_bounded'] else 'whole'}"))
+                             f"window {s['window']}, cache {held}"))
         kv = report["kv_bytes"]
         lines.append(f"  KV bytes at batch 1, {kv['context']} tokens, as declared: {size_text(kv['full'])} "
-                     f"as exported, {size_text(kv['bounded'])} bounded ({kv['per_token']} B per token)")
+                     f"as exported, {size_text(kv['bounded'])} {'once trimmed' if report['sliding_window'] == 'trimmable' else 'bounded'} ({kv['per_token']} B per token)")
         lines += [f"  held, {held_text(h)}: {size_text(h['full'])} as exported, {size_text(h['bounded'])} "
                   f"bounded" for h in kv.get("held", [])]
+        if report["sliding_window"] == "trimmable":
+            lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
     shared = [v for v in report["variables"] if v["shared"]]
     if shared:
         lines += ["", "shared caches (owner: borrowers):"]

@@ -37,6 +37,7 @@ ACTION_TEXT = {
     Action.DECOMPOSE: "decomposed (scale after MatMul(Q,K^T)): no other way to keep it out of fusion",
     Action.UNSHARED: "reads a KV cache of its own (unshared), so the plugin can fuse it",
     Action.BOUNDED: "reads a bounded sliding-window cache (its last W-1 positions); not fused",
+    Action.TRIMMABLE: "reads a sliding-window cache the program may trim to its last W-1 positions; still fused",
 }
 
 MASK_ACTION_TEXT = {
@@ -191,11 +192,14 @@ def summary_text(summary: RewriteSummary) -> str:
                             for reason, count in no_effect["sliding_window"].items())
         lines.append(f"sliding window: {summary.sliding_window}: changed nothing: {reasons or 'the model has no cache'}")
     elif summary.sliding_window is not SlidingWindow.FULL and bounded is not None:
-        lines.append(f"sliding window: {summary.sliding_window}: {len(bounded.bounded)} caches bounded"
+        verb = "trimmable by the program (ovpasses.sliding_window_trim)" \
+            if summary.sliding_window is SlidingWindow.TRIMMABLE else "bounded"
+        lines.append(f"sliding window: {summary.sliding_window}: {len(bounded.bounded)} caches {verb}"
                      + (f" (window {', '.join(map(str, sorted({b.window for b in bounded.bounded.values()})))}, "
                         f"past length from {past_length_source(bounded)})" if bounded.bounded else ""))
         for vid, refusal in bounded.refused.items():
-            lines.append(f"  not bounded: {vid}: {refusal.message}")
+            lines.append(f"  not {'trimmable' if summary.sliding_window is SlidingWindow.TRIMMABLE else 'bounded'}: "
+                         f"{vid}: {refusal.message}")
         lines += [f"  KV held at {h['context']} tokens, {held_text(h)}: {size_text(h['full'])} -> "
                   f"{size_text(h['bounded'])}" for h in bounded.held_at(HELD_CONTEXT)]
     lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []

@@ -1,0 +1,159 @@
+"""TrimmableSlidingWindowKVCache: a KV cache that only sliding-window attention reads stays exact when the
+calling program cuts it back to its last positions, and stays inside the CPU plugin's stateful SDPA kernel.
+
+Why: :class:`~ovpasses.passes.SlidingWindowKVCacheBounding` stores only the last ``W - 1`` positions through a
+Slice between the Concat and the Assign, which takes the layer out of the plugin's fused stateful kernel (its
+pattern allows nothing between ReadValue, Gather, Concat and Assign): the bounded layers then run decomposed
+attention on bf16 double-buffered states, which at wide attention (Gemma 3's 8 x 256 heads) is slower and holds
+more memory than the fused kernel's u8 cache (``benchmarks/records/2026-11-26-bounded-vs-native.md``). This pass
+leaves each sliding cache's chain as it is (the kernel still fuses it and still owns its cache) and makes the
+rest of the model independent of how many positions the cache holds, so that a program may trim the state
+(:class:`ovpasses.sliding_window_trim.SlidingWindowTrimmer`, through ``set_state``) every K steps:
+
+* every ShapeOf on the chain or the Concat (past length, positions, masks, other layers' GQA target shapes)
+  computes the shape the cache would have had untrimmed, from the *reference* cache (one that keeps the whole
+  context) read through a ShapeOf on its Gather, which the fused pattern allows;
+* the layer's own GQA Broadcast takes its sequence length from its own input (a 1 in its target's sequence
+  element, bidirectional), as the bounding does;
+* the SDPA's mask is sliced to the last ``P + n`` key columns, ``P`` the positions the cache holds now
+  (``ShapeOf(Gather)``, not a ShapeOf on the Concat) and ``n`` the new ones; with an untrimmed cache ``P = T`` and
+  the Slice keeps every column. A cache trimmed below ``min(T, W - 1)`` fails the inference (the bounding's
+  ``lost_positions_check``), never decodes from positions the mask needs.
+
+Per trimmable cache ``v`` (``k_cache_BHkvSD``; ``T`` positions seen, ``P <= T`` held; ``n`` new)::
+
+    Before and after, untouched (fused by the plugin):
+      ReadValue(v) -> Gather(beam) -> Concat(past, new) -> Assign(v)
+                                          \\-> [Unsqueeze -> Broadcast -> Reshape] -> SDPA(Q, K, V, mask)
+    Before:  mask [B, 1, n, T+n];  ShapeOf(Gather | Concat) -> past length T, positions, masks
+    After:   ShapeOf(..) -> ScatterUpdate(shape, seq, ShapeOf(ref Gather)[seq] (+ n))       (= T, T+n as before)
+             mask -> Slice(columns [T+n-(P+n), T+n)), P = ShapeOf(Gather)[seq]       [B, 1, n, P+n]
+
+With nobody trimming, ``P = T`` and every value is what it was: the form is the unmodified model's, so a client
+that does not trim (openvino_genai, paged or stateful) gets exactly the native behaviour. Each cache made
+trimmable records its variable id and the positions a trimmer must keep (``W - 1 + margin``) in the model's
+runtime info under :data:`RT_TRIMMABLE` (kept when the IR is saved), where the trimmer reads them.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import openvino as ov
+from openvino import opset13 as ops
+from openvino.passes import ModelPass
+
+from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
+from ovpasses.analysis.sliding_window_caches import CacheRefusal, SlidingWindowCaches, cache_nodes
+from ovpasses.errors import PassInvariantError
+from ovpasses.modes import OptionChoice, SlidingWindow
+from ovpasses.passes.sliding_window_cache_bounding import (
+    MASK_PORT,
+    SlidingWindowKVCacheBounding,
+    failing_check,
+    own_length_broadcasts,
+    slice_mask,
+    unbounded_shapes,
+)
+
+log = logging.getLogger(__name__)
+
+RT_TRIMMABLE = "ovpasses_trimmable_sliding_window"   # model rt_info: {variable id: positions to keep}
+RT_NODE = "ovpasses_sliding_window_trimmable"         # on each node the pass makes: the variable it serves
+
+
+def _i64(values) -> ov.Node:
+    return ops.constant(np.asarray(values, np.int64).reshape(-1))
+
+
+class TrimmableSlidingWindowKVCache(ModelPass):
+    """Make the caches ``plan.bounded`` names trimmable by the calling program (a :class:`SlidingWindowCaches` of
+    this model), re-sourcing lengths from ``plan.reference``. ``self.changed`` lists the variable ids changed."""
+
+    NAME = "TrimmableSlidingWindowKVCache"
+    ONLY_WITH = OptionChoice("sliding_window", SlidingWindow.TRIMMABLE)   # the option that turns it on
+    DESCRIPTION = ("caches only sliding-window attention reads stay fused and exact when the program trims them to "
+                   "their last W-1 positions")
+
+    def __init__(self, plan: SlidingWindowCaches) -> None:
+        ModelPass.__init__(self)
+        self.plan = plan
+        self.changed: list[str] = []
+
+    def run_on_model(self, model: ov.Model) -> bool:
+        if not self.plan.bounded:
+            return False
+        wanted = set(self.plan.bounded) | ({self.plan.reference} if self.plan.reference is not None else set())
+        chains = find_cache_chains(model, wanted, f"{self.NAME}.cache_chain")
+        missing = sorted(wanted - set(chains))
+        if missing:
+            raise PassInvariantError(f"{self.NAME}: the plan names cache {', '.join(missing)}, and the model has "
+                                     "no cache chain of it")
+        # as the bounding reads it: a full cache's ShapeOf on its Gather (fusion allows it), or, where every cache
+        # is sliding, the attention_mask's length less the new tokens
+        past_length = SlidingWindowKVCacheBounding._past_length(self, model, chains)
+        keep: dict[str, int] = {}
+        # per mask, the K caches of the SDPAs that read it: (sdpa, nodes, window, held)
+        readers: dict[ov.Output, list[tuple[ov.Node, object, int, ov.Node]]] = {}
+        for vid, bounded in self.plan.bounded.items():
+            nodes = cache_nodes(*chains[vid])
+            if isinstance(nodes, CacheRefusal):
+                raise PassInvariantError(f"{self.NAME}: cache {vid} no longer takes the rewrite: {nodes.message}")
+            made = unbounded_shapes(nodes, past_length.output(0))
+            made += own_length_broadcasts(nodes, self.NAME)
+            held = ops.gather(ops.shape_of(nodes.chain[-1].output(0), "i64"), _i64([nodes.axis]), _i64([0]))
+            made.append(held)
+            for sdpa, port in nodes.readers:
+                if port == 1:
+                    if sdpa.get_input_size() <= MASK_PORT:
+                        raise PassInvariantError(f"{self.NAME}: SDPA '{sdpa.get_friendly_name()}' has no mask")
+                    readers.setdefault(sdpa.input_value(MASK_PORT), []).append((sdpa, nodes, bounded.window, held))
+            for node in made:
+                node.get_rt_info()[RT_NODE] = vid
+            keep[vid] = bounded.keep
+            self.changed.append(vid)
+            log.debug("%s: %s trimmable to its last %d positions (window %d)", self.NAME, vid, bounded.keep,
+                      bounded.window)
+        # one Slice per mask, read by every SDPA of that mask: a Slice per layer made the plugin hold several
+        # copies of a whole prompt's mask (measured at Gemma 3 widths, an 8,192-token prompt whole: peak RSS
+        # 3,550 MiB against the unmodified model's 3,349; one shared Slice: 3,346). The Slice's columns are the
+        # first cache's; every other cache must hold as many positions (the trimmer cuts them together), or the
+        # inference fails (failing_check), never reads a mask of another length.
+        masks: dict[tuple[ov.Output, str], ov.Output] = {}
+        for mask, group in readers.items():
+            sdpa, nodes, window, held = group[0]
+            new = ops.gather(ops.shape_of(nodes.new, "i64"), _i64([nodes.axis]), _i64([0]))
+            key_length = ops.add(held, new)
+            checks = tuple(failing_check(ops.convert(ops.not_equal(other, held), ov.Type.i64))
+                           for _, _, _, other in group[1:])
+            made = [new, key_length, *checks]
+            made += slice_mask(self.NAME, sdpa, nodes, window, past_length.output(0), masks, key_length, checks)
+            sliced = sdpa.input_value(MASK_PORT)
+            for other, _, _, _ in group[1:]:
+                other.input(MASK_PORT).replace_source_output(sliced)
+            for node in made:
+                node.get_rt_info()[RT_NODE] = variable_id(nodes.read_value)
+        for vid, positions in keep.items():
+            model.set_rt_info(str(positions), [RT_TRIMMABLE, _rt_key(vid)])
+        model.validate_nodes_and_infer_types()
+        return True
+
+
+def _rt_key(vid: str) -> str:
+    """A variable id as an rt_info key (the IR writes keys as XML element names: no '.', '/' or ':')."""
+    return "v_" + "".join(c if c.isalnum() or c == "_" else f"_{ord(c):02x}_" for c in vid)
+
+
+def trimmable_caches(model: ov.Model) -> dict[str, int]:
+    """The caches :class:`TrimmableSlidingWindowKVCache` made trimmable in ``model`` (an ``ov.Model``, rewritten
+    here or read from an IR it wrote): variable id -> positions a trimmer keeps. Empty when none."""
+    if not model.has_rt_info(RT_TRIMMABLE):
+        return {}
+    keys = {_rt_key(v.get_info().variable_id): v.get_info().variable_id for v in model.get_variables()}
+    found = model.get_rt_info()[RT_TRIMMABLE]
+    entries = found.astype(dict) if hasattr(found, "astype") else dict(found)
+    return {keys[k]: int(v.astype(str) if hasattr(v, "astype") else v) for k, v in entries.items() if k in keys}
+
+
+__all__ = ["RT_TRIMMABLE", "TrimmableSlidingWindowKVCache", "trimmable_caches", "variable_id"]

@@ -1,0 +1,240 @@
+"""sliding_window="trimmable" (issue 32): sliding-window caches stay in the CPU plugin's fused stateful kernel, and
+the model stays exact when the calling program trims them (ovpasses.sliding_window_trim.SlidingWindowTrimmer).
+
+Exactness is claimed against the unmodified IR's greedy tokens in the exact CPU config, on tiny8 (window 16) and
+e2b35 (window 512): prompts shorter and longer than the window, fed whole and in chunks, decoding past the window
+several times, trimming never, every step and every K steps. Fusion is counted in the compiled (runtime) model.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+
+import ovpasses
+from ovpasses.app.check import count_fused_sdpa
+from ovpasses.errors import OvpassesError
+from ovpasses.passes.sliding_window_cache_trimmable import RT_NODE, trimmable_caches
+from ovpasses.plan.decisions import Action
+from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
+from ovpasses.precision import EXACT_CPU_CONFIG
+from ovpasses.sliding_window_trim import SlidingWindowTrimmer
+from testkit.matrix import grid_cell
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
+TINY8, E2B35 = FIXTURES / "tiny8", FIXTURES / "e2b35"
+SLIDING_TINY8 = sorted(f"past_key_values.{layer}.{kind}present.{layer}.{kind}" for layer in (0, 1, 2)
+                       for kind in ("key", "value"))
+pytestmark = pytest.mark.skipif(installed_version() < FIRST_FIXED,
+                                reason="the fused stateful kernel loses a cache's state with a ShapeOf on its "
+                                       "chain before the fixed release (see plan.runtimes)")
+
+
+def _model(folder: Path, mode: str, kv_sharing: str = "keep") -> ov.Model:
+    model = ov.Core().read_model(folder / "openvino_model.xml")
+    ovpasses.rewrite(model, kv_sharing=kv_sharing, sliding_window=mode)
+    return model
+
+
+@functools.cache
+def _compiled(folder: Path, mode: str, kv_sharing: str = "keep") -> tuple[ov.Model, ov.CompiledModel]:
+    model = _model(folder, mode, kv_sharing)
+    return model, ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
+
+
+def _greedy(compiled: ov.CompiledModel, prompt: list[int], chunk: int, steps: int,
+            trimmer_for=None) -> tuple[list[int], dict[str, int]]:
+    """Greedy tokens after ``prompt`` fed in ``chunk``-token pieces, and the positions each state holds at the end;
+    ``trimmer_for(request)`` gives a trimmer, trimmed after each chunk and stepped after each decode step."""
+    request = compiled.create_infer_request()
+    trimmer = trimmer_for(request) if trimmer_for else None
+    past = 0
+
+    def feed(ids):
+        nonlocal past
+        request.infer({"input_ids": np.asarray(ids, np.int64)[None],
+                       "attention_mask": np.ones((1, past + len(ids)), np.int64),
+                       "position_ids": np.arange(past, past + len(ids), dtype=np.int64)[None],
+                       "beam_idx": np.zeros(1, np.int32)})
+        past += len(ids)
+        return request.get_output_tensor(0).data[0, -1].copy()
+
+    for begin in range(0, len(prompt), chunk):
+        logits = feed(prompt[begin:begin + chunk])
+        if trimmer:
+            trimmer.trim()
+    tokens = []
+    for _ in range(steps):
+        tokens.append(int(np.argmax(logits)))
+        logits = feed([tokens[-1]])
+        if trimmer:
+            trimmer.step()
+    return tokens, {s.name: s.state.shape[2] for s in request.query_state()}
+
+
+def _prompt(length: int) -> list[int]:
+    return [int(t) for t in np.random.default_rng(length).integers(4, 256, length)]
+
+
+@pytest.mark.parametrize("length, chunk", [(10, 10), (40, 40), (40, 7)], ids=["short-whole", "long-whole",
+                                                                              "long-chunked"])
+@pytest.mark.parametrize("every", [None, 1, 5], ids=["untrimmed", "every-step", "every-5"])
+def test_tiny8_tokens_equal_unmodified(length, chunk, every):
+    """Window 16: 30 decode steps past a 10- or 40-token prompt wrap the window several times."""
+    _, base = _compiled(TINY8, "full")
+    model, trimmable = _compiled(TINY8, "trimmable")
+    expected, base_lengths = _greedy(base, _prompt(length), chunk, 30)
+    trimmer_for = None if every is None else (lambda r: SlidingWindowTrimmer.for_model(model, r, every))
+    tokens, lengths = _greedy(trimmable, _prompt(length), chunk, 30, trimmer_for)
+    assert tokens == expected
+    total = length + 30
+    for name, held in lengths.items():
+        if every is None or name not in SLIDING_TINY8:
+            assert held == total, name          # untrimmed, or a full-attention cache: the whole context
+        else:
+            assert 15 <= held < 15 + every, (name, held)   # W-1, plus the steps since the last trim
+
+
+@pytest.mark.slow
+def test_e2b35_tokens_equal_unmodified_chunked_past_the_window():
+    """Window 512 on 35 layers (shared ones too): a 600-token prompt in chunks of 250, trimmed every 3 steps."""
+    _, base = _compiled(E2B35, "full")
+    model, trimmable = _compiled(E2B35, "trimmable")
+    prompt = _prompt(600)
+    expected, _ = _greedy(base, prompt, 250, 8)
+    tokens, lengths = _greedy(trimmable, prompt, 250, 8, lambda r: SlidingWindowTrimmer.for_model(model, r, 3))
+    assert tokens == expected
+    assert min(lengths.values()) < 600 and max(lengths.values()) == 608
+
+
+@pytest.mark.parametrize("folder, kv_sharing, fused", [
+    (TINY8, "keep", 2), (TINY8, "unshare", 8),
+    pytest.param(E2B35, "keep", 13, marks=pytest.mark.slow), pytest.param(E2B35, "unshare", 35, marks=pytest.mark.slow)],
+    ids=["tiny8", "tiny8-unshared", "e2b35", "e2b35-unshared"])
+def test_every_layer_the_plugin_fuses_stays_fused(folder, kv_sharing, fused):
+    """As many fused stateful SDPA kernels as the unmodified (or unshared) model: the cache chains are untouched."""
+    assert count_fused_sdpa(_compiled(folder, "full", kv_sharing)[1]) == fused
+    assert count_fused_sdpa(_compiled(folder, "trimmable", kv_sharing)[1]) == fused
+
+
+def test_the_cache_chains_are_untouched_and_the_plan_says_trimmable():
+    model = ov.Core().read_model(TINY8 / "openvino_model.xml")
+    summary = ovpasses.rewrite(model, sliding_window="trimmable")
+    assert sorted(trimmable_caches(model)) == SLIDING_TINY8
+    assert set(trimmable_caches(model).values()) == {15}
+    for assign in model.get_sinks():   # each Assign still stores the Concat(past, new) itself
+        assert assign.input_value(0).get_node().get_type_name() == "Concat"
+        assert RT_NODE not in assign.get_rt_info()
+    readers = {n for n, d in summary.decisions.items() if d.action == Action.TRIMMABLE}
+    assert len(readers) == 6   # tiny8's 3 sliding layers and the 3 that borrow their caches
+
+
+def test_trimmable_caches_survive_the_ir(tmp_path):
+    model = _model(TINY8, "trimmable")
+    ov.save_model(model, tmp_path / "m.xml", compress_to_fp16=False)
+    assert trimmable_caches(ov.Core().read_model(tmp_path / "m.xml")) == trimmable_caches(model)
+    assert trimmable_caches(ov.Core().read_model(TINY8 / "openvino_model.xml")) == {}
+
+
+def test_a_cache_trimmed_below_the_window_fails_the_inference():
+    """A program that keeps fewer than W-1 positions makes the next inference fail, never decode wrongly."""
+    model, compiled = _compiled(TINY8, "trimmable")
+    trimmer_for = (lambda r: SlidingWindowTrimmer(r, {v: 5 for v in trimmable_caches(model)}))
+    with pytest.raises(RuntimeError):
+        _greedy(compiled, _prompt(40), 40, 2, trimmer_for)
+
+
+def test_a_trimmer_needs_trimmable_caches():
+    _, compiled = _compiled(TINY8, "full")
+    with pytest.raises(OvpassesError, match="trimmable"):
+        SlidingWindowTrimmer.for_model(_model(TINY8, "full"), compiled.create_infer_request())
+
+
+TRIM_MODES = ("trimmable", "unshared-trimmable")
+CLIENT_PATHS = ("core", "stateful", "paged", "default")
+
+
+@pytest.mark.xdist_group("sliding-window-trimmable-cells")
+@pytest.mark.parametrize("path", CLIENT_PATHS)
+@pytest.mark.parametrize("mode", TRIM_MODES)
+def test_clients_that_do_not_trim_decode_like_transformers(mode, path):
+    """Nobody trims in openvino_genai (stateful, paged, its default) or a plain ov.Core loop: the form is the
+    unmodified model's there, so each decodes transformers' tokens (tiny8: 12 + 20 positions, window 16)."""
+    result = grid_cell(Path(sys.executable), TINY8, mode, path, modes=TRIM_MODES, paths=CLIENT_PATHS)
+    assert result["status"] == "ok" and result["tokens_match"], result
+
+
+EXPORT_PYTHON = ROOT / ".venvs" / "export" / "bin" / "python"
+OPTIMUM_TRIMMED = """
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import optimum.intel
+from ovpasses.sliding_window_trim import SlidingWindowTrimmer
+folder, reference = sys.argv[2], json.loads(open(sys.argv[3]).read())
+model = optimum.intel.OVModelForCausalLM.from_pretrained(folder, device="CPU", ov_config=json.loads(sys.argv[4]))
+trimmer = SlidingWindowTrimmer.attach(model, every=3)
+ids = torch.tensor([reference["prompt_ids"]])
+n = len(reference["generated_ids"])
+out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                     do_sample=False)
+held = sorted({s.state.shape[2] for s in model.request.query_state()})
+print(json.dumps({"tokens": out[0, ids.shape[1]:].tolist(), "trims": trimmer.trims, "held": held}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not EXPORT_PYTHON.exists(), reason="needs .venvs/export (bash tools/venv.sh export)")
+def test_optimum_intel_decodes_the_reference_while_trimmed(tmp_path):
+    """``ovpass rewrite --sliding-window trimmable`` and SlidingWindowTrimmer.attach: OVModelForCausalLM.generate
+    decodes transformers' tokens while the sliding caches are cut back to 15 positions every 3 calls."""
+    import subprocess
+
+    from testkit.cli import run_main
+
+    folder = tmp_path / "trimmable"
+    assert run_main("rewrite", TINY8, "-o", folder, "--sliding-window", "trimmable").returncode == 0
+    reference = json.loads((TINY8 / "reference.json").read_text())
+    proc = subprocess.run([str(EXPORT_PYTHON), "-c", OPTIMUM_TRIMMED, str(ROOT), str(folder), str(TINY8 / "reference.json"),
+                           json.dumps(EXACT_CPU_CONFIG)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tokens"] == reference["generated_ids"]
+    total = len(reference["prompt_ids"]) + len(reference["generated_ids"]) - 1   # the last token is not fed
+    assert result["trims"] > 0 and result["held"][0] < 15 + 3 and result["held"][-1] == total
+
+
+def test_caches_trimmed_apart_fail_the_inference():
+    """The sliding layers share one sliced mask: a program that trims one cache and not the others makes the next
+    inference fail, never gives a layer the mask columns of another cache's length."""
+    model, compiled = _compiled(TINY8, "trimmable")
+    layer0 = {v: 15 for v in trimmable_caches(model) if v.startswith("past_key_values.0.")}   # its K and V
+    assert len(layer0) == 2
+    with pytest.raises(RuntimeError):
+        _greedy(compiled, _prompt(40), 40, 2, lambda r: SlidingWindowTrimmer(r, layer0))
+
+
+FAMILIES = ["gemma2/tiny4", "gemma3/text6", "cohere2/tiny4", "exaone4/tiny4", "gpt-oss/tiny4", "mistral/allsliding"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_stays_fused_and_decodes_the_unmodified_tokens_while_trimmed(family):
+    """Window 8: a 20-token prompt in chunks of 7 and 24 steps, trimmed every 3; mistral/allsliding has no full
+    cache (every cache trimmed, the past length read from the attention_mask)."""
+    folder = ROOT / "tests" / "fixtures" / family
+    _, base = _compiled(folder, "full")
+    model, trimmable = _compiled(folder, "trimmable")
+    assert count_fused_sdpa(trimmable) == count_fused_sdpa(base)
+    config = json.loads((folder / "config.json").read_text())
+    vocab = config.get("text_config", config)["vocab_size"]
+    prompt = [int(t) for t in np.random.default_rng(20).integers(4, vocab, 20)]
+    expected, _ = _greedy(base, prompt, 7, 24)
+    tokens, lengths = _greedy(trimmable, prompt, 7, 24, lambda r: SlidingWindowTrimmer.for_model(model, r, 3))
+    assert tokens == expected
+    assert min(lengths.values()) < 7 + 3
