@@ -153,3 +153,25 @@ def vlm_greedy(folder: Path, prompt_ids: list[int], max_new_tokens: int, device:
         step_ids = np.array([[token]], np.int64)
         embeds_BSH = np.array(embed(step_ids)[0])
     return out, count_fused_sdpa(language)
+
+
+def genai_chat(pipe, turns: Iterable[str], answer: int) -> list[list[int]]:
+    """The token ids of each answer of ``pipe``'s (an openvino_genai LLMPipeline or VLMPipeline) greedy chat over
+    ``turns``, exactly ``answer`` tokens each, between start_chat and finish_chat."""
+    import openvino_genai as genai
+
+    from ovpasses.app.check.genai import token_collector
+    config = genai.GenerationConfig()
+    config.max_new_tokens = config.min_new_tokens = answer
+    config.do_sample = False
+    answers = []
+    pipe.start_chat()
+    try:
+        for turn in turns:
+            streamer = token_collector()
+            pipe.generate(turn, generation_config=config, streamer=streamer)
+            answers.append(list(streamer.ids))
+    finally:
+        pipe.finish_chat()
+    assert [len(a) for a in answers] == [answer] * len(list(turns)), "genai did not give each answer's tokens"
+    return answers

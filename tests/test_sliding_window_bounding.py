@@ -21,6 +21,7 @@ import openvino as ov
 import pytest
 
 from testkit.cli import unwrapped
+from testkit.greedy import genai_chat
 from testkit.matrix import grid_cell
 
 import ovpasses
@@ -619,25 +620,8 @@ ANSWER = 12
 
 
 def chat(pipe, turns: tuple[str, ...] = TURNS, answer: int = ANSWER) -> list[list[int]]:
-    """The token ids of each answer of ``pipe``'s (an LLMPipeline or VLMPipeline) greedy chat over ``turns``,
-    ``answer`` tokens each, between start_chat and finish_chat."""
-    import openvino_genai as genai
-
-    from ovpasses.app.check.genai import token_collector
-    config = genai.GenerationConfig()
-    config.max_new_tokens = config.min_new_tokens = answer
-    config.do_sample = False
-    answers = []
-    pipe.start_chat()
-    try:
-        for turn in turns:
-            streamer = token_collector()
-            pipe.generate(turn, generation_config=config, streamer=streamer)
-            answers.append(list(streamer.ids))
-    finally:
-        pipe.finish_chat()
-    assert [len(a) for a in answers] == [answer] * len(turns)
-    return answers
+    """Each answer's token ids of ``pipe``'s greedy chat over ``turns`` (testkit.greedy.genai_chat)."""
+    return genai_chat(pipe, turns, answer)
 
 
 def llm_chat(folder: Path, **kwargs) -> list[list[int]]:

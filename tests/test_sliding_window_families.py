@@ -26,7 +26,7 @@ import ovpasses
 from ovpasses.app import cli
 from ovpasses.plan.runtimes import PAGED_WINDOW_NEEDS_SLICE, parse_release
 from ovpasses.precision import EXACT_CPU_CONFIG
-from testkit.greedy import greedy_generate
+from testkit.greedy import genai_chat, greedy_generate
 from testkit.matrix import grid_cell
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,23 +221,8 @@ ANSWER = 6
 
 
 def chat(pipe, turns: tuple[str, ...] = TURNS, answer: int = ANSWER) -> list[list[int]]:
-    """Each answer's token ids of ``pipe``'s greedy chat over ``turns`` (the folder's chat template)."""
-    import openvino_genai as genai
-
-    from ovpasses.app.check.genai import token_collector
-    config = genai.GenerationConfig()
-    config.max_new_tokens = config.min_new_tokens = answer
-    config.do_sample = False
-    answers = []
-    pipe.start_chat()
-    try:
-        for turn in turns:
-            streamer = token_collector()
-            pipe.generate(turn, generation_config=config, streamer=streamer)
-            answers.append(list(streamer.ids))
-    finally:
-        pipe.finish_chat()
-    return answers
+    """Each answer's token ids of ``pipe``'s greedy chat over ``turns`` (testkit.greedy.genai_chat)."""
+    return genai_chat(pipe, turns, answer)
 
 
 CHAT_FIXTURES = ["gpt-oss/tiny4", "gemma3/text6"]
