@@ -360,9 +360,12 @@ def run_cases(seeds, fixtures: tuple[str, ...], tmp: Path,
 def assert_every_class_was_tried(counts: Counter) -> None:
     """A fuzz run that damaged nothing, or whose damage never reached ovpass, would pass without checking:
     every class must have given exit 2 (refused), but flipped weights, which OpenVINO reads as any other
-    (an IR has no checksum), and which must then have run (exit 0)."""
+    (an IR has no checksum), and which must then have run (exit 0). A flip may still be refused, rightly, where
+    it lands in a constant the graph reads as a shape or an index (the slow tier's 3,000 cases of 2026-11-26 had
+    one such, seed 2209: 55 bits flipped into the i64 shape that initialises a cache Variable, refused in one
+    line): so refusing flipped weights is allowed, not required."""
     refused = {kind for (kind, code) in counts if code == 2}
-    assert refused == set(KINDS) - {"bin_bitflip"}, f"exit 2 by class: {sorted(refused)}: {dict(counts)}"
+    assert refused >= set(KINDS) - {"bin_bitflip"}, f"exit 2 by class: {sorted(refused)}: {dict(counts)}"
     assert counts["bin_bitflip", 0] > 0, dict(counts)
     assert sum(n for (_, code), n in counts.items() if code is None) < sum(counts.values()) / 10, dict(counts)
 
