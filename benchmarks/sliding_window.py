@@ -8,7 +8,7 @@ unmodified / bounded / trimmable / unshared / unshared + bounded / unshared + tr
 
 ``--chunk 0`` feeds the prompt whole (as optimum-intel and openvino_genai's stateful path feed it); several
 ``--chunk`` values measure each. The ``trimmable`` forms (``rewrite(sliding_window="trimmable")``) run with the
-library's trimmer (:class:`ovpasses.sliding_window_trim.SlidingWindowTrimmer`): after each prefill chunk and every
+library's trimmer (:class:`ovpasses.features.sliding_window.trim.SlidingWindowTrimmer`): after each prefill chunk and every
 ``--every`` decode steps, inside the timed region (``decode_ms_mean`` shows what the trims cost on average; the
 median step has none). ``kv_held_bytes`` counts each state at the positions it holds after the prefill (a
 trimmed cache: its keep).
@@ -99,7 +99,7 @@ def serve(model_dir: Path, form: str, config_name: str, margin: int, every: int)
     print(json.dumps({"fused_sdpa": fused, "precision": precision}), flush=True)
     trimmable = None
     if form.endswith("trimmable"):
-        from ovpasses.sliding_window_trim import trimmable_caches
+        from ovpasses.features.sliding_window.trim import trimmable_caches
         trimmable = trimmable_caches(model)
     for line in sys.stdin:
         ask = json.loads(line)
@@ -187,7 +187,7 @@ def measure(compiled, context: int, chunk: int, decode: int, vocab: int, trimmab
     feed = stateful_feeder(request)
     trimmer = None
     if trimmable:
-        from ovpasses.sliding_window_trim import SlidingWindowTrimmer
+        from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
         trimmer = SlidingWindowTrimmer(request, trimmable, every)
     chunk = chunk or context
 

@@ -40,7 +40,7 @@ def banded(model, window: int, block: int) -> int:
     returns how many."""
     from openvino import opset13 as ops
 
-    from ovpasses.passes.sliding_window_cache_bounding import KEYS_SUFFIX
+    from ovpasses.features.sliding_window.sliding_window_cache_bounding import KEYS_SUFFIX
 
     def i64(values):
         return ops.constant(np.asarray(values, np.int64).reshape(-1))

@@ -37,7 +37,7 @@ def worker(model_dir: Path, form: str, context: int, decode: int, every: int, co
     import ovpasses
     from ovpasses.app.check import count_fused_sdpa
     from ovpasses.precision import EXACT_CPU_CONFIG
-    from ovpasses.sliding_window_trim import SlidingWindowTrimmer, trimmable_caches
+    from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer, trimmable_caches
 
     core = ov.Core()
     model = core.read_model(model_dir / "openvino_model.xml")

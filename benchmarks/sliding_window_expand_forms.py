@@ -37,7 +37,7 @@ def grouped_form(model) -> int:
     """Feed every SDPA whose K and V come through an expand the grouped form; returns how many changed."""
     from openvino import opset13 as ops
 
-    from ovpasses.passes.sliding_window_cache_bounding import _expand
+    from ovpasses.features.sliding_window.sliding_window_cache_bounding import _expand
     changed = 0
     for sdpa in [n for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"]:
         expands = [_expand(sdpa, port) for port in (1, 2)]
@@ -64,7 +64,7 @@ def build(model_dir: Path, form: str):
     import openvino as ov
 
     import ovpasses
-    from ovpasses.passes import sliding_window_cache_bounding as bounding
+    from ovpasses.features.sliding_window import sliding_window_cache_bounding as bounding
     model = ov.Core().read_model(model_dir / "openvino_model.xml")
     if form == "unmodified":
         return model

@@ -43,7 +43,7 @@ class SlidingWindow(Mode):
     BOUNDED = "bounded", ("a cache that only sliding-window attention reads keeps its last W-1 positions (the "
                           "stateful path: ov.Core, optimum-intel, openvino_genai with ATTENTION_BACKEND=SDPA)")
     TRIMMABLE = "trimmable", ("such caches stay in the plugin's fused kernel and stay exact when the program trims "
-                              "them to their last W-1 positions (ovpasses.sliding_window_trim: ov.Core and "
+                              "them to their last W-1 positions (ovpasses.features.sliding_window.trim: ov.Core and "
                               "optimum-intel programs); a client that does not trim (openvino_genai) runs the "
                               "model as unmodified")
 

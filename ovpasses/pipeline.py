@@ -19,7 +19,7 @@ every layer, at the memory the copies cost.
 
 ``sliding_window="bounded"`` (opt-in) last keeps every cache that only sliding-window attention reads to
 its last W-1 positions (:class:`~ovpasses.passes.SlidingWindowKVCacheBounding`, planned by
-:func:`~ovpasses.analysis.sliding_window_caches.analyze_sliding_window_caches`): the stateful path
+:func:`~ovpasses.features.sliding_window.caches.analyze_sliding_window_caches`): the stateful path
 (ov.Core, optimum-intel, openvino_genai with ``ATTENTION_BACKEND="SDPA"``) then holds less state per token.
 """
 

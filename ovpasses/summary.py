@@ -13,10 +13,11 @@ from ovpasses.analysis.attention_kinds import AttentionKind
 from ovpasses.features.sdpa_recovery.analysis import EagerAttention
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.analysis.sharing_lint import Finding
-from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches
+from ovpasses.features.sliding_window.caches import SlidingWindowCaches
 from ovpasses.features.paged_heads.paged_path import PagedWarning
 from ovpasses.features.paged_heads.plan import PagedHeadsStep
-from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
+from ovpasses.features.sliding_window.masks import SlidingWindowMask
+from ovpasses.features.sliding_window.plan import MaskAction
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
 from ovpasses.features.old_runtimes.plan import OpVersionAction
 from ovpasses.options import RewriteOptions
@@ -24,7 +25,7 @@ from ovpasses.modes import KVSharing, SlidingWindow
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion
 from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
 from ovpasses.features.unsharing.plan import UnsharedCache
-from ovpasses.plan.decisions import Action, Decision, MaskAction
+from ovpasses.plan.decisions import Action, Decision
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.report import schemas
 from ovpasses.step import PassReport

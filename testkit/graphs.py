@@ -269,7 +269,7 @@ class StackSpec:
     ``mask="sliding"`` gives every layer that reads a cache transformers 5's sliding-window mask of
     ``window`` (key ``k`` seen from query ``q`` when ``k <= q``, ``k > q - window`` and the attention_mask
     holds 1 at ``k``), in the form openvino's PagedAttention converter reads
-    (:mod:`ovpasses.analysis.sliding_window_masks`), and the layers in ``full_layers`` the same mask without
+    (:mod:`ovpasses.features.sliding_window.masks`), and the layers in ``full_layers`` the same mask without
     the window; its positions come from the first K cache's past length (``ShapeOf`` of its
     Gather(beam_idx), as optimum-intel's exports compute ``cache_position``)::
 

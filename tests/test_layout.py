@@ -79,7 +79,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ovpasses.passes.*",),                               # the transformations several features share
     ("ovpasses.features",),                               # a home per feature (they never import each other)
     ("ovpasses.passes",),                                 # every pass by its public name, PIPELINE_ORDER
-    ("ovpasses.sliding_window_trim",),                    # the program-side helper of sliding_window="trimmable"
     ("ovpasses.options",),                                # what a rewrite is asked to do (names the passes)
     ("ovpasses.plan.targets",),                           # what the plan gives each pipeline step
     ("ovpasses.summary",),                                # what one run did, as data
@@ -226,7 +225,7 @@ def test_features_never_import_each_other():
                       for target in targets if feature_of(target) not in (None, feature_of(module)))
     assert crossing == []
     features = {feature_of(module) for module in graph} - {None}
-    assert {"paged_heads", "sdpa_recovery", "unsharing", "old_runtimes"} <= features, features
+    assert {"paged_heads", "sdpa_recovery", "unsharing", "old_runtimes", "sliding_window"} <= features, features
     for feature in features:   # a feature is a folder with an __init__ that says what it is
         assert (ROOT / "ovpasses" / "features" / feature / "__init__.py").read_text().startswith('"""'), feature
 
@@ -285,7 +284,8 @@ def test_decision_enums_read_the_same_on_every_python():
     reports and the text that formats them are unchanged."""
     import json
 
-    from ovpasses.plan.decisions import Action, Lowered, MaskAction
+    from ovpasses.features.sliding_window.plan import MaskAction
+    from ovpasses.plan.decisions import Action, Lowered
 
     for member in (Action.BARRIER, MaskAction.SLICE, Lowered.CONSTANT_FOLDED):
         assert isinstance(member, str) and member == member.value

@@ -18,9 +18,9 @@ from openvino.passes import Manager
 
 import ovpasses
 from ovpasses import SlidingWindowMaskSliceInsertion
-from ovpasses.analysis.sliding_window_masks import find_sliding_window_masks
+from ovpasses.features.sliding_window.masks import find_sliding_window_masks
 from ovpasses.options import RewriteOptions
-from ovpasses.plan.decisions import MaskAction
+from ovpasses.features.sliding_window.plan import MaskAction
 from ovpasses.plan.profiles import profile_for
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.app.render.inspect import inspect_text

@@ -28,9 +28,9 @@ import ovpasses
 from ovpasses import OvpassesError
 from ovpasses.app import cli
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, analyze_kv_sharing
-from ovpasses.analysis.sliding_window_caches import Refusal
+from ovpasses.features.sliding_window.caches import Refusal
 from ovpasses.options import RewriteOptions, SlidingWindow
-from ovpasses.passes.sliding_window_cache_bounding import CHECK_SUFFIX, SlidingWindowKVCacheBounding
+from ovpasses.features.sliding_window.sliding_window_cache_bounding import CHECK_SUFFIX, SlidingWindowKVCacheBounding
 from ovpasses.plan.decisions import Action
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
@@ -224,7 +224,7 @@ def test_several_kv_head_expands_broadcast_in_numpy_mode_bit_for_bit(kv_sharing,
     A prompt of 40 in chunks of 7 and 30 tokens: logits bit-identical to the bounded model with the exported
     (bidirectional) expands; the tokens against the unmodified model are test_greedy_tokens_equal_the_unmodified_model's."""
     from ovpasses.app.check import count_fused_sdpa
-    from ovpasses.passes import sliding_window_cache_bounding as bounding
+    from ovpasses.features.sliding_window import sliding_window_cache_bounding as bounding
 
     model = read()
     summary = ovpasses.rewrite(model, kv_sharing=kv_sharing, sliding_window="bounded")

@@ -1,5 +1,5 @@
 """sliding_window="trimmable" (issue 32): sliding-window caches stay in the CPU plugin's fused stateful kernel, and
-the model stays exact when the calling program trims them (ovpasses.sliding_window_trim.SlidingWindowTrimmer).
+the model stays exact when the calling program trims them (ovpasses.features.sliding_window.trim.SlidingWindowTrimmer).
 
 Exactness is claimed against the unmodified IR's greedy tokens in the exact CPU config, on tiny8 (window 16) and
 e2b35 (window 512): prompts shorter and longer than the window, fed whole and in chunks, decoding past the window
@@ -20,11 +20,11 @@ import pytest
 import ovpasses
 from ovpasses.app.check import count_fused_sdpa
 from ovpasses.errors import OvpassesError
-from ovpasses.passes.sliding_window_cache_trimmable import RT_NODE, trimmable_caches
+from ovpasses.features.sliding_window.sliding_window_cache_trimmable import RT_NODE, trimmable_caches
 from ovpasses.plan.decisions import Action
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.sliding_window_trim import SlidingWindowTrimmer
+from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
 from testkit.matrix import grid_cell
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,7 +176,7 @@ OPTIMUM_TRIMMED = """
 import json, sys, torch
 sys.path.insert(0, sys.argv[1])
 import optimum.intel
-from ovpasses.sliding_window_trim import SlidingWindowTrimmer
+from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
 folder, reference = sys.argv[2], json.loads(open(sys.argv[3]).read())
 model = optimum.intel.OVModelForCausalLM.from_pretrained(folder, device="CPU", ov_config=json.loads(sys.argv[4]))
 trimmer = SlidingWindowTrimmer.attach(model, every=3)

@@ -9,9 +9,9 @@ from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecompo
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.features.unsharing.shared_kv_cache_unsharing import SharedKVCacheUnsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
-from ovpasses.passes.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
-from ovpasses.passes.sliding_window_cache_trimmable import TrimmableSlidingWindowKVCache
-from ovpasses.passes.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
+from ovpasses.features.sliding_window.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
+from ovpasses.features.sliding_window.sliding_window_cache_trimmable import TrimmableSlidingWindowKVCache
+from ovpasses.features.sliding_window.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 
 # Every pass, in the order ovpasses.pipeline.STEPS runs them (tests/test_pipeline.py checks it): the names
 # RewriteOptions(passes=...) takes.

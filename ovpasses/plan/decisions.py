@@ -1,9 +1,9 @@
-"""Typed decisions: per SDPA and per sliding-window mask, what the pipeline does on a runtime profile and
-why. Pure over plain data: :func:`plan_with_reasons` per SDPA (the KV caches), :func:`mask_plan` per
-sliding-window mask (openvino_genai's paged path). What no rewrite mends on the paged path is the paged-heads
-feature's (:func:`ovpasses.features.paged_heads.paged_path.paged_warnings`).
+"""Typed decisions: per SDPA, what the pipeline does on a runtime profile and why. Pure over plain data:
+:func:`plan_with_reasons` per SDPA (the KV caches). Per sliding-window mask, the decision is the sliding-window
+feature's (:func:`ovpasses.features.sliding_window.plan.mask_plan`); what no rewrite mends on the paged path is
+the paged-heads feature's (:func:`ovpasses.features.paged_heads.paged_path.paged_warnings`).
 
-A decision is an enum value (:class:`Action`, :class:`MaskAction`) and a reason; the sentences a person
+A decision is an enum value (:class:`Action`, :class:`Lowered`) and a reason; the sentences a person
 reads are rendered at the edge (:mod:`ovpasses.app.render.text`), and the JSON reports carry the enum values.
 """
 
@@ -15,7 +15,6 @@ from ovpasses._strenum import StrEnum
 
 from ovpasses.analysis import stateful_fusion as why
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
-from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.plan.profiles import RuntimeProfile
 
 
@@ -37,15 +36,6 @@ class Action(StrEnum):
     def changes(self) -> bool:
         """Whether the action changes the model (False: the SDPA is left as it is)."""
         return self not in (Action.NATIVE, Action.NATIVE_UNFUSED, Action.UNANALYSED, Action.STATELESS)
-
-
-class MaskAction(StrEnum):
-    """What the pipeline does to one sliding-window mask (a Select)."""
-
-    SLICE = "slice"                    # SlidingWindowMaskSliceInsertion: the paged converter reads the window
-    SLICED_ALREADY = "sliced_already"  # nothing: read through a Slice already
-    NATIVE = "native"                  # nothing: this runtime's paged converter reads the window as it is
-    IGNORED = "ignored"                # nothing: this runtime's CPU PagedAttention ignores sliding windows
 
 
 class Lowered(StrEnum):
@@ -111,18 +101,3 @@ def plan(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, Acti
     """Per SDPA (friendly name), what the pipeline does on ``profile``: the actions of
     :func:`plan_with_reasons`. Pure: reads the analysis only."""
     return {name: decision.action for name, decision in plan_with_reasons(analysis, profile).items()}
-
-
-def mask_plan(masks: list[SlidingWindowMask], profile: RuntimeProfile) -> dict[str, MaskAction]:
-    """Per sliding-window mask (its Select's friendly name), what the pipeline does on ``profile``. Pure."""
-    actions = {}
-    for mask in masks:
-        if not mask.sdpa_direct:
-            actions[mask.select] = MaskAction.SLICED_ALREADY
-        elif profile.slice_sliding_window_mask:
-            actions[mask.select] = MaskAction.SLICE
-        elif profile.paged_cpu_ignores_window:
-            actions[mask.select] = MaskAction.IGNORED
-        else:
-            actions[mask.select] = MaskAction.NATIVE
-    return actions

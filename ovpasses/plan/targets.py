@@ -25,12 +25,13 @@ from ovpasses.features.sdpa_recovery.analysis import EagerAttention, find_eager_
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.features.old_runtimes.analysis import OpVersionAnalysis
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
-from ovpasses.analysis.sliding_window_caches import SlidingWindowCaches, analyze_sliding_window_caches
-from ovpasses.analysis.sliding_window_masks import (
+from ovpasses.features.sliding_window.caches import SlidingWindowCaches, analyze_sliding_window_caches
+from ovpasses.features.sliding_window.masks import (
     SlidingWindowMask,
     find_distance_window_masks,
     find_sliding_window_masks,
 )
+from ovpasses.features.sliding_window.plan import MaskAction, mask_plan, mask_windows
 from ovpasses.options import KVSharing, PagedHeads, RewriteOptions, SlidingWindow
 from ovpasses.features.old_runtimes.plan import lowering_target, unreadable_before
 from ovpasses.features.paged_heads.paged_path import PagedWarning, paged_warnings
@@ -38,13 +39,7 @@ from ovpasses.features.paged_heads.plan import PagedHeadsAction, PagedHeadsStep,
 from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
 from ovpasses.features.unsharing.plan import UnsharedCache, plan_unsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
-from ovpasses.plan.decisions import (
-    Action,
-    Decision,
-    MaskAction,
-    mask_plan,
-    plan_with_reasons,
-)
+from ovpasses.plan.decisions import Action, Decision, plan_with_reasons
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.step import PassReport, run_step
 
@@ -109,7 +104,8 @@ class Run:
         self.records = []
         self.masks = find_sliding_window_masks(self.sdpa_nodes.values())
         self.mask_actions = mask_plan(self.masks, self.profile)
-        self.warnings = paged_warnings(self.profile, self.analysis, attention_heads(self.sdpa_nodes), self.masks)
+        self.warnings = paged_warnings(self.profile, self.analysis, attention_heads(self.sdpa_nodes),
+                                       mask_windows(self.masks))
 
     @property
     def decisions(self) -> dict[str, Decision]:
@@ -244,8 +240,8 @@ def _head_padded(run: Run, padding) -> None:
     run.heads = replace(run.heads, action=PagedHeadsAction.PADDED, changed=tuple(padding.changed))
     run.sdpa_nodes = sdpa_by_name(run.model, set(run.sdpa_nodes))   # an SDPA given a scale is a new node
     # the paged path's warnings, of the padded layers now
-    run.warnings = paged_warnings(run.profile, run.analysis, attention_heads(run.sdpa_nodes), run.masks) \
-        + run.heads.warnings()
+    run.warnings = paged_warnings(run.profile, run.analysis, attention_heads(run.sdpa_nodes),
+                                  mask_windows(run.masks)) + run.heads.warnings()
 
 
 def _head_padding_skipped(run: Run, _cls, _args) -> None:

@@ -28,7 +28,7 @@ KV_BYTES_CONTEXT = 8192   # the context at which the report gives the KV-cache b
 
 # who gets what from sliding_window="trimmable" (measured: benchmarks/records/2026-11-26-bounded-vs-native.md)
 TRIMMABLE_CLIENTS = {
-    "ov.Core / optimum-intel with ovpasses.sliding_window_trim": (
+    "ov.Core / optimum-intel with ovpasses.features.sliding_window.trim": (
         "each sliding cache cut to its last W-1 (+ margin) positions every K steps and after each prefill chunk, "
         "still in the plugin's fused kernel: less KV memory and faster decode once the context passes the window"),
     "openvino_genai (stateful or paged), or a program that does not trim": (

@@ -11,7 +11,8 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from ovpasses.analysis.kv_memory import QUANTIZED
-from ovpasses.analysis.sliding_window_caches import HELD_CONTEXT, REFUSALS, Refusal
+from ovpasses.features.sliding_window.caches import HELD_CONTEXT, REFUSALS, Refusal
+from ovpasses.features.sliding_window.plan import MaskAction
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
 from ovpasses.errors import UnreadableOperationError
 from ovpasses.features.old_runtimes.plan import refusal_message
@@ -19,7 +20,7 @@ from ovpasses.modes import KVSharing, OptionChoice, PagedHeads, SlidingWindow
 from ovpasses.features.paged_heads.plan import PagedHeadsAction
 from ovpasses.features.paged_heads.attention_head_padding import AttentionHeadPadding
 from ovpasses.features.paged_heads.paged_path import PagedRisk, PagedWarning
-from ovpasses.plan.decisions import Action, Lowered, MaskAction
+from ovpasses.plan.decisions import Action, Lowered
 from ovpasses.plan.runtimes import OPSETS_MEASURED_ON, version_string
 from ovpasses.units import size_text  # noqa: F401 - the renderers' size formatter, re-exported
 
@@ -192,7 +193,7 @@ def summary_text(summary: RewriteSummary) -> str:
                             for reason, count in no_effect["sliding_window"].items())
         lines.append(f"sliding window: {summary.sliding_window}: changed nothing: {reasons or 'the model has no cache'}")
     elif summary.sliding_window is not SlidingWindow.FULL and bounded is not None:
-        verb = "trimmable by the program (ovpasses.sliding_window_trim)" \
+        verb = "trimmable by the program (ovpasses.features.sliding_window.trim)" \
             if summary.sliding_window is SlidingWindow.TRIMMABLE else "bounded"
         lines.append(f"sliding window: {summary.sliding_window}: {len(bounded.bounded)} caches {verb}"
                      + (f" (window {', '.join(map(str, sorted({b.window for b in bounded.bounded.values()})))}, "

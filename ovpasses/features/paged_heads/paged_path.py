@@ -10,7 +10,6 @@ import enum
 from dataclasses import dataclass
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
-from ovpasses.analysis.sliding_window_masks import SlidingWindowMask
 from ovpasses.features.paged_heads.analysis import PaddingRefusal
 from ovpasses.features.paged_heads.heads import AttentionHeads, head_layouts
 from ovpasses.modes import OptionChoice, PagedHeads
@@ -67,8 +66,11 @@ class PagedWarning:
 
 
 def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: dict[str, AttentionHeads],
-                   masks: list[SlidingWindowMask]) -> list[PagedWarning]:
+                   windows: tuple[int, ...]) -> list[PagedWarning]:
     """What no rewrite mends on openvino_genai's paged path on ``profile``, for this model. Pure.
+
+    ``windows`` are the windows of the model's sliding-window masks, as plain data (the sliding-window
+    feature finds the masks; ``ovpasses.plan.targets`` passes their windows: no feature imports another).
 
     The SDPAs that read a KV cache are the ones the paged path turns into PagedAttention. When the
     runtime's CPU PagedAttention needs one head size (or one query-head count) and they have several,
@@ -85,7 +87,7 @@ def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: 
     if profile.paged_cpu_one_query_head_count and len({h.q_heads for h in paged.values()}) > 1:
         out.append(PagedWarning(PagedRisk.MIXED_QUERY_HEADS, profile.version, layouts=layouts,
                                 fixed_in=PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT[1]))
-    if profile.paged_cpu_ignores_window and masks:
+    if profile.paged_cpu_ignores_window and windows:
         out.append(PagedWarning(PagedRisk.IGNORES_WINDOW, profile.version,
-                                windows=tuple(sorted({m.window for m in masks})), fixed_in=PAGED_CPU_IGNORES_WINDOW[1]))
+                                windows=tuple(sorted(set(windows))), fixed_in=PAGED_CPU_IGNORES_WINDOW[1]))
     return out

@@ -2,7 +2,7 @@
 Changes nothing.
 
 A cache that only sliding-window SDPAs read (each with a mask that
-:mod:`ovpasses.analysis.sliding_window_masks` recognises, window ``W``: key ``k`` is seen from query
+:mod:`ovpasses.features.sliding_window.masks` recognises, window ``W``: key ``k`` is seen from query
 ``q`` when ``k > q - W``) never needs more than its last ``W - 1`` positions at the next step: the
 next query is at ``q >= T`` (``T`` positions stored), so it sees keys ``k > T - W``. Such a cache can
 be *bounded* (``SlidingWindowKVCacheBounding``): its Assign stores only the last ``keep = W - 1 +
@@ -49,7 +49,7 @@ from ovpasses._ov import SDPA_TYPE
 from ovpasses.analysis.cache_chain import cache_chain_pattern, find_cache_chains, variable_id  # noqa: F401
 from ovpasses.analysis.kv_memory import HeldPrecision, cache_shape, held_precision
 from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, KEY_PORT, VALUE_PORT, KVSharingAnalysis
-from ovpasses.analysis.sliding_window_masks import DistanceWindowMask, SlidingWindowMask
+from ovpasses.features.sliding_window.masks import DistanceWindowMask, SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import predict_fusion
 from ovpasses.precision import EXACT_CPU_CONFIG
 

@@ -8,7 +8,7 @@ attention on bf16 double-buffered states, which at wide attention (Gemma 3's 8 x
 more memory than the fused kernel's u8 cache (``benchmarks/records/2026-11-26-bounded-vs-native.md``). This pass
 leaves each sliding cache's chain as it is (the kernel still fuses it and still owns its cache) and makes the
 rest of the model independent of how many positions the cache holds, so that a program may trim the state
-(:class:`ovpasses.sliding_window_trim.SlidingWindowTrimmer`, through ``set_state``) every K steps:
+(:class:`ovpasses.features.sliding_window.trim.SlidingWindowTrimmer`, through ``set_state``) every K steps:
 
 * every ShapeOf on the chain or the Concat (past length, positions, masks, other layers' GQA target shapes)
   computes the shape the cache would have had untrimmed, from the *reference* cache (one that keeps the whole
@@ -45,10 +45,10 @@ from openvino import opset13 as ops
 from openvino.passes import ModelPass
 
 from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
-from ovpasses.analysis.sliding_window_caches import CacheRefusal, SlidingWindowCaches, cache_nodes
+from ovpasses.features.sliding_window.caches import CacheRefusal, SlidingWindowCaches, cache_nodes
 from ovpasses.errors import PassInvariantError
 from ovpasses.modes import OptionChoice, SlidingWindow
-from ovpasses.passes.sliding_window_cache_bounding import (
+from ovpasses.features.sliding_window.sliding_window_cache_bounding import (
     MASK_PORT,
     SlidingWindowKVCacheBounding,
     failing_check,

@@ -6,7 +6,7 @@ stateful model stores its whole history, so its KV state and the time to copy an
 the context. This pass makes the Assign store only the last ``keep = W - 1 + margin`` positions; the
 SDPA still attends ``Concat(past, new)``, so a prefill chunk longer than ``W`` stays exact (as
 transformers' ``DynamicSlidingWindowLayer`` does). Which caches, their window and the reference cache
-come from :func:`ovpasses.analysis.sliding_window_caches.analyze_sliding_window_caches` (plain data).
+come from :func:`ovpasses.features.sliding_window.caches.analyze_sliding_window_caches` (plain data).
 
 For each bounded cache ``v`` (``k_cache_BHkvSD``; ``T`` positions stored unbounded, ``P = min(T, keep)``
 bounded; ``n`` new tokens; ``ref`` a cache left whole)::
@@ -54,7 +54,7 @@ bounded; ``n`` new tokens; ``ref`` a cache left whole)::
 
 The bounded layers leave the CPU plugin's stateful SDPA kernel (its pattern allows nothing between
 Concat and Assign). A second run finds each bounded cache by its Slice (friendly name ending in
-:data:`~ovpasses.analysis.sliding_window_caches.BOUND_SUFFIX`) and changes nothing.
+:data:`~ovpasses.features.sliding_window.caches.BOUND_SUFFIX`) and changes nothing.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ from openvino.passes import ModelPass
 from ovpasses.modes import OptionChoice, SlidingWindow
 from ovpasses._ov import SDPA_TYPE, copy_runtime_info
 from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
-from ovpasses.analysis.sliding_window_caches import (
+from ovpasses.features.sliding_window.caches import (
     BOUND_SUFFIX,
     MASK_PORT,
     CacheNodes,

@@ -11,7 +11,7 @@ at most ``keep + every - 1`` positions between trims (plus a prefill chunk): lar
 With ov.Core::
 
     import openvino as ov, ovpasses
-    from ovpasses.sliding_window_trim import SlidingWindowTrimmer
+    from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
 
     core = ov.Core()
     model = core.read_model("openvino_model.xml")
@@ -50,7 +50,7 @@ import numpy as np
 import openvino as ov
 
 from ovpasses.errors import OvpassesError
-from ovpasses.passes.sliding_window_cache_trimmable import trimmable_caches
+from ovpasses.features.sliding_window.sliding_window_cache_trimmable import trimmable_caches
 
 log = logging.getLogger(__name__)
 

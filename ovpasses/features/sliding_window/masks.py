@@ -120,7 +120,7 @@ class DistanceWindowMask:
     ``token_type_ids``, padded with zeros over the past: it opens only keys of the current inference, which a
     bounded cache's SDPA still attends whole (``Concat(past, new)``), so bounding stays exact (an image block
     split over two inferences too: ``tests/test_sliding_window_families.py``). openvino's PagedAttention
-    converter does not read this form; the bounding does (:mod:`ovpasses.analysis.sliding_window_caches`)."""
+    converter does not read this form; the bounding does (:mod:`ovpasses.features.sliding_window.caches`)."""
 
     select: str                # friendly name of the Select the SDPAs read
     window: int

@@ -24,13 +24,13 @@ The Slice takes the whole last axis: the mask, and so every output of the statef
 ``ov.Core``, is unchanged. The converter's gpt-oss branch then sets ``sliding_window = -offset = W``:
 the key at position ``k`` is seen from query ``q`` when ``k > q - W``, which is transformers'
 ``sliding_window_overlay``. The pattern is the converter's own gpt-oss pattern without its final Slice
-(:func:`ovpasses.analysis.sliding_window_masks.sliding_window_mask_pattern`); a mask of any other
+(:func:`ovpasses.features.sliding_window.masks.sliding_window_mask_pattern`); a mask of any other
 shape is left alone. Only the SDPAs that read the Select directly as their mask are moved onto the
 Slice; a second run, in memory or on the IR read back, finds no such SDPA and changes nothing.
 
 Where this is not enough: the CPU PagedAttention of 2025.2 - 2025.4 ignores the window, and that of
 2025.2 - 2026.2 mixes up layers with different head sizes (Gemma 4's sliding and full layers); see
-:func:`ovpasses.plan.decisions.paged_warnings`.
+:func:`ovpasses.features.paged_heads.paged_path.paged_warnings`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from openvino import opset8
 from openvino.passes import Matcher, MatcherPass
 
 from ovpasses._ov import copy_runtime_info
-from ovpasses.analysis.sliding_window_masks import (
+from ovpasses.features.sliding_window.masks import (
     sdpa_mask_readers,
     sliding_window_mask_pattern,
     window_of,
