@@ -175,3 +175,22 @@ def genai_chat(pipe, turns: Iterable[str], answer: int) -> list[list[int]]:
         pipe.finish_chat()
     assert [len(a) for a in answers] == [answer] * len(list(turns)), "genai did not give each answer's tokens"
     return answers
+
+
+def vlm_pipeline_tokens(folder: Path, path: str, prompt: str, image: np.ndarray | None, new_tokens: int,
+                        config: dict) -> list[int]:
+    """Exactly ``new_tokens`` greedy token ids of openvino_genai's VLMPipeline on ``folder`` for ``prompt`` (and
+    ``image``, HWC, or None), on its ``path``: "stateful" (``ATTENTION_BACKEND="SDPA"``) or "paged" (a scheduler
+    config), compiled with ``config``."""
+    import openvino_genai as genai
+
+    from ovpasses.app.check.genai import token_collector
+    kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
+    pipe = genai.VLMPipeline(str(folder), "CPU", **kwargs, **config)
+    generation = genai.GenerationConfig()
+    generation.max_new_tokens = generation.min_new_tokens = new_tokens
+    generation.do_sample = False
+    streamer = token_collector()
+    images = [ov.Tensor(image[None])] if image is not None else []
+    pipe.generate(prompt, images=images, generation_config=generation, streamer=streamer)
+    return list(streamer.ids)

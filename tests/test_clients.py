@@ -19,6 +19,7 @@ import pytest
 
 from ovpasses.precision import EXACT_CPU_CONFIG as EXACT
 from testkit.cli import run_main
+from testkit.greedy import vlm_pipeline_tokens
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -63,16 +64,8 @@ def vlm_cases() -> list[dict]:
 @pytest.mark.parametrize("case", vlm_cases(), ids=lambda c: c["name"])
 @pytest.mark.parametrize("path", ["stateful", "paged"])
 def test_vlm_pipeline_decodes_the_reference_from_the_rewritten_folder(rewritten_vlm, path, case):
-    from ovpasses.app.check.genai import token_collector
-    kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
-    pipe = genai.VLMPipeline(str(rewritten_vlm), "CPU", **kwargs, **EXACT)
-    config = genai.GenerationConfig()
-    config.max_new_tokens = config.min_new_tokens = len(case["expected"])
-    config.do_sample = False
-    streamer = token_collector()
-    images = [ov.Tensor(case["image"][None])] if case["image"] is not None else []
-    pipe.generate(case["prompt"], images=images, generation_config=config, streamer=streamer)
-    assert streamer.ids == case["expected"]
+    assert vlm_pipeline_tokens(rewritten_vlm, path, case["prompt"], case["image"], len(case["expected"]),
+                               EXACT) == case["expected"]
 
 
 @pytest.mark.skipif(not AFFECTED_PYTHON.exists(), reason=f"needs {AFFECTED_PYTHON} (bash tools/venv.sh ov 2026.0.0)")

@@ -26,7 +26,7 @@ import ovpasses
 from ovpasses.app import cli
 from ovpasses.plan.runtimes import PAGED_WINDOW_NEEDS_SLICE, parse_release
 from ovpasses.precision import EXACT_CPU_CONFIG
-from testkit.greedy import genai_chat, greedy_generate
+from testkit.greedy import genai_chat, greedy_generate, vlm_pipeline_tokens
 from testkit.matrix import grid_cell
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -274,18 +274,7 @@ def bounded_vlm(tmp_path_factory) -> Path:
 
 
 def vlm_generate(folder: Path, path: str, case: dict) -> list[int]:
-    import openvino_genai as genai
-
-    from ovpasses.app.check.genai import token_collector
-    kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
-    pipe = genai.VLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
-    config = genai.GenerationConfig()
-    config.max_new_tokens = config.min_new_tokens = len(case["expected"])
-    config.do_sample = False
-    streamer = token_collector()
-    images = [ov.Tensor(case["image"][None])] if case["image"] is not None else []
-    pipe.generate(case["prompt"], images=images, generation_config=config, streamer=streamer)
-    return list(streamer.ids)
+    return vlm_pipeline_tokens(folder, path, case["prompt"], case["image"], len(case["expected"]), EXACT_CPU_CONFIG)
 
 
 @pytest.mark.parametrize("case", vlm_cases(), ids=lambda c: c["name"])
