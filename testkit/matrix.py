@@ -194,7 +194,7 @@ def _vlm(fixture: Path, mode: str, path: str, prompt: list[int], steps: int, res
     """A Gemma 4 image-text-to-text export (text prompt): its language model as the mode runs it, in a copy
     of the folder; ``core`` through its embedding IRs (:func:`testkit.greedy.vlm_greedy`), ``stateful``
     and ``paged`` through openvino_genai's VLMPipeline given the reference's ``prompt_text``."""
-    from testkit.greedy import vlm_greedy
+    from testkit.greedy import vlm_greedy, vlm_pipeline_tokens
 
     with tempfile.TemporaryDirectory(prefix="ovpasses-vlm-") as tmp:
         folder = Path(tmp) / fixture.name
@@ -206,19 +206,8 @@ def _vlm(fixture: Path, mode: str, path: str, prompt: list[int], steps: int, res
         if path == "core":
             tokens, result["fused_sdpa"] = vlm_greedy(folder, prompt, steps, "CPU", EXACT_CPU_CONFIG)
             return tokens
-        import openvino_genai as genai
-
-        from ovpasses.app.check.genai import token_collector
-        kwargs = {"ATTENTION_BACKEND": "SDPA"} if path == "stateful" else {"scheduler_config": genai.SchedulerConfig()}
-        pipe = genai.VLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
-        config = genai.GenerationConfig()
-        config.max_new_tokens = config.min_new_tokens = steps
-        config.do_sample = False
-        streamer = token_collector()
         text = json.loads((fixture / "reference.json").read_text())["prompt_text"]
-        pipe.generate(text, generation_config=config, streamer=streamer)
-        del pipe
-        return list(streamer.ids)
+        return vlm_pipeline_tokens(folder, path, text, None, steps, EXACT_CPU_CONFIG)
 
 
 def _genai(model: ov.Model, fixture: Path, path: str, prompt: list[int], steps: int) -> list[int]:
