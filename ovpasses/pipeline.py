@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 import openvino as ov
 
@@ -50,8 +51,11 @@ from ovpasses.passes import (
     SlidingWindowMaskSliceInsertion,
     TrimmableSlidingWindowKVCache,
 )
+from ovpasses.features.paged_heads.plan import PagedHeadsAction
 from ovpasses.plan import targets
-from ovpasses.step import run_step
+from ovpasses.plan.decisions import Action, Decision
+from ovpasses.rules import Planned, RulePlan, RuleRecord, Status, apply_rule, not_selected
+from ovpasses.step import PassReport
 from ovpasses.summary import RewriteSummary
 
 log = logging.getLogger(__name__)
@@ -61,29 +65,35 @@ RT_NOT_APPLIED = "ovpasses_kv_not_applied"  # ... and, when passes= left it out,
 
 @dataclass(frozen=True)
 class Step:
-    """One step of the pipeline: a pass, on the nodes the plan gives it (:class:`~ovpasses.plan.targets.Targets`)."""
+    """One step of the pipeline: a rule (pass), on its part of the plan (:mod:`ovpasses.plan.targets`).
+    ``replan``: after the rule changed the model, the plan made again from the facts as they are then."""
 
-    pass_class: type
-    targets: targets.Targets
+    rule: type
+    part: Callable[[targets.Facts, targets.RewritePlan | None], RulePlan | None]
+    replan: Callable[[targets.RewritePlan, targets.Facts], targets.RewritePlan] | None = None
 
 
-# The pipeline, in the order it runs. Adding a pass is one line here (and its module, and its Targets).
+def _plan_again(plan: targets.RewritePlan, facts: targets.Facts) -> targets.RewritePlan:
+    return targets.make_plan(facts, detected=plan.detected)
+
+
+# The pipeline, in the order it runs. Adding a pass is one line here (and its module, and its part of the plan).
 STEPS: tuple[Step, ...] = (
     Step(EagerAttentionToSDPA, targets.eager_recovery),                # IRs exported with eager attention
-    Step(SharedKVCacheDetection, targets.detection),
-    Step(SharedKVCacheUnsharing, targets.unsharing),                   # kv_sharing="unshare" only
-    Step(AttentionHeadPadding, targets.head_padding),                  # paged_heads="pad" only
+    Step(SharedKVCacheDetection, targets.detection),                   # the plan is made from its analysis
+    Step(SharedKVCacheUnsharing, targets.unsharing, _plan_again),      # kv_sharing="unshare" only
+    Step(AttentionHeadPadding, targets.head_padding, targets.with_padded_heads),   # paged_heads="pad" only
     Step(DisableStatefulSDPAFusion, targets.fusion_barrier),
     Step(ScaledDotProductAttentionDecomposition, targets.decomposition),   # what the barrier cannot take
     Step(KVCacheShapeOfDecomposition, targets.cache_shapeof),          # affected runtimes
     Step(SlidingWindowMaskSliceInsertion, targets.mask_slice),         # runtimes whose paged converter needs it
     Step(SlidingWindowKVCacheBounding, targets.cache_bounding),        # sliding_window="bounded" only
     Step(TrimmableSlidingWindowKVCache, targets.cache_trimming),       # sliding_window="trimmable" only
-    Step(ErfInvConstantFolding, targets.lowering),                     # targets that cannot read ErfInv
-    Step(ConvertOneHot16ToOneHot1, targets.lowering),                  # targets that cannot read OneHot-16
+    Step(ErfInvConstantFolding, targets.lowering(ErfInvConstantFolding)),          # targets that cannot read ErfInv
+    Step(ConvertOneHot16ToOneHot1, targets.lowering(ConvertOneHot16ToOneHot1)),    # ... OneHot-16
 )
 # The passes of the pipeline, in the order it runs them, with what each does in one line.
-PASSES: dict[str, tuple[type, str]] = {s.pass_class.NAME: (s.pass_class, s.pass_class.DESCRIPTION) for s in STEPS}
+PASSES: dict[str, tuple[type, str]] = {s.rule.NAME: (s.rule, s.rule.DESCRIPTION) for s in STEPS}
 PIPELINE_PASSES = tuple(PASSES)
 
 
@@ -143,30 +153,131 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
 def run_pipeline(model: ov.Model, options: RewriteOptions | None = None) -> RewriteSummary:
     """:func:`rewrite` without the refusal: the summary says which operations the target still cannot
     read (``summary.readable``, ``summary.op_versions``). ``ovpass inspect`` reports from it."""
-    run = targets.Run(model, options or RewriteOptions())
-    for step in STEPS:
-        args = step.targets.nodes(run, step.pass_class)
-        if args is None:
-            continue
-        if not run.options.selects(step.pass_class.NAME):
-            step.targets.skipped(run, step.pass_class, args)
-            continue
-        pass_, report = run_step(model, step.pass_class, args)
-        run.passes.append(report)
-        step.targets.done(run, pass_)
-    if run.options.selects(SharedKVCacheDetection.NAME):
-        _annotate(run)   # an SDPA the decomposition replaced is out of the model: harmless
-    lowered = outcomes(model, run.profile.version, run.op_before, run.selected, run.op_refused)
-    summary = RewriteSummary(
-        options=run.options, analysis=run.detected, decisions=run.decisions, passes=run.passes, kinds=run.kinds,
-        findings=run.findings, masks=run.masks, mask_actions=run.mask_actions,
-        masks_not_applied=run.masks_not_applied, warnings=run.warnings, op_versions=lowered,
-        unshared=run.unshared, kept_shared=run.kept_shared,
-        analysis_after=run.analysis if run.analysis is not run.detected else None,
-        sliding_window_caches=run.caches, paged_heads=run.heads, eager_attention=run.eager,
-        recovered=run.recovered, eager_not_applied=run.eager_not_applied)
+    options = options or RewriteOptions()
+    summary = _summary(model, options, execute(model, options))
+    if options.selects(SharedKVCacheDetection.NAME):
+        _annotate(model, summary.decisions)
     log.info("ovpasses.rewrite: %r", summary)
     return summary
+
+
+@dataclass(frozen=True)
+class Execution:
+    """What :func:`execute` did: the plan, each rule's part of it, the rules that ran, one record per planned
+    node, the timed passes, and the facts the summary reports. It holds no node of the model: a node a rule
+    replaced must be freed before the next analysis walks the graph (it would still be a consumer)."""
+
+    plan: targets.RewritePlan
+    parts: Mapping[str, RulePlan]
+    rules: Mapping[str, object]
+    records: tuple[RuleRecord, ...]
+    passes: tuple[PassReport, ...]
+    eager: tuple                # the eager attention subgraphs of the input
+    op_before: object           # what the target could not read before the lowering rules
+    after: object = None        # the KV-sharing analysis as the last rule that changed the caches left them
+
+    @property
+    def decisions(self) -> dict:
+        return targets.decisions_after(self.plan, list(self.records))
+
+
+def execute(model: ov.Model, options: RewriteOptions) -> Execution:
+    """The one executor: per step, its part of the plan from the facts as they are; the rule built from it and
+    run (or, left out by ``passes=``, a record per planned node that says so); what a rule refuses or leaves
+    out goes to its fallback; the model is analysed again only after a rule that ``REANALYSES`` changed it."""
+    facts = targets.Facts(model, options)
+    eager = tuple(facts.eager)
+    plan = None
+    parts: dict[str, RulePlan] = {}
+    rules: dict[str, object] = {}
+    records: list[RuleRecord] = []
+    passes: list[PassReport] = []
+    handed: dict[str, list[Planned]] = {}
+    actions = {step.rule.NAME: step.rule.ACTION for step in STEPS}
+    after = None
+    for step in STEPS:
+        rule_class = step.rule
+        part = step.part(facts, plan)
+        if rule_class.NAME in handed:
+            part = (part or RulePlan(rule_class.NAME)).handed(tuple(handed.pop(rule_class.NAME)))
+        if part is None:
+            continue
+        parts[rule_class.NAME] = part
+        if part.nodes or rule_class.WHOLE_MODEL:
+            if options.selects(rule_class.NAME):
+                rule, report, done = apply_rule(model, rule_class, part)
+                passes.append(report)
+                if getattr(rule, "analysis", None) is not None:   # an analysis hands its facts on (not its nodes)
+                    facts = targets.Facts(model, options, kv_given=rule.analysis)
+                else:
+                    rules[rule_class.NAME] = rule
+                    if rule_class.REANALYSES and rule.changed:
+                        facts = targets.Facts(model, options)
+                        if rule_class.CHANGES_CACHES:
+                            after = facts.kv
+                        if step.replan is not None:
+                            plan = step.replan(plan, facts)
+                rule = None
+            else:
+                done = not_selected(part)
+                if rule_class.WHOLE_MODEL and not part.nodes:   # an analysis left out: no time, nothing changed
+                    passes.append(PassReport(rule_class.NAME, [], 0.0))
+            records += done
+            for record in done:
+                fallback = record.planned.fallback
+                if record.status is not Status.APPLIED and fallback is not None:
+                    handed.setdefault(fallback, []).append(
+                        replace(record.planned, action=actions[fallback], fallback=None,
+                                handed_from=(record.planned.action, record.rule)))
+        if plan is None and rule_class is SharedKVCacheDetection:
+            plan = targets.make_plan(facts)
+    return Execution(plan, MappingProxyType(parts), MappingProxyType(rules), tuple(records), tuple(passes),
+                     eager, facts.op_before, after)
+
+
+def _summary(model: ov.Model, options: RewriteOptions, run: Execution) -> RewriteSummary:
+    """The run as the summary carries it: each feature's section from its part of the plan and its rule."""
+    parts, rules, plan = run.parts, run.rules, run.plan
+    decisions = run.decisions
+    unshared, kept_shared = [], {}
+    if (part := parts.get(SharedKVCacheUnsharing.NAME)) is not None:
+        kept_shared = dict(part.data.refused)
+        if (rule := rules.get(SharedKVCacheUnsharing.NAME)) is not None:
+            unshared = list(rule.caches)
+            kept_shared.update(rule.refused)
+            # an unshared borrower reads a cache of its own: said where the plan, made again, leaves it to the plugin
+            for name in {u.borrower for u in unshared}:
+                if plan.analysis.sdpa[name].status == "exclusive" and decisions[name].action == Action.NATIVE:
+                    decisions[name] = Decision(Action.UNSHARED, decisions[name].reason)
+    heads = None
+    warnings = list(plan.warnings)
+    if (part := parts.get(AttentionHeadPadding.NAME)) is not None:
+        heads = part.data
+        if (rule := rules.get(AttentionHeadPadding.NAME)) is not None:
+            heads = replace(heads, action=PagedHeadsAction.PADDED, changed=tuple(rule.changed))
+        elif part.nodes:
+            heads = replace(heads, action=PagedHeadsAction.NOT_SELECTED)
+        if heads.action != PagedHeadsAction.NOT_SELECTED:
+            warnings += heads.warnings()
+    caches = next((parts[r.NAME].data for r in (SlidingWindowKVCacheBounding, TrimmableSlidingWindowKVCache)
+                   if r.NAME in parts), None)
+    eager = parts.get(EagerAttentionToSDPA.NAME)
+    masks_not_applied = {r.node: r.rule for r in run.records
+                         if r.rule == SlidingWindowMaskSliceInsertion.NAME and r.status is Status.NOT_SELECTED}
+    refused = {name: getattr(rule, "refused", {}) for name, rule in rules.items()}
+    lowered = outcomes(model, options.runtime.version, run.op_before, options.passes, refused)
+    return RewriteSummary(
+        options=options, analysis=plan.detected, decisions=decisions, passes=list(run.passes), kinds=dict(plan.kinds),
+        findings=list(plan.findings), masks=list(plan.masks), mask_actions=dict(plan.mask_actions),
+        masks_not_applied=masks_not_applied, warnings=warnings, op_versions=lowered,
+        unshared=unshared, kept_shared=kept_shared,
+        analysis_after=run.after if run.after is not None else (
+            plan.analysis if plan.analysis is not plan.detected else None),
+        sliding_window_caches=caches, paged_heads=heads, eager_attention=list(run.eager),
+        recovered=list(rules[EagerAttentionToSDPA.NAME].changed) if EagerAttentionToSDPA.NAME in rules else [],
+        eager_not_applied=(EagerAttentionToSDPA.NAME if eager is not None and eager.nodes
+                           and EagerAttentionToSDPA.NAME not in rules else None),
+        records=list(run.records))
 
 
 def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,
@@ -199,10 +310,10 @@ def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", conf
     return core.compile_model(clone, name, config or {})
 
 
-def _annotate(run: targets.Run) -> None:
-    for name, node in run.sdpa_nodes.items():
-        if name in run.decisions:
-            decision = run.decisions[name]
+def _annotate(model: ov.Model, decisions: Mapping) -> None:
+    """Each SDPA's planned action (and the rule ``passes=`` left out) in its runtime info."""
+    for node in model.get_ordered_ops():
+        if node.get_type_name() == "ScaledDotProductAttention" and (decision := decisions.get(node.get_friendly_name())):
             node.get_rt_info()[RT_ACTION] = decision.action.value
             if decision.not_applied:
                 node.get_rt_info()[RT_NOT_APPLIED] = decision.not_applied

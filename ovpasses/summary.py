@@ -28,6 +28,7 @@ from ovpasses.features.unsharing.plan import UnsharedCache
 from ovpasses.plan.decisions import Action, Decision
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.report import schemas
+from ovpasses.rules import RuleRecord
 from ovpasses.step import PassReport
 
 
@@ -58,6 +59,7 @@ class RewriteSummary:
     eager_attention: list[EagerAttention] = field(default_factory=list)   # eager subgraphs found in the input
     recovered: list[str] = field(default_factory=list)        # ... that EagerAttentionToSDPA made SDPAs
     eager_not_applied: str | None = None                      # the recovery pass, when passes= left it out
+    records: list[RuleRecord] = field(default_factory=list)   # per rule, per node it was given: what it did
 
     @property
     def profile(self) -> RuntimeProfile:
@@ -173,6 +175,7 @@ class RewriteSummary:
             "no_effect": self.no_effect(),
             "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),
             "eager_attention": self.eager_to_dicts(),
+            "records": [r.to_dict() for r in self.records],
         }
 
     def eager_to_dicts(self) -> list[dict]:

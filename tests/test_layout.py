@@ -70,9 +70,9 @@ def test_importing_the_wheel_imports_no_test_tool(tmp_path):
 # ``P`` may put in another layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # what every layer uses: errors, OpenVINO helpers, the exact CPU config, devices, one timed pass run,
-    # the JSON schema ids
+    # the rule protocol every pass follows, the JSON schema ids
     ("ovpasses.errors", "ovpasses._ov", "ovpasses._strenum", "ovpasses.precision", "ovpasses.devices",
-     "ovpasses.step", "ovpasses.report.schemas", "ovpasses.modes", "ovpasses.units"),
+     "ovpasses.step", "ovpasses.rules", "ovpasses.report.schemas", "ovpasses.modes", "ovpasses.units"),
     ("ovpasses.plan.runtimes",),                          # the facts about runtimes: one typed table
     ("ovpasses.analysis",),                               # walks that return facts
     ("ovpasses.plan",),                                   # profiles and typed decisions
@@ -80,7 +80,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ovpasses.features",),                               # a home per feature (they never import each other)
     ("ovpasses.passes",),                                 # every pass by its public name, PIPELINE_ORDER
     ("ovpasses.options",),                                # what a rewrite is asked to do (names the passes)
-    ("ovpasses.plan.targets",),                           # what the plan gives each pipeline step
+    ("ovpasses.plan.targets",),                           # the facts, the frozen plan, each rule's part of it
     ("ovpasses.summary",),                                # what one run did, as data
     ("ovpasses.pipeline",),                               # the steps and the loop that runs them
     ("ovpasses.report",),                                 # report data built from a run

@@ -64,7 +64,7 @@ def test_unknown_passes_and_runtimes_are_refused_at_construction():
 
 
 def test_the_pass_names_follow_the_pipeline():
-    assert PIPELINE_ORDER == tuple(step.pass_class for step in STEPS)
+    assert PIPELINE_ORDER == tuple(step.rule for step in STEPS)
     assert set(PIPELINE_ORDER) == {getattr(ovpasses.passes, name) for name in ovpasses.passes.__all__}
 
 

@@ -138,13 +138,36 @@ def test_reasons_come_with_the_plan_and_reprs_are_short():
                                       "stateless=1, unhandled=0)")
 
 
-def test_every_step_follows_the_pass_protocol():
-    """Each step's pass has a NAME, a one-line DESCRIPTION and, once run, lists what it changed in ``changed``."""
-    assert list(PASSES) == [step.pass_class.NAME for step in STEPS]
-    assert all(step.pass_class.DESCRIPTION and "\n" not in step.pass_class.DESCRIPTION for step in STEPS)
+def test_every_step_follows_the_rule_protocol():
+    """Each step's rule has a NAME, a one-line DESCRIPTION, says whether it REANALYSES, is built from its part of
+    the plan, and once run lists what it changed in ``changed`` and what it refused in ``refused``; the summary
+    carries one record per planned node."""
+    from ovpasses.rules import Rule, RulePlan
+
+    assert list(PASSES) == [step.rule.NAME for step in STEPS]
+    for step in STEPS:
+        assert issubclass(step.rule, Rule) and isinstance(step.rule.REANALYSES, bool)
+        assert step.rule.DESCRIPTION and "\n" not in step.rule.DESCRIPTION
+        assert step.rule.from_plan.__func__ is not None
     summary = ovpasses.rewrite(build_stack(SPEC))
     barrier = next(p for p in summary.passes if p.name == "DisableStatefulSDPAFusion")
     assert barrier.changed == [SPEC.sdpa_name(1), SPEC.sdpa_name(2)]
+    assert [(r.rule, r.node, r.status.value) for r in summary.records] == [
+        ("DisableStatefulSDPAFusion", SPEC.sdpa_name(1), "applied"),
+        ("DisableStatefulSDPAFusion", SPEC.sdpa_name(2), "applied")]
+    assert summary.to_dict()["records"][0] == {"rule": "DisableStatefulSDPAFusion", "node": SPEC.sdpa_name(1),
+                                               "status": "applied", "reason": summary.reasons[SPEC.sdpa_name(1)]}
+    # a pass built from a part of the plan takes only its planned nodes
+    from ovpasses.passes import DisableStatefulSDPAFusion
+    model = build_stack(SPEC)
+    part = RulePlan(DisableStatefulSDPAFusion.NAME, tuple(
+        r.planned for r in summary.records if r.node == SPEC.sdpa_name(2)))
+    rule = DisableStatefulSDPAFusion.from_plan(part)
+    from openvino.passes import Manager
+    manager = Manager()
+    manager.register_pass(rule)
+    manager.run_passes(model)
+    assert rule.changed == [SPEC.sdpa_name(2)] and rule.refused == {}
 
 
 def test_json_carries_enum_values_and_what_was_not_applied():
@@ -159,21 +182,39 @@ def test_json_carries_enum_values_and_what_was_not_applied():
            "fusion (no-op Reshape on K/V)" in summary_text(summary)
 
 
-def test_the_plan_stays_as_made_and_the_steps_records_say_what_was_done():
-    """The steps do not patch the plan: each records what it did (targets.Carried), and the decisions are the
-    plan with the records applied, keeping the plan's reasons."""
+def test_the_plan_stays_as_made_and_the_rules_records_say_what_was_done():
+    """The rules do not patch the plan: each records what it did per planned node, and the decisions are the
+    plan with the records read in order, keeping the plan's reasons. A node the barrier refuses is handed to the
+    decomposition; where that does not take it either, it keeps the barrier's action, not carried out."""
+    import dataclasses
     from types import MappingProxyType
 
     from ovpasses.plan.decisions import Decision
-    from ovpasses.plan.targets import Carried, carried_out
+    from ovpasses.plan.targets import RewritePlan, decisions_after
+    from ovpasses.rules import Planned, RuleRecord, Status
 
-    plan = MappingProxyType({"a": Decision(BARRIER, "off path"), "b": Decision(NATIVE, "exclusive cache")})
-    records = [Carried(("a",), Action.DECOMPOSE), Carried(("b",), Action.UNSHARED, "SharedKVCacheUnsharing")]
-    assert carried_out(plan, records) == {"a": Decision(Action.DECOMPOSE, "off path"),
-                                          "b": Decision(Action.UNSHARED, "exclusive cache", "SharedKVCacheUnsharing")}
-    assert plan["a"] == Decision(BARRIER, "off path")
+    decisions = MappingProxyType({"a": Decision(BARRIER, "off path"), "b": Decision(NATIVE, "exclusive cache"),
+                                  "c": Decision(BARRIER, "off path")})
+    plan = RewritePlan(None, None, decisions, {}, (), (), {})
+    a = Planned("a", "off path", "barrier", ("a",), fallback="ScaledDotProductAttentionDecomposition")
+    a_handed = Planned("a", "off path", "decompose", ("a",), handed_from=("barrier", "DisableStatefulSDPAFusion"))
+    c = Planned("c", "off path", "barrier", ("c",), fallback="ScaledDotProductAttentionDecomposition")
+    c_handed = dataclasses.replace(a_handed, node="c", sdpas=("c",))
+    b = Planned("b", "borrows v", "unshared", ("b",))
+    records = [RuleRecord("DisableStatefulSDPAFusion", "a", Status.REFUSED, "rank 3", a),
+               RuleRecord("DisableStatefulSDPAFusion", "c", Status.REFUSED, "rank 3", c),
+               RuleRecord("ScaledDotProductAttentionDecomposition", "a", Status.APPLIED, "off path", a_handed),
+               RuleRecord("ScaledDotProductAttentionDecomposition", "c", Status.NOT_SELECTED, "off path", c_handed),
+               RuleRecord("SharedKVCacheUnsharing", "b", Status.NOT_SELECTED, "borrows v", b)]
+    assert decisions_after(plan, records) == {
+        "a": Decision(Action.DECOMPOSE, "off path"),
+        "b": Decision(Action.UNSHARED, "exclusive cache", "SharedKVCacheUnsharing"),
+        "c": Decision(BARRIER, "off path", "DisableStatefulSDPAFusion")}
+    assert plan.decisions["a"] == Decision(BARRIER, "off path")
     with pytest.raises(TypeError):
-        plan["a"] = Decision(NATIVE, "")
+        plan.decisions["a"] = Decision(NATIVE, "")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.decisions = {}
 
 
 def test_the_summary_is_built_by_keyword():

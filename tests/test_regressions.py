@@ -246,6 +246,12 @@ def test_off_path_borrower_crash_is_fixed(spec, passes):
     summary = ovpasses.rewrite(model, passes=passes)
     kept_out = {name for cache in summary.analysis.caches.values() if cache.off_path_readers for name in cache.sdpa}
     assert kept_out and {summary.actions[name] for name in kept_out} == {BARRIER if passes is None else DECOMPOSE}
+    # one record per planned node: the barrier's, and where it was left out, the decomposition's that took it over
+    records = {(r.rule, r.node): r.status.value for r in summary.records}
+    expected = {("DisableStatefulSDPAFusion", n): "applied" if passes is None else "not_selected" for n in kept_out}
+    if passes is not None:
+        expected.update({("ScaledDotProductAttentionDecomposition", n): "applied" for n in kept_out})
+    assert records == expected
     compiled = core.compile_model(model, "CPU", CONFIG)
     assert count_fused_sdpa(compiled) == sum(a in (NATIVE, SHAPEOF) for a in summary.actions.values())
     got = run_stack(compiled, spec, steps)

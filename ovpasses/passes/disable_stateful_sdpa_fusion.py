@@ -25,7 +25,6 @@ and read back in between: :func:`is_fusion_barrier` recognises a barrier from wh
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import numpy as np
 import openvino as ov
@@ -33,14 +32,13 @@ from openvino import opset13 as ops
 from openvino.passes import AnyInput, Matcher, MatcherPass, Or, WrapType
 
 from ovpasses._ov import copy_runtime_info
+from ovpasses.rules import NodePredicate, Rule
+from ovpasses.step import refusing
 
 log = logging.getLogger(__name__)
 
 RT_BARRIER = "ovpasses_fusion_barrier"
 BARRIER_SUFFIXES = ("/key_fusion_barrier", "/value_fusion_barrier")   # after the SDPA's friendly name
-
-NodePredicate = Callable[[ov.Node], bool]
-
 
 def is_fusion_barrier(node: ov.Node) -> bool:
     """Whether ``node`` is a barrier that this pass inserted, in memory or read back from an IR file.
@@ -70,28 +68,37 @@ def _static_head(output: ov.Output) -> bool:
     return shape.rank.is_static and shape.rank.get_length() == 4 and shape[3].is_static
 
 
-def _barrier_candidate(output: ov.Output) -> bool:
-    """Rank-4 K/V with a static head size, not already behind a barrier."""
-    return _static_head(output) and not is_fusion_barrier(output.get_node())
+def refusal(sdpa: ov.Node) -> str | None:
+    """Why the barrier does not take ``sdpa`` (None: it does): its Reshape is a no-op only on a rank-4 K/V
+    with a static head size, and a K/V already behind a barrier needs none."""
+    for port, label in ((1, "K"), (2, "V")):
+        source = sdpa.input_value(port)
+        if not _static_head(source):
+            return f"its {label} is not rank 4 with a static head size (the barrier Reshape would not be a no-op)"
+        if is_fusion_barrier(source.get_node()):
+            return f"its {label} is behind a fusion barrier already"
+    return None
 
 
-class DisableStatefulSDPAFusion(MatcherPass):
+class DisableStatefulSDPAFusion(Rule, MatcherPass):
     """Insert a no-op Reshape on ports 1 and 2 of each SDPA that ``predicate`` accepts.
 
     :param predicate: ``node -> bool`` choosing the SDPAs to keep out of the stateful fusion.
     """
 
     NAME = "DisableStatefulSDPAFusion"
+    REANALYSES = True   # its SDPAs leave the stateful fusion the analyses predict
     DESCRIPTION = ("keeps SDPAs that read a cache off its Assign path out of the CPU stateful SDPA fusion (no-op "
                    "Reshape)")
 
     def __init__(self, predicate: NodePredicate) -> None:
         MatcherPass.__init__(self)
         self.changed: list[str] = []
+        self.refused: dict[str, str] = {}
 
-        q, k, v = AnyInput(), AnyInput(_barrier_candidate), AnyInput(_barrier_candidate)
+        q, k, v = AnyInput(), AnyInput(), AnyInput()   # what K and V must be: :func:`refusal`, on the root
         rest = [AnyInput(), AnyInput()]
-        accepts = lambda out: predicate(out.get_node())  # noqa: E731
+        accepts = refusing(refusal, self.refused, predicate)
         sdpa_type = "opset13.ScaledDotProductAttention"
         root = Or([WrapType(sdpa_type, [q, k, v] + rest[:n], accepts) for n in range(3)])
 

@@ -31,6 +31,7 @@ from openvino.passes import Matcher, MatcherPass, WrapType
 
 from ovpasses._ov import copy_runtime_info
 from ovpasses.analysis.cache_chain import cache_chain_pattern
+from ovpasses.rules import Rule, RulePlan
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +49,23 @@ def _feeds_assign(output: ov.Output) -> bool:
     return False
 
 
-class KVCacheShapeOfDecomposition(MatcherPass):
+class KVCacheShapeOfDecomposition(Rule, MatcherPass):
     """Replace ShapeOf(Concat(past cache, new)) by a shape built from ShapeOf(new) and ShapeOf(past)."""
 
     NAME = "KVCacheShapeOfDecomposition"
+    REANALYSES = True   # the cache Concats lose their ShapeOf readers
+    WHOLE_MODEL = True  # every ShapeOf on a cache Concat that an Assign stores, not only the planned SDPAs'
     DESCRIPTION = "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> KVCacheShapeOfDecomposition:
+        """Every ShapeOf on a stored cache Concat (the planned SDPAs' among them)."""
+        return cls()
 
     def __init__(self) -> None:
         MatcherPass.__init__(self)
         self.changed: list[str] = []
+        self.refused: dict[str, str] = {}
 
         # a KV cache Concat: two inputs, the first from the variable, the result stored back
         chain = cache_chain_pattern(concat_predicate=_feeds_assign)

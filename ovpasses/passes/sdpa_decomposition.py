@@ -38,7 +38,6 @@ the specification and in PyTorch; the mask input is then ignored, as the specifi
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import numpy as np
 import openvino as ov
@@ -46,13 +45,11 @@ from openvino import opset13 as ops
 from openvino.passes import AnyInput, Matcher, MatcherPass, Or, WrapType
 
 from ovpasses._ov import copy_runtime_info
+from ovpasses.rules import NodePredicate, Rule
 
 log = logging.getLogger(__name__)
 
-NodePredicate = Callable[[ov.Node], bool]
-
-
-class ScaledDotProductAttentionDecomposition(MatcherPass):
+class ScaledDotProductAttentionDecomposition(Rule, MatcherPass):
     """Replace each ScaledDotProductAttention by MatMul -> Multiply(scale) -> [Add(bias)] -> Softmax -> MatMul.
 
     :param predicate: optional ``node -> bool``; only SDPA nodes it accepts are decomposed.
@@ -60,12 +57,15 @@ class ScaledDotProductAttentionDecomposition(MatcherPass):
     """
 
     NAME = "ScaledDotProductAttentionDecomposition"
+    REANALYSES = True   # its SDPAs leave the model
+    ACTION = "decompose"
     DESCRIPTION = ("decomposes those SDPAs the barrier cannot take (K/V without a static rank-4 shape) into "
                    "MatMul/Softmax")
 
     def __init__(self, predicate: NodePredicate | None = None) -> None:
         MatcherPass.__init__(self)
         self.changed: list[str] = []
+        self.refused: dict[str, str] = {}
 
         q, k, v, mask, scale = AnyInput(), AnyInput(), AnyInput(), AnyInput(), AnyInput()
         accepts = (lambda out: predicate(out.get_node())) if predicate is not None else (lambda out: True)

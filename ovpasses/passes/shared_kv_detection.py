@@ -24,19 +24,27 @@ from ovpasses.analysis.kv_sharing import (
     KVSharingAnalysis,
     analyze_kv_sharing,
 )
+from ovpasses.rules import Rule, RulePlan
 
 log = logging.getLogger(__name__)
 
 
-class SharedKVCacheDetection(ModelPass):
+class SharedKVCacheDetection(Rule, ModelPass):
     """Detect SDPAs that share a KV cache; the result is in ``self.analysis`` and in runtime info."""
 
     NAME = "SharedKVCacheDetection"
+    WHOLE_MODEL = True  # an analysis of the whole model (it hands its analysis on as the run's facts)
     DESCRIPTION = "analysis only: records per SDPA which KV caches it reads and whether another SDPA reads them too"
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> SharedKVCacheDetection:
+        """The whole model: nothing is planned for an analysis."""
+        return cls()
 
     def __init__(self) -> None:
         ModelPass.__init__(self)
         self.changed: list[str] = []   # an analysis: it changes nothing but the SDPAs' runtime info
+        self.refused: dict[str, str] = {}
         self.analysis: KVSharingAnalysis | None = None
         self.sdpa_nodes: dict[str, ov.Node] = {}   # friendly name -> SDPA node of the model last run on
 

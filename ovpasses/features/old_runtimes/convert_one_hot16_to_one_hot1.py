@@ -22,7 +22,6 @@ OneHot-16 does. The new OneHot-1 takes the OneHot-16's friendly name and runtime
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import numpy as np
 import openvino as ov
@@ -32,10 +31,10 @@ from openvino.passes import AnyInput, Matcher, MatcherPass, WrapType
 from ovpasses._ov import copy_runtime_info
 from ovpasses.plan.decisions import Lowered
 from ovpasses.step import refusing
+from ovpasses.rules import NodePredicate, Rule, RulePlan
 
 log = logging.getLogger(__name__)
 
-NodePredicate = Callable[[ov.Node], bool]
 MODES = ("ignore_negative", "normalize")
 
 
@@ -48,7 +47,7 @@ def refusal(one_hot: ov.Node) -> str | None:
     return f"its negative_indices_mode is not one of {', '.join(MODES)}"
 
 
-class ConvertOneHot16ToOneHot1(MatcherPass):
+class ConvertOneHot16ToOneHot1(Rule, MatcherPass):
     """Replace each OneHot-16 by OneHot-1 (with the index normalisation of ``normalize`` mode in opset1 ops).
 
     :param predicate: ``node -> bool`` choosing the OneHot-16 nodes to convert (default: all). ``refused``
@@ -56,11 +55,18 @@ class ConvertOneHot16ToOneHot1(MatcherPass):
     """
 
     NAME = "ConvertOneHot16ToOneHot1"
+    # no REANALYSES: it replaces operations that only the op-version analysis reads, and the outcomes of the
+    # lowering are told against that analysis as it was before the first lowering rule
     DESCRIPTION = ("targets before 2025.4: OneHot-16 as the OneHot-1 (and opset1 index arithmetic) that computes the "
                    "same")
     OPS = (("OneHot", "opset16"),)
     ACTION = Lowered.CONVERTED
     ACTION_REASON = "OneHot-1, which computes the same"
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> ConvertOneHot16ToOneHot1:
+        """The operations the target cannot read (the plan's predicate)."""
+        return cls(part.data)
 
     def __init__(self, predicate: NodePredicate | None = None) -> None:
         MatcherPass.__init__(self)

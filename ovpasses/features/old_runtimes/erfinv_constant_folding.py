@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
 
 import numpy as np
 import openvino as ov
@@ -38,10 +37,10 @@ from openvino.passes import AnyInput, Matcher, MatcherPass, WrapType
 from ovpasses._ov import copy_runtime_info
 from ovpasses.plan.decisions import Lowered
 from ovpasses.step import refusing
+from ovpasses.rules import NodePredicate, Rule, RulePlan
 
 log = logging.getLogger(__name__)
 
-NodePredicate = Callable[[ov.Node], bool]
 FOLDED_TYPES = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
@@ -103,7 +102,7 @@ def refusal(erfinv_node: ov.Node) -> str | None:
     return None
 
 
-class ErfInvConstantFolding(MatcherPass):
+class ErfInvConstantFolding(Rule, MatcherPass):
     """Replace each ErfInv whose input is a Constant (possibly through a float Convert) by its value.
 
     :param predicate: ``node -> bool`` choosing the ErfInv nodes to fold (default: all). ``refused``
@@ -111,10 +110,16 @@ class ErfInvConstantFolding(MatcherPass):
     """
 
     NAME = "ErfInvConstantFolding"
+    # no REANALYSES: as ConvertOneHot16ToOneHot1
     DESCRIPTION = "targets before 2026.2: replaces ErfInv (opset17) of a Constant by its value, computed in float64"
     OPS = (("ErfInv", "opset17"),)
     ACTION = Lowered.CONSTANT_FOLDED
     ACTION_REASON = "its input is a Constant"
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> ErfInvConstantFolding:
+        """The operations the target cannot read (the plan's predicate)."""
+        return cls(part.data)
 
     def __init__(self, predicate: NodePredicate | None = None) -> None:
         MatcherPass.__init__(self)

@@ -63,6 +63,7 @@ from ovpasses._ov import SDPA_TYPE, copy_runtime_info
 from ovpasses.analysis.cache_chain import find_cache_chains
 from ovpasses.features.paged_heads.analysis import PagedHeads, padding_nodes
 from ovpasses.errors import PassInvariantError
+from ovpasses.rules import Rule, RulePlan
 
 log = logging.getLogger(__name__)
 
@@ -75,19 +76,26 @@ def _i64(values) -> ov.Node:
     return ops.constant(np.asarray(values, np.int64).reshape(-1))
 
 
-class AttentionHeadPadding(ModelPass):
+class AttentionHeadPadding(Rule, ModelPass):
     """Pad the caches ``plan.padded`` names (a :class:`PagedHeads` of this model) to ``plan.target`` and
     rewrite their readers. ``self.changed`` lists the variable ids changed, ``self.layers`` the SDPAs."""
 
     NAME = "AttentionHeadPadding"
+    REANALYSES = True   # the padded SDPAs are new nodes with other head counts
     ONLY_WITH = modes.OptionChoice("paged_heads", modes.PagedHeads.PAD)   # the option that turns it on
     DESCRIPTION = ("every KV cache and attention layer gets one KV-head count and head size "
                    "(paged CPU)")
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> AttentionHeadPadding:
+        """The padding plan of the step (:class:`~ovpasses.features.paged_heads.plan.PagedHeadsStep`)."""
+        return cls(part.data.plan)
 
     def __init__(self, plan: PagedHeads) -> None:
         ModelPass.__init__(self)
         self.plan = plan
         self.changed: list[str] = []
+        self.refused: dict[str, str] = {}
         self.layers: list[str] = []
 
     def run_on_model(self, model: ov.Model) -> bool:

@@ -43,7 +43,6 @@ the same graph they see in an SDPA export.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import numpy as np
 import openvino as ov
@@ -52,11 +51,9 @@ from openvino.passes import Matcher, MatcherPass
 
 from ovpasses._ov import copy_runtime_info
 from ovpasses.features.sdpa_recovery.analysis import eager_attention_pattern, refusal, sdpa_inputs
+from ovpasses.rules import NodePredicate, Rule
 
 log = logging.getLogger(__name__)
-
-NodePredicate = Callable[[ov.Node], bool]
-
 
 def _scalar(value: float, et: ov.Type) -> ov.Node:
     """A scalar Constant of ``et`` (bf16 and f16 from an f32 value; ``value`` is finite or -inf)."""
@@ -66,7 +63,7 @@ def _scalar(value: float, et: ov.Type) -> ov.Node:
     return ops.convert(ops.constant(np.float32(value)), et)
 
 
-class EagerAttentionToSDPA(MatcherPass):
+class EagerAttentionToSDPA(Rule, MatcherPass):
     """Replace each eager attention subgraph that computes exactly SDPA by one ScaledDotProductAttention.
 
     :param predicate: optional ``node -> bool`` on MatMul(probs, V); only subgraphs it accepts are replaced.
@@ -75,6 +72,7 @@ class EagerAttentionToSDPA(MatcherPass):
     """
 
     NAME = "EagerAttentionToSDPA"
+    REANALYSES = True   # the SDPAs it makes are new to every analysis
     DESCRIPTION = ("recovers ScaledDotProductAttention from eager attention (MatMul -> [scale] -> [mask] -> "
                    "Softmax -> MatMul) where it computes exactly SDPA")
 

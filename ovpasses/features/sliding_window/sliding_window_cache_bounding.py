@@ -79,6 +79,7 @@ from ovpasses.features.sliding_window.caches import (
     cache_nodes,
 )
 from ovpasses.errors import PassInvariantError
+from ovpasses.rules import Rule, RulePlan
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,7 @@ def _i64(values) -> ov.Node:
     return ops.constant(np.asarray(values, np.int64).reshape(-1))
 
 
-class SlidingWindowKVCacheBounding(ModelPass):
+class SlidingWindowKVCacheBounding(Rule, ModelPass):
     """Bound the caches ``plan.bounded`` names (a :class:`SlidingWindowCaches` of this model), re-sourcing
     lengths from ``plan.reference`` (or, with none, from the lengths of ``plan.context_inputs``). ``self.changed`` lists the variable ids changed.
 
@@ -103,14 +104,22 @@ class SlidingWindowKVCacheBounding(ModelPass):
     """
 
     NAME = "SlidingWindowKVCacheBounding"
+    REANALYSES = True
+    CHANGES_CACHES = True
     ONLY_WITH = OptionChoice("sliding_window", SlidingWindow.BOUNDED)   # the option that turns it on
     DESCRIPTION = ("caches only sliding-window attention reads keep their last W-1 "
                    "positions")
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> SlidingWindowKVCacheBounding:
+        """The caches the plan bounds (:class:`~ovpasses.features.sliding_window.caches.SlidingWindowCaches`)."""
+        return cls(part.data)
 
     def __init__(self, plan: SlidingWindowCaches) -> None:
         ModelPass.__init__(self)
         self.plan = plan
         self.changed: list[str] = []
+        self.refused: dict[str, str] = {}
         self.gqa_elided = 0   # SDPA inputs that now read a one-head cache without the GQA expand
         self.gqa_numpy = 0    # GQA expands of several KV heads now broadcast in numpy mode from their own input
 

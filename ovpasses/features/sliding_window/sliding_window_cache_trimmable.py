@@ -56,6 +56,7 @@ from ovpasses.features.sliding_window.sliding_window_cache_bounding import (
     slice_mask,
     unbounded_shapes,
 )
+from ovpasses.rules import Rule, RulePlan
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +68,27 @@ def _i64(values) -> ov.Node:
     return ops.constant(np.asarray(values, np.int64).reshape(-1))
 
 
-class TrimmableSlidingWindowKVCache(ModelPass):
+class TrimmableSlidingWindowKVCache(Rule, ModelPass):
     """Make the caches ``plan.bounded`` names trimmable by the calling program (a :class:`SlidingWindowCaches` of
     this model), re-sourcing lengths from ``plan.reference``. ``self.changed`` lists the variable ids changed."""
 
     NAME = "TrimmableSlidingWindowKVCache"
+    REANALYSES = True
+    CHANGES_CACHES = True
     ONLY_WITH = OptionChoice("sliding_window", SlidingWindow.TRIMMABLE)   # the option that turns it on
     DESCRIPTION = ("caches only sliding-window attention reads stay fused and exact when the program trims them to "
                    "their last W-1 positions")
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> TrimmableSlidingWindowKVCache:
+        """The caches the plan makes trimmable (:class:`~ovpasses.features.sliding_window.caches.SlidingWindowCaches`)."""
+        return cls(part.data)
 
     def __init__(self, plan: SlidingWindowCaches) -> None:
         ModelPass.__init__(self)
         self.plan = plan
         self.changed: list[str] = []
+        self.refused: dict[str, str] = {}
 
     def run_on_model(self, model: ov.Model) -> bool:
         if not self.plan.bounded:

@@ -47,23 +47,31 @@ from ovpasses.features.sliding_window.masks import (
     sliding_window_mask_pattern,
     window_of,
 )
+from ovpasses.rules import Rule, RulePlan
 
 log = logging.getLogger(__name__)
 
 SLICE_SUFFIX = "/sliding_window_slice"
 
 
-class SlidingWindowMaskSliceInsertion(MatcherPass):
+class SlidingWindowMaskSliceInsertion(Rule, MatcherPass):
     """Insert ``Slice(mask, 0, INT64_MAX, 1, axis -1)`` between a sliding-window mask and the SDPAs that
     read it directly. ``self.changed`` lists the masks changed (their Selects' friendly names)."""
 
     NAME = "SlidingWindowMaskSliceInsertion"
+    REANALYSES = True   # its masks reach the SDPAs through a Slice now
     DESCRIPTION = ("2026.0 - 2026.2: no-op Slice after a sliding-window mask, so the paged (PagedAttention) converter "
                    "keeps the window")
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> SlidingWindowMaskSliceInsertion:
+        """Every sliding-window mask an SDPA reads directly (the planned masks)."""
+        return cls()
 
     def __init__(self) -> None:
         MatcherPass.__init__(self)
         self.changed: list[str] = []
+        self.refused: dict[str, str] = {}
 
         # the converter matches Slice(Select) as the mask: only a Select that an SDPA reads directly
         # needs the Slice (a condition on consumers, which input patterns cannot state)

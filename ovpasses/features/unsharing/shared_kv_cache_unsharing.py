@@ -76,12 +76,13 @@ from ovpasses.features.unsharing.plan import (  # noqa: F401 - the reasons, as t
     borrower_labels,
     plan_unsharing,
 )
+from ovpasses.rules import NOT_MATCHED, Planned, Rule, RulePlan, Status
 
 log = logging.getLogger(__name__)
 
 RT_UNSHARED = "ovpasses_unshared_from"   # on each node the pass makes: the variable it copies
 
-class SharedKVCacheUnsharing(ModelPass):
+class SharedKVCacheUnsharing(Rule, ModelPass):
     """Give each borrower in ``targets`` (cache variable id -> borrower SDPA friendly names, usually
     :func:`plan_unsharing`'s) a KV cache variable of its own.
 
@@ -93,9 +94,16 @@ class SharedKVCacheUnsharing(ModelPass):
     """
 
     NAME = "SharedKVCacheUnsharing"
+    REANALYSES = True
+    CHANGES_CACHES = True
     ONLY_WITH = OptionChoice("kv_sharing", KVSharing.UNSHARE)   # the option that turns it on
     DESCRIPTION = ("gives each borrower of a shared cache a cache of its own, so every SDPA "
                    "can fuse")
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> SharedKVCacheUnsharing:
+        """The plan's targets (:class:`~ovpasses.features.unsharing.plan.UnsharingPlan`)."""
+        return cls(part.data.targets)
 
     def __init__(self, targets: Mapping[str, Sequence[str]]) -> None:
         ModelPass.__init__(self)
@@ -103,6 +111,14 @@ class SharedKVCacheUnsharing(ModelPass):
         self.changed: list[str] = []
         self.caches: list[UnsharedCache] = []
         self.refused: dict[str, str] = {}
+
+    def outcome(self, planned: Planned) -> tuple[Status, str]:
+        """A planned borrower (``marks``: the cache it borrows) is applied when it reads a copy of its own now."""
+        vid = planned.changed_names[0]
+        if any(c.borrower == planned.node and c.source_variable == vid for c in self.caches):
+            return Status.APPLIED, planned.reason
+        reason = self.refused.get(f"{vid} for {planned.node}", self.refused.get(vid, NOT_MATCHED))
+        return Status.REFUSED, reason
 
     def run_on_model(self, model: ov.Model) -> bool:
         if not self.targets:
