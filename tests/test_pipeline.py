@@ -224,3 +224,38 @@ def test_the_summary_is_built_by_keyword():
     assert summary.options.runtime == summary.profile and summary.kv_sharing.value == "keep"
     with pytest.raises(TypeError):
         RewriteSummary(summary.options, summary.analysis)
+
+
+def test_a_rule_refuses_through_its_patterns_predicate_and_its_record_says_why():
+    """apply_rule builds the rule from its part of the plan and records per planned node what it did: given an
+    SDPA a barrier already keeps out, the barrier refuses it with the reason its pattern's predicate gave."""
+    from ovpasses.passes import DisableStatefulSDPAFusion
+    from ovpasses.plan.decisions import RULE_OF
+    from ovpasses.rules import Planned, RulePlan, Status, apply_rule
+
+    summary = ovpasses.rewrite(build_stack(SPEC))
+    assert summary.decisions[SPEC.sdpa_name(1)].rule == "DisableStatefulSDPAFusion"
+    assert summary.decisions[SPEC.sdpa_name(0)].rule is None and set(RULE_OF.values()) <= set(PASSES)
+    model = build_stack(SPEC)
+    part = RulePlan(DisableStatefulSDPAFusion.NAME, (Planned(SPEC.sdpa_name(1), "off path", "barrier",
+                                                             (SPEC.sdpa_name(1),)),))
+    _rule, report, records = apply_rule(model, DisableStatefulSDPAFusion, part)
+    assert report.changed == [SPEC.sdpa_name(1)] and records[0].status is Status.APPLIED
+    _rule, report, records = apply_rule(model, DisableStatefulSDPAFusion, part)
+    assert report.changed == [] and records[0].status is Status.REFUSED
+    assert records[0].reason == "its K is behind a fusion barrier already"
+
+
+def test_the_text_summary_says_what_a_rule_refused_and_where_it_went():
+    import dataclasses
+
+    from ovpasses.rules import Planned, RuleRecord, Status
+
+    summary = ovpasses.rewrite(build_stack(SPEC))
+    planned = Planned(SPEC.sdpa_name(1), "off path", "barrier", (SPEC.sdpa_name(1),),
+                      fallback="ScaledDotProductAttentionDecomposition")
+    refused = RuleRecord("DisableStatefulSDPAFusion", SPEC.sdpa_name(1), Status.REFUSED, "its K is rank 3", planned)
+    text = summary_text(dataclasses.replace(summary, records=[refused]))
+    assert (f"DisableStatefulSDPAFusion refused {SPEC.sdpa_name(1)}: its K is rank 3; handed to "
+            "ScaledDotProductAttentionDecomposition") in text
+    assert "refused" not in summary_text(summary)

@@ -47,6 +47,17 @@ class Lowered(StrEnum):
     REFUSED = "refused"                   # still there: the target cannot read the model
 
 
+# The rule (pass NAME) that carries each changing action out.
+RULE_OF: dict[Action, str] = {
+    Action.SHAPEOF: "KVCacheShapeOfDecomposition",
+    Action.BARRIER: "DisableStatefulSDPAFusion",
+    Action.DECOMPOSE: "ScaledDotProductAttentionDecomposition",
+    Action.UNSHARED: "SharedKVCacheUnsharing",
+    Action.BOUNDED: "SlidingWindowKVCacheBounding",
+    Action.TRIMMABLE: "TrimmableSlidingWindowKVCache",
+}
+
+
 @dataclass(frozen=True)
 class Decision:
     """What the pipeline plans for one SDPA, and why (the reason comes from the predicate that decided).
@@ -56,6 +67,11 @@ class Decision:
     action: Action
     reason: str
     not_applied: str | None = None
+
+    @property
+    def rule(self) -> str | None:
+        """The rule (pass) that carries the action out; None where the SDPA is left as it is."""
+        return RULE_OF.get(self.action)
 
 
 def plan_with_reasons(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, Decision]:

@@ -10,6 +10,7 @@ import textwrap
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from ovpasses.rules import Status
 from ovpasses.analysis.kv_memory import QUANTIZED
 from ovpasses.features.sliding_window.caches import HELD_CONTEXT, REFUSALS, Refusal
 from ovpasses.features.sliding_window.plan import MaskAction
@@ -151,6 +152,11 @@ def eager_lines(entries: list[dict]) -> list[str]:
     return lines
 
 
+# rules whose refusals the summary text says in their own section (kept shared, unreadable operations, caches)
+OWN_REFUSAL_LINES = frozenset({"SharedKVCacheUnsharing", "ErfInvConstantFolding", "ConvertOneHot16ToOneHot1",
+                               "SlidingWindowKVCacheBounding", "TrimmableSlidingWindowKVCache"})
+
+
 def summary_text(summary: RewriteSummary) -> str:
     """The rewrite summary as lines: what was detected, what each pass changed, what was not applied and
     how the model is left, the masks, the caches unshared or bounded, and every warning."""
@@ -165,6 +171,10 @@ def summary_text(summary: RewriteSummary) -> str:
         lines.append(f"{p.name}: {len(p.changed)} changed" + (f" ({', '.join(p.changed[:3])}"
                                                               f"{', ...' if len(p.changed) > 3 else ''})"
                                                               if p.changed else ""))
+    for record in summary.records:   # the unsharing's and the lowering's refusals have their own lines below
+        if record.status is Status.REFUSED and record.rule not in OWN_REFUSAL_LINES:
+            handed = f"; handed to {record.planned.fallback}" if record.planned.fallback else ""
+            lines.append(f"{record.rule} refused {record.node}: {record.reason}{handed}")
     lines += eager_lines(summary.eager_to_dicts())
     fusion = summary.fusion()
     for pass_, names in summary.not_applied().items():
