@@ -125,10 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to write the rewritten IR (.bin beside it), or the folder for a folder")
     p.add_argument("--in-place", action="store_true", help="overwrite IN.xml and IN.bin, or the folder (safely, by rename)")
     p.add_argument("--dry-run", action="store_true", help="run the pipeline and print the summary; write nothing")
-    p.add_argument("--symlinks", choices=folder.SYMLINK_MODES, default="copy",
-                   help="folders: copy (default) the file a symbolic link points to, as cp -L (a Hugging Face "
-                        "cache snapshot is made of links), or keep a link that still points to the same file "
-                        "from -o")
+    p.add_argument("--symlinks", choices=[m.value for m in folder.Symlinks], default=folder.Symlinks.COPY.value,
+                   help="folders: " + "; ".join(f"{m.value}{' (default)' if m is folder.Symlinks.COPY else ''}: "
+                                                f"{m.description}" for m in folder.Symlinks))
     p.add_argument("--passes", metavar="NAME,...",
                    help="run only these passes (names from 'ovpass passes'): the pipeline plans as usual, "
                         "the named passes do what they do in the full pipeline, the others are skipped and "

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from ovpasses.modes import Mode
 from ovpasses.features.old_runtimes.analysis import unreadable_versions
 from ovpasses.app.files import commit, io
 from ovpasses.app.render.text import op_action_text, summary_text, with_warning_texts
@@ -266,9 +267,16 @@ def _check_empty(target: Path, staging: Path | None = None) -> None:
                                 "(or pass --in-place to rewrite the input folder)")
 
 
+class Symlinks(Mode):
+    """What a folder rewrite does with a symbolic link of the source folder."""
+
+    COPY = "copy", "copy the file it points to, as cp -L (a Hugging Face cache snapshot is made of links)"
+    KEEP = "keep", "keep a link that still points to the same file from the output folder"
+
+
 def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
                    options: RewriteOptions | None = None, in_place: bool = False,
-                   symlinks: str = "copy") -> FolderSummary:
+                   symlinks: Symlinks | str = Symlinks.COPY) -> FolderSummary:
     """Rewrite every IR of ``source`` that holds stateful attention and write the folder to ``target``.
 
     ``target`` None is a dry run (everything runs, nothing is written); ``in_place`` replaces
@@ -290,8 +298,10 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
     filled under its lock; ``in_place`` swaps the folder with its rewritten copy, which takes its
     mode and owner.
     """
-    if symlinks not in SYMLINK_MODES:
-        raise OvpassesError(f"symlinks={symlinks!r}: expected one of {', '.join(SYMLINK_MODES)}")
+    try:
+        symlinks = Symlinks(symlinks)
+    except ValueError:
+        raise OvpassesError(f"symlinks={symlinks!r}: expected one of {', '.join(m.value for m in Symlinks)}") from None
     source = Path(source)
     destination = source if in_place else (Path(target) if target is not None else None)
     if destination is not None:
@@ -424,15 +434,12 @@ def _warn_newer_tokenizers(source: Path, irs: list[str], target: Version) -> Non
                     version_string(target[:2]), version_string(target[:2]))
 
 
-SYMLINK_MODES = ("copy", "keep")
-
-
-def _copy(entry: Path, target: Path, symlinks: str = "copy") -> None:
+def _copy(entry: Path, target: Path, symlinks: Symlinks = Symlinks.COPY) -> None:
     """Copy a file or a folder, keeping bytes, modes and times; a symbolic link as what it points to,
     or (``symlinks="keep"``) as a link where it points to the same file from ``target``."""
     if entry.is_symlink():
         link = os.readlink(entry)
-        if symlinks == "keep" and (target.parent / link).resolve() == entry.resolve():   # an absolute link too
+        if symlinks is Symlinks.KEEP and (target.parent / link).resolve() == entry.resolve():   # an absolute link too
             os.symlink(link, target)
             return
     if entry.is_dir():
