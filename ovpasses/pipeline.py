@@ -35,7 +35,12 @@ import openvino as ov
 
 from ovpasses.devices import normalize_device, resolve_device
 from ovpasses.errors import OvpassesError, UnreadableOperationError
+from ovpasses.features.old_runtimes import plan as old_runtimes
 from ovpasses.features.old_runtimes.plan import outcomes, refusal_message
+from ovpasses.features.paged_heads import plan as paged_heads
+from ovpasses.features.sdpa_recovery import plan as sdpa_recovery
+from ovpasses.features.sliding_window import plan as sliding_window
+from ovpasses.features.unsharing import plan as unsharing
 from ovpasses.options import RewriteOptions, options_from
 from ovpasses.passes import (
     AttentionHeadPadding,
@@ -79,18 +84,18 @@ def _plan_again(plan: targets.RewritePlan, facts: targets.Facts) -> targets.Rewr
 
 # The pipeline, in the order it runs. Adding a pass is one line here (and its module, and its part of the plan).
 STEPS: tuple[Step, ...] = (
-    Step(EagerAttentionToSDPA, targets.eager_recovery),                # IRs exported with eager attention
-    Step(SharedKVCacheDetection, targets.detection),                   # the plan is made from its analysis
-    Step(SharedKVCacheUnsharing, targets.unsharing, _plan_again),      # kv_sharing="unshare" only
-    Step(AttentionHeadPadding, targets.head_padding, targets.with_padded_heads),   # paged_heads="pad" only
+    Step(EagerAttentionToSDPA, sdpa_recovery.recovery_part),              # IRs exported with eager attention
+    Step(SharedKVCacheDetection, targets.detection),                      # the plan is made from its analysis
+    Step(SharedKVCacheUnsharing, unsharing.unsharing_part, _plan_again),  # kv_sharing="unshare" only
+    Step(AttentionHeadPadding, paged_heads.padding_part, targets.with_padded_heads),   # paged_heads="pad" only
     Step(DisableStatefulSDPAFusion, targets.fusion_barrier),
-    Step(ScaledDotProductAttentionDecomposition, targets.decomposition),   # what the barrier cannot take
-    Step(KVCacheShapeOfDecomposition, targets.cache_shapeof),          # affected runtimes
-    Step(SlidingWindowMaskSliceInsertion, targets.mask_slice),         # runtimes whose paged converter needs it
-    Step(SlidingWindowKVCacheBounding, targets.cache_bounding),        # sliding_window="bounded" only
-    Step(TrimmableSlidingWindowKVCache, targets.cache_trimming),       # sliding_window="trimmable" only
-    Step(ErfInvConstantFolding, targets.lowering(ErfInvConstantFolding)),          # targets that cannot read ErfInv
-    Step(ConvertOneHot16ToOneHot1, targets.lowering(ConvertOneHot16ToOneHot1)),    # ... OneHot-16
+    Step(ScaledDotProductAttentionDecomposition, targets.decomposition),  # what the barrier cannot take
+    Step(KVCacheShapeOfDecomposition, targets.cache_shapeof),             # affected runtimes
+    Step(SlidingWindowMaskSliceInsertion, sliding_window.mask_slice_part),   # runtimes whose paged converter needs it
+    Step(SlidingWindowKVCacheBounding, sliding_window.bounding_part),     # sliding_window="bounded" only
+    Step(TrimmableSlidingWindowKVCache, sliding_window.trimming_part),    # sliding_window="trimmable" only
+    Step(ErfInvConstantFolding, old_runtimes.lowering_part(ErfInvConstantFolding)),         # targets that cannot read ErfInv
+    Step(ConvertOneHot16ToOneHot1, old_runtimes.lowering_part(ConvertOneHot16ToOneHot1)),   # ... OneHot-16
 )
 # The passes of the pipeline, in the order it runs them, with what each does in one line.
 PASSES: dict[str, tuple[type, str]] = {s.rule.NAME: (s.rule, s.rule.DESCRIPTION) for s in STEPS}

@@ -477,7 +477,7 @@ def test_check_says_when_the_context_never_exceeds_the_bound_and_catches_a_bound
     from dataclasses import replace
 
     from ovpasses.app.check import INCONCLUSIVE, WORSE, check_model
-    from ovpasses.plan import targets   # where the pipeline plans the bounding
+    from ovpasses.features.sliding_window import plan as targets   # where the pipeline plans the bounding
 
     short = check_model(read(), prefill=8, steps=3, options=BOUNDED_OPTIONS)
     assert not short.ok and short.verdict_code == INCONCLUSIVE and short.outputs_equal

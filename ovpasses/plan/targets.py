@@ -8,8 +8,9 @@
   detection (and again after a step that re-plans: the unsharing). Nothing changes it: what the rules did is
   in their records, and :func:`decisions_after` reads the two together.
 * One part builder per step (``facts, plan -> RulePlan | None``): the nodes the plan gives the rule, each with
-  its reason, and the rule's own data. Each calls into its feature's home; the list of steps is
-  :data:`ovpasses.pipeline.STEPS`.
+  its reason, and the rule's own data. A feature's builders live in its home (``features/<feature>/plan.py``);
+  those of the shared passes (detection, the barrier and its fallback, the cache ShapeOf) are here. The list of
+  steps is :data:`ovpasses.pipeline.STEPS`.
 """
 
 from __future__ import annotations
@@ -25,20 +26,17 @@ from ovpasses.analysis.attention_kinds import AttentionKind, attention_kinds
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
 from ovpasses.features.old_runtimes.analysis import OpVersionAnalysis
-from ovpasses.features.old_runtimes.plan import lowering_target, unreadable_before
+from ovpasses.features.old_runtimes.plan import unreadable_before
 from ovpasses.features.paged_heads.heads import attention_heads
 from ovpasses.features.paged_heads.paged_path import PagedWarning, paged_warnings
-from ovpasses.features.paged_heads.plan import PagedHeadsAction, paged_heads_plan
 from ovpasses.features.sdpa_recovery.analysis import EagerAttention, find_eager_attention
-from ovpasses.features.sliding_window.caches import analyze_sliding_window_caches
 from ovpasses.features.sliding_window.masks import (
     SlidingWindowMask,
     find_distance_window_masks,
     find_sliding_window_masks,
 )
 from ovpasses.features.sliding_window.plan import MaskAction, mask_plan, mask_windows
-from ovpasses.features.unsharing.plan import plan_unsharing
-from ovpasses.options import KVSharing, PagedHeads, RewriteOptions, SlidingWindow
+from ovpasses.options import RewriteOptions
 from ovpasses.passes.disable_stateful_sdpa_fusion import is_fusion_barrier
 from ovpasses.plan.decisions import Action, Decision, plan_with_reasons
 from ovpasses.rules import Planned, RulePlan, RuleRecord, Status
@@ -153,35 +151,9 @@ def decisions_after(plan: RewritePlan, records: list[RuleRecord]) -> dict[str, D
 
 
 # ------------------------------------------------------------------------------------- one part per step
-def eager_recovery(facts: Facts, _plan) -> RulePlan | None:
-    """First: the SDPAs it recovers then go through detection and the plan like exported ones."""
-    nodes = tuple(Planned(e.name, "eager attention") for e in facts.eager if e.recoverable)
-    return RulePlan("EagerAttentionToSDPA", nodes, tuple(facts.eager)) if facts.eager else None
-
-
 def detection(_facts, _plan) -> RulePlan:
     """Always: the plan needs the analysis (the pass also writes its verdict into the SDPAs' runtime info)."""
     return RulePlan("SharedKVCacheDetection")
-
-
-def unsharing(facts: Facts, _plan) -> RulePlan | None:
-    if facts.options.kv_sharing is not KVSharing.UNSHARE:
-        return None
-    planned = plan_unsharing(facts.kv)
-    nodes = tuple(Planned(borrower, f"borrows {vid}", Action.UNSHARED.value, (borrower,), marks=(vid,))
-                  for vid, borrowers in planned.targets.items() for borrower in borrowers)
-    return RulePlan("SharedKVCacheUnsharing", nodes, planned)
-
-
-def head_padding(facts: Facts, _plan) -> RulePlan:
-    """Planned in every mode, so that the reports can name the option and its price where the runtime needs
-    it; pads with ``paged_heads="pad"`` only."""
-    options = facts.options
-    heads = paged_heads_plan(facts.model, facts.kv, options.paged_heads, options.runtime.paged_cpu_one_head_size,
-                             options.runtime.version)
-    pads = options.paged_heads is PagedHeads.PAD and heads.action == PagedHeadsAction.KEPT
-    nodes = tuple(Planned(vid, "its heads differ from the widest cache's") for vid in heads.plan.padded) if pads else ()
-    return RulePlan("AttentionHeadPadding", nodes, heads)
 
 
 def fusion_barrier(facts: Facts, plan: RewritePlan) -> RulePlan:
@@ -213,43 +185,3 @@ def cache_shapeof(facts: Facts, plan: RewritePlan) -> RulePlan | None:
                              for s in plan.analysis.caches[vid].concat_shape_consumers)
             nodes.append(Planned(name, decision.reason, Action.SHAPEOF.value, (name,), marks=shapeofs))
     return RulePlan("KVCacheShapeOfDecomposition", tuple(nodes))
-
-
-def mask_slice(_facts, plan: RewritePlan) -> RulePlan:
-    nodes = tuple(Planned(mask, "the paged converter of this runtime needs a Slice to keep the window")
-                  for mask, action in plan.mask_actions.items() if action == MaskAction.SLICE)
-    return RulePlan("SlidingWindowMaskSliceInsertion", nodes)
-
-
-def _sliding_caches(facts: Facts, rule: str, action: Action) -> RulePlan:
-    """Last: planned (:func:`analyze_sliding_window_caches`) on the model as the other rules left it."""
-    caches = analyze_sliding_window_caches(facts.model, facts.kv, facts.masks, facts.options.sliding_window_margin,
-                                           facts.distance_masks)
-    nodes = tuple(Planned(vid, f"only sliding-window attention (window {c.window}) reads it", action.value,
-                          c.readers) for vid, c in caches.bounded.items())
-    return RulePlan(rule, nodes, caches)
-
-
-def cache_bounding(facts: Facts, _plan) -> RulePlan | None:
-    if facts.options.sliding_window is not SlidingWindow.BOUNDED:
-        return None
-    return _sliding_caches(facts, "SlidingWindowKVCacheBounding", Action.BOUNDED)
-
-
-def cache_trimming(facts: Facts, _plan) -> RulePlan | None:
-    if facts.options.sliding_window is not SlidingWindow.TRIMMABLE:
-        return None
-    return _sliding_caches(facts, "TrimmableSlidingWindowKVCache", Action.TRIMMABLE)
-
-
-def lowering(rule: type):
-    """The part of a lowering rule: the operations the target cannot read that it replaces."""
-    def part(facts: Facts, _plan) -> RulePlan | None:
-        before = facts.op_before
-        chosen = lowering_target(rule, before, facts.options.runtime.version)
-        if chosen is None:
-            return None
-        nodes = tuple(Planned(op.name, f"{facts.options.runtime.version_string} cannot read {op.type}-{op.opset}")
-                      for op in before.unreadable if (op.type, op.opset) in rule.OPS)
-        return RulePlan(rule.NAME, nodes, chosen)
-    return part

@@ -10,6 +10,6 @@ exact, or refused with the reason.
 
 Which release reads which opset is a fact of the one runtime table, ``ovpasses.plan.runtimes``, which this
 feature reads and never extends; the decision values (``Lowered``) are ``ovpasses.plan.decisions``'. Its steps'
-wiring is ``ovpasses.plan.targets.lowering``. Guide: ``docs/guides/default-rewrite.md``; facts and their
+part of the plan of a run is ``plan.lowering_part``. Guide: ``docs/guides/default-rewrite.md``; facts and their
 measurements: ``docs/runtimes.md``.
 """

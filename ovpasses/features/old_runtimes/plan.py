@@ -22,6 +22,7 @@ from ovpasses.features.old_runtimes.erfinv_constant_folding import ErfInvConstan
 from ovpasses.plan.decisions import Lowered
 from ovpasses.plan.runtimes import Version, installed_version, reads_op, version_string
 from ovpasses.step import PassReport, run_step
+from ovpasses.rules import Planned, RulePlan
 
 # Passes that replace operations the target cannot read, each by the (type, opset) it replaces
 LOWERING_PASSES: tuple[type, ...] = (ErfInvConstantFolding, ConvertOneHot16ToOneHot1)
@@ -154,3 +155,18 @@ def lower_op_versions(model: ov.Model, target: Version, selected: frozenset[str]
             refused[pass_class.NAME] = pass_.refused
     lowering.actions = outcomes(model, target, before, selected, refused)
     return lowering
+
+
+# --------------------------------------------------------- the feature's part of the plan of a run
+# (each builder takes the run's facts, :class:`ovpasses.plan.targets.Facts`, and the plan made so far)
+def lowering_part(rule: type):
+    """The part of a lowering rule: the operations the target cannot read that it replaces."""
+    def part(facts, _plan) -> RulePlan | None:
+        before = facts.op_before
+        chosen = lowering_target(rule, before, facts.options.runtime.version)
+        if chosen is None:
+            return None
+        nodes = tuple(Planned(op.name, f"{facts.options.runtime.version_string} cannot read {op.type}-{op.opset}")
+                      for op in before.unreadable if (op.type, op.opset) in rule.OPS)
+        return RulePlan(rule.NAME, nodes, chosen)
+    return part

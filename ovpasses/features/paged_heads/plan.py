@@ -22,6 +22,7 @@ from ovpasses.features.paged_heads.analysis import analyze_paged_heads
 from ovpasses.features.paged_heads.paged_path import PagedRisk, PagedWarning
 from ovpasses.modes import OptionChoice, PagedHeads
 from ovpasses.plan.runtimes import Version
+from ovpasses.rules import Planned, RulePlan
 
 class PagedHeadsAction(str, enum.Enum):
     KEPT = "kept"                  # paged_heads="keep": nothing changed
@@ -81,3 +82,16 @@ def paged_heads_plan(model: ov.Model, analysis: KVSharingAnalysis, mode: PagedHe
     elif mode is PagedHeads.PAD and not plan.padded:
         action = PagedHeadsAction.UNIFORM
     return PagedHeadsStep(mode, action, plan, needed, runtime)
+
+
+# --------------------------------------------------------- the feature's part of the plan of a run
+# (each builder takes the run's facts, :class:`ovpasses.plan.targets.Facts`, and the plan made so far)
+def padding_part(facts, _plan) -> RulePlan:
+    """Planned in every mode, so that the reports can name the option and its price where the runtime needs
+    it; pads with ``paged_heads="pad"`` only."""
+    options = facts.options
+    heads = paged_heads_plan(facts.model, facts.kv, options.paged_heads, options.runtime.paged_cpu_one_head_size,
+                             options.runtime.version)
+    pads = options.paged_heads is PagedHeads.PAD and heads.action == PagedHeadsAction.KEPT
+    nodes = tuple(Planned(vid, "its heads differ from the widest cache's") for vid in heads.plan.padded) if pads else ()
+    return RulePlan("AttentionHeadPadding", nodes, heads)

@@ -7,6 +7,6 @@ exact.
   (``EagerAttention.to_dict``: the data of its report section);
 * ``eager_attention_to_sdpa.py``: the pass, :class:`EagerAttentionToSDPA`.
 
-Its step's wiring is ``ovpasses.plan.targets.eager_recovery``; its report lines are the application's
+Its part of the plan of a run is ``plan.recovery_part``; its report lines are the application's
 (``ovpasses.app.render.text``). Guide: ``docs/guides/sdpa-recovery.md``.
 """

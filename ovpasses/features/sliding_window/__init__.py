@@ -17,7 +17,7 @@ program trims it.
 * ``trim.py``: the program-side helper of ``sliding_window="trimmable"``, :class:`SlidingWindowTrimmer`.
 
 The KV-memory arithmetic its reports use stays shared (``ovpasses.analysis.kv_memory``). Its steps' wiring is
-``ovpasses.plan.targets.mask_slice``, ``cache_bounding`` and ``cache_trimming``; its report lines are the
+``plan.mask_slice_part``, ``plan.bounding_part`` and ``plan.trimming_part``; its report lines are the
 application's (``ovpasses.app.render.text``). Guides: ``docs/guides/sliding-window-bounded.md``,
 ``docs/guides/sliding-window-trimmable.md``.
 """

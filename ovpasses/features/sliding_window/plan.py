@@ -12,6 +12,10 @@ from ovpasses._strenum import StrEnum
 
 from ovpasses.features.sliding_window.masks import SlidingWindowMask
 from ovpasses.plan.profiles import RuntimeProfile
+from ovpasses.features.sliding_window.caches import analyze_sliding_window_caches
+from ovpasses.modes import SlidingWindow
+from ovpasses.plan.decisions import Action
+from ovpasses.rules import Planned, RulePlan
 
 
 class MaskAction(StrEnum):
@@ -42,3 +46,32 @@ def mask_windows(masks: list[SlidingWindowMask]) -> tuple[int, ...]:
     """The windows of ``masks``, each once, in ascending order: the plain data another feature reads (the paged
     path's warnings, :func:`ovpasses.features.paged_heads.paged_path.paged_warnings`). Pure."""
     return tuple(sorted({mask.window for mask in masks}))
+
+
+# --------------------------------------------------------- the feature's part of the plan of a run
+# (each builder takes the run's facts, :class:`ovpasses.plan.targets.Facts`, and the plan made so far)
+def mask_slice_part(_facts, plan) -> RulePlan:
+    nodes = tuple(Planned(mask, "the paged converter of this runtime needs a Slice to keep the window")
+                  for mask, action in plan.mask_actions.items() if action == MaskAction.SLICE)
+    return RulePlan("SlidingWindowMaskSliceInsertion", nodes)
+
+
+def _sliding_caches(facts, rule: str, action: Action) -> RulePlan:
+    """Last: planned (:func:`analyze_sliding_window_caches`) on the model as the other rules left it."""
+    caches = analyze_sliding_window_caches(facts.model, facts.kv, facts.masks, facts.options.sliding_window_margin,
+                                           facts.distance_masks)
+    nodes = tuple(Planned(vid, f"only sliding-window attention (window {c.window}) reads it", action.value,
+                          c.readers) for vid, c in caches.bounded.items())
+    return RulePlan(rule, nodes, caches)
+
+
+def bounding_part(facts, _plan) -> RulePlan | None:
+    if facts.options.sliding_window is not SlidingWindow.BOUNDED:
+        return None
+    return _sliding_caches(facts, "SlidingWindowKVCacheBounding", Action.BOUNDED)
+
+
+def trimming_part(facts, _plan) -> RulePlan | None:
+    if facts.options.sliding_window is not SlidingWindow.TRIMMABLE:
+        return None
+    return _sliding_caches(facts, "TrimmableSlidingWindowKVCache", Action.TRIMMABLE)

@@ -6,6 +6,6 @@ the CPU plugin fuses every attention layer statefully, at the cost of the copies
 * ``shared_kv_cache_unsharing.py``: the pass, :class:`SharedKVCacheUnsharing`.
 
 It reads the KV-sharing analysis every feature shares (``ovpasses.analysis.kv_sharing``); its step's wiring is
-``ovpasses.plan.targets.unsharing``; its report lines are the application's (``ovpasses.app.render.text``).
+``plan.unsharing_part``; its report lines are the application's (``ovpasses.app.render.text``).
 Guide: ``docs/guides/kv-sharing-unshare.md``.
 """

@@ -11,6 +11,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
+from ovpasses.modes import KVSharing
+from ovpasses.plan.decisions import Action
+from ovpasses.rules import Planned, RulePlan
 
 
 # why a cache is left shared, as the plan and the pass report it
@@ -98,3 +101,14 @@ def borrower_labels(names: Iterable[str]) -> dict[str, str]:
     for label in short.values():
         counts[label] = counts.get(label, 0) + 1
     return {name: short[name] if name in short and counts[short[name]] == 1 else name for name in names}
+
+
+# --------------------------------------------------------- the feature's part of the plan of a run
+# (each builder takes the run's facts, :class:`ovpasses.plan.targets.Facts`, and the plan made so far)
+def unsharing_part(facts, _plan) -> RulePlan | None:
+    if facts.options.kv_sharing is not KVSharing.UNSHARE:
+        return None
+    planned = plan_unsharing(facts.kv)
+    nodes = tuple(Planned(borrower, f"borrows {vid}", Action.UNSHARED.value, (borrower,), marks=(vid,))
+                  for vid, borrowers in planned.targets.items() for borrower in borrowers)
+    return RulePlan("SharedKVCacheUnsharing", nodes, planned)
