@@ -127,8 +127,13 @@ class TrimmableSlidingWindowKVCache(ModelPass):
             key_length = ops.add(held, new)
             checks = tuple(failing_check(ops.convert(ops.not_equal(other, held), ov.Type.i64))
                            for _, _, _, other in group[1:])
-            made = [new, key_length, *checks]
-            made += slice_mask(self.NAME, sdpa, nodes, window, past_length.output(0), masks, key_length, checks)
+            # the mask's columns T + n, known without the mask: the sliding layers' columns are built from the
+            # mask's inputs at [n, P + n] (mask_columns), never as a Slice of the whole [n, T + n] mask (which
+            # at 16k whole held the whole mask and its copy together: +275 MiB peak RSS at Gemma 3 widths)
+            columns = ops.add(past_length.output(0), new)
+            made = [new, key_length, columns, *checks]
+            made += slice_mask(self.NAME, sdpa, nodes, window, past_length.output(0), masks, key_length, checks,
+                               columns=columns)
             sliced = sdpa.input_value(MASK_PORT)
             for other, _, _, _ in group[1:]:
                 other.input(MASK_PORT).replace_source_output(sliced)
