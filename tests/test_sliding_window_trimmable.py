@@ -238,3 +238,27 @@ def test_every_family_stays_fused_and_decodes_the_unmodified_tokens_while_trimme
     tokens, lengths = _greedy(trimmable, prompt, 7, 24, lambda r: SlidingWindowTrimmer.for_model(model, r, 3))
     assert tokens == expected
     assert min(lengths.values()) < 7 + 3
+
+
+def test_inspect_says_a_trimmable_cache_is_held_whole_until_the_program_trims(capsys):
+    """gemma3/text6 (5 sliding layers, window 8, 1 full; 2 KV heads x 16; every cache fused): the held figures of
+    trimmable caches are the whole context until a trim, keep = 7 positions per sliding cache right after one (still
+    in the kernel's precision, not a bounded plain state), and the bytes per position gained between trims."""
+    from ovpasses.app import cli
+    from testkit.cli import unwrapped
+
+    folder = ROOT / "tests" / "fixtures" / "gemma3" / "text6"
+    assert cli.main(["inspect", str(folder / "openvino_model.xml"), "--sliding-window", "trimmable",
+                     "--format", "json"]) == 0
+    held = {h["config"]: h for h in json.loads(capsys.readouterr().out)["kv_bytes"]["held"]}
+    exact = held["exact"]                                    # f32 fused caches
+    per_layer_position = 2 * 2 * 16 * 4                      # K and V, 2 heads x 16, f32
+    assert "bounded" not in exact
+    assert exact["untrimmed"] == exact["full"] == 6 * per_layer_position * 8192
+    assert exact["trimmed"] == per_layer_position * (8192 + 5 * 7)
+    assert exact["per_position"] == 5 * per_layer_position
+    assert cli.main(["inspect", str(folder / "openvino_model.xml"), "--sliding-window", "trimmable"]) == 0
+    lines = unwrapped(capsys.readouterr().out)
+    assert any(line.startswith("  held, exact config (fused caches f32 from the config, other states f32 x2): 12.0 MiB "
+                               "whole until the program trims") and "2.0 MiB right after a trim, + 1.2 KiB per position"
+               in line for line in lines), lines
