@@ -19,8 +19,9 @@ The walk goes up from the mask through elementwise ops (:data:`ELEMENTWISE`) and
 other op (a leaf: Unsqueeze, Reshape, Gather, Parameter, Constant, ...). A leaf whose last axis is 1 or which
 is a scalar is read as it is (numpy broadcasting aligns last axes, so a lower rank needs nothing); any other leaf
 is sliced to ``[start, end)`` on its last axis, or, when that axis is dynamic, to ``[0, 1)`` if it turns out to be
-1 at run time (a broadcast axis) and ``[start, end)`` otherwise. A Broadcast's target gets ``end - start`` as its
-last element. The ops are rebuilt, not shared: the original mask stays for its other readers (a full-attention
+1 at run time (a broadcast axis) and ``[start, end)`` otherwise. A bidirectional Broadcast's target gets 1 as its
+last element (the narrowed input gives the columns), a numpy one ``end - start`` (its own last element less
+``start`` when ``end`` is open). The ops are rebuilt, not shared: the original mask stays for its other readers (a full-attention
 layer's mask shares its causal and padding conditions). Nothing here is specific to a model: any mask made of
 these ops narrows; one with a leaf of dynamic rank or an op the walk does not know below a Broadcast gives None,
 and the caller slices the mask after it as before.
@@ -36,6 +37,7 @@ from openvino import opset13 as ops
 from ovpasses._ov import copy_runtime_info
 
 NARROW_SUFFIX = "/key_columns"
+INT64_MAX = np.iinfo(np.int64).max
 
 _BINARY = {
     "Add": ops.add, "Subtract": ops.subtract, "Multiply": ops.multiply,
@@ -64,31 +66,42 @@ def _through(node: ov.Node) -> bool:
     return node.get_attributes().get("auto_broadcast", "numpy") in ("numpy", "none")
 
 
-def _narrow_leaf(leaf: ov.Output, start: ov.Output, end: ov.Output, made: list[ov.Node]) -> ov.Output | None:
+def _narrow_leaf(leaf: ov.Output, start: ov.Output, end: ov.Output | None,
+                 made: list[ov.Node]) -> ov.Output | None:
     shape = leaf.get_partial_shape()
     if shape.rank.is_dynamic:
         return None
     if shape.rank.get_length() == 0 or (shape[-1].is_static and shape[-1].get_length() == 1):
         return leaf                                  # broadcast along the columns: read as it is
+    stop = _i64([INT64_MAX]).output(0) if end is None else end
     if shape[-1].is_static:
-        first, last = start, end
+        first, last = start, stop
     else:                                            # 1 at run time: a broadcast axis, read [0, 1)
         one = ops.equal(ops.gather(ops.shape_of(leaf, "i64"), _i64([-1]), _i64([0])), _i64([1]))
-        first, last = ops.select(one, _i64([0]), start), ops.select(one, _i64([1]), end)
+        first, last = ops.select(one, _i64([0]), start), ops.select(one, _i64([1]), stop)
         made += [one, first, last]
     sliced = opset8.slice(leaf, first, last, _i64([1]), _i64([-1]))
     made.append(sliced)
     return sliced.output(0)
 
 
-def _rebuild(node: ov.Node, inputs: list[ov.Output], width: ov.Output, made: list[ov.Node]) -> ov.Output:
+def _rebuild(node: ov.Node, inputs: list[ov.Output], start: ov.Output, end: ov.Output | None,
+             made: list[ov.Node]) -> ov.Output:
     name = node.get_type_name()
     if name == "Broadcast":
-        target = node.input_value(1)
-        length = target.get_partial_shape()[0].get_length()
-        target = ops.scatter_update(ops.convert(target, ov.Type.i64), _i64([length - 1]), width, _i64([0]))
-        made.append(target)
-        built = ops.broadcast(inputs[0], target, broadcast_spec=node.get_attributes()["mode"].upper())
+        mode = node.get_attributes()["mode"]
+        target = ops.convert(node.input_value(1), ov.Type.i64)
+        length = node.get_input_partial_shape(1)[0].get_length()
+        if mode == "bidirectional":      # a 1 takes the input's columns, already narrowed
+            width = _i64([1])
+        else:                            # numpy: the target's columns (1 stays 1), narrowed
+            columns = ops.gather(target, _i64([length - 1]), _i64([0]))
+            narrowed = ops.subtract(columns if end is None else end, start)
+            width = ops.select(ops.equal(columns, _i64([1])), _i64([1]), narrowed)
+            made += [columns, narrowed, width]
+        target = ops.scatter_update(target, _i64([length - 1]), width, _i64([0]))
+        made += [target]
+        built = ops.broadcast(inputs[0], target, broadcast_spec=mode.upper())
     elif name == "Convert":
         built = ops.convert(inputs[0], node.get_output_element_type(0))
     elif name == "Select":
@@ -103,15 +116,14 @@ def _rebuild(node: ov.Node, inputs: list[ov.Output], width: ov.Output, made: lis
     return built.output(0)
 
 
-def narrow_key_columns(mask: ov.Output, start: ov.Output, end: ov.Output) -> tuple[ov.Output, list[ov.Node]] | None:
-    """The columns ``[start, end)`` (i64 [1] each) of ``mask``'s last axis, computed from its inputs' columns, and
-    the nodes made; None when ``mask`` is not made of ops the walk knows (see the module docstring), or is itself
-    a leaf (nothing to narrow). The walk is iterative and visits each node once."""
+def narrow_key_columns(mask: ov.Output, start: ov.Output,
+                       end: ov.Output | None = None) -> tuple[ov.Output, list[ov.Node]] | None:
+    """The columns ``[start, end)`` (i64 [1] each; ``end`` None: to the last) of ``mask``'s last axis, computed from
+    its inputs' columns, and the nodes made; None when ``mask`` is not made of ops the walk knows (see the module
+    docstring), or is itself a leaf (nothing to narrow). The walk is iterative and visits each node once."""
     if not _through(mask.get_node()):
         return None
     made: list[ov.Node] = []
-    width = ops.subtract(end, start)
-    made.append(width)
     built: dict[tuple[str, int], ov.Output] = {}
     stack: list[tuple[ov.Output, bool]] = [(mask, False)]
     while stack:
@@ -131,7 +143,7 @@ def narrow_key_columns(mask: ov.Output, start: ov.Output, end: ov.Output) -> tup
             stack.append((output, True))
             stack.extend((s, False) for s in sources if (s.get_node().get_name(), s.get_index()) not in built)
             continue
-        built[key] = _rebuild(node, [built[(s.get_node().get_name(), s.get_index())] for s in sources], width.output(0),
+        built[key] = _rebuild(node, [built[(s.get_node().get_name(), s.get_index())] for s in sources], start, end,
                               made)
     return built[(mask.get_node().get_name(), mask.get_index())], made
 

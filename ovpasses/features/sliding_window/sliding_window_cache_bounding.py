@@ -238,10 +238,17 @@ def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, pa
     lost = ops.convert(ops.less(held, needed), ov.Type.i64)
     check = failing_check(lost)
     check.set_friendly_name(name + CHECK_SUFFIX)
-    start = ops.subtract(end, key_length)
+    if narrow and stop is None:
+        # the columns [T - P, T + n): from the past length and the positions held alone, both known from the
+        # states before any layer runs, so that the mask is built where the exported one was (a start computed
+        # from the new keys' length waits for layer 0's K projection)
+        start, end = ops.subtract(past_length, held), None
+    else:
+        start = ops.subtract(end, key_length)
     for each in (check, *extra_checks):
         start = ops.add(ops.reduce_sum(each, _i64([0]), keep_dims=False), start)
-    narrowed = narrow_key_columns(source, start.output(0), end.output(0)) if narrow else None
+    narrowed = narrow_key_columns(source, start.output(0), None if end is None else end.output(0)) if narrow \
+        else None
     if narrowed is None:
         keys = opset8.slice(source, start, end, _i64([1]), _i64([-1]))
         built: list[ov.Node] = []
@@ -253,7 +260,7 @@ def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, pa
             keys = opset8.slice(narrowed[0], _i64([0]), _i64([INT64_MAX]), _i64([1]), _i64([-1]))
             built.append(keys)
     keys.set_friendly_name(name + KEYS_SUFFIX)
-    made = [key_length, columns, end, held, needed, lost, check, start, keys, *built]
+    made = [key_length, columns, *([] if end is None else [end]), held, needed, lost, check, start, keys, *built]
     copy_runtime_info(mask.get_node(), made)
     masks[key] = keys.output(0)
     sdpa.input(MASK_PORT).replace_source_output(keys.output(0))
