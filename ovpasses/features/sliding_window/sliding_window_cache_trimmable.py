@@ -15,10 +15,13 @@ rest of the model independent of how many positions the cache holds, so that a p
   context) read through a ShapeOf on its Gather, which the fused pattern allows;
 * the layer's own GQA Broadcast takes its sequence length from its own input (a 1 in its target's sequence
   element, bidirectional), as the bounding does;
-* the SDPA's mask is sliced to the last ``P + n`` key columns, ``P`` the positions the cache holds now
+* the sliding layers' mask holds the last ``P + n`` key columns, ``P`` the positions the cache holds now
   (``ShapeOf(Gather)``, not a ShapeOf on the Concat) and ``n`` the new ones; with an untrimmed cache ``P = T`` and
-  the Slice keeps every column. A cache trimmed below ``min(T, W - 1)`` fails the inference (the bounding's
-  ``lost_positions_check``), never decodes from positions the mask needs.
+  it is the whole mask. Those columns are built from the mask's inputs (its key index and padding sliced to
+  ``[T - P, T + n)``, :mod:`~ovpasses.features.sliding_window.mask_columns`), not sliced out of the whole mask
+  after its Select: the whole ``[n, T + n]`` sliding mask is never computed. A cache trimmed below
+  ``min(T, W - 1)`` fails the inference (the bounding's ``lost_positions_check``), never decodes from positions
+  the mask needs.
 
 Per trimmable cache ``v`` (``k_cache_BHkvSD``; ``T`` positions seen, ``P <= T`` held; ``n`` new)::
 
@@ -27,7 +30,8 @@ Per trimmable cache ``v`` (``k_cache_BHkvSD``; ``T`` positions seen, ``P <= T`` 
                                           \\-> [Unsqueeze -> Broadcast -> Reshape] -> SDPA(Q, K, V, mask)
     Before:  mask [B, 1, n, T+n];  ShapeOf(Gather | Concat) -> past length T, positions, masks
     After:   ShapeOf(..) -> ScatterUpdate(shape, seq, ShapeOf(ref Gather)[seq] (+ n))       (= T, T+n as before)
-             mask -> Slice(columns [T+n-(P+n), T+n)), P = ShapeOf(Gather)[seq]       [B, 1, n, P+n]
+             mask's inputs -> Slice(columns [T - P, T + n)) -> the mask's ops    [B, 1, n, P+n],
+             P = ShapeOf(Gather)[seq]   (a mask of other ops: Slice of the whole mask, as before)
 
 With nobody trimming, ``P = T`` and every value is what it was: the form is the unmodified model's, so a client
 that does not trim (openvino_genai, paged or stateful) gets exactly the native behaviour. Each cache made
