@@ -238,3 +238,108 @@ def test_every_family_stays_fused_and_decodes_the_unmodified_tokens_while_trimme
     tokens, lengths = _greedy(trimmable, prompt, 7, 24, lambda r: SlidingWindowTrimmer.for_model(model, r, 3))
     assert tokens == expected
     assert min(lengths.values()) < 7 + 3
+
+
+def test_inspect_says_a_trimmable_cache_is_held_whole_until_the_program_trims(capsys):
+    """gemma3/text6 (5 sliding layers, window 8, 1 full; 2 KV heads x 16; every cache fused): the held figures of
+    trimmable caches are the whole context until a trim, keep = 7 positions per sliding cache right after one (still
+    in the kernel's precision, not a bounded plain state), and the bytes per position gained between trims."""
+    from ovpasses.app import cli
+    from testkit.cli import unwrapped
+
+    folder = ROOT / "tests" / "fixtures" / "gemma3" / "text6"
+    assert cli.main(["inspect", str(folder / "openvino_model.xml"), "--sliding-window", "trimmable",
+                     "--format", "json"]) == 0
+    held = {h["config"]: h for h in json.loads(capsys.readouterr().out)["kv_bytes"]["held"]}
+    exact = held["exact"]                                    # f32 fused caches
+    per_layer_position = 2 * 2 * 16 * 4                      # K and V, 2 heads x 16, f32
+    assert "bounded" not in exact
+    assert exact["untrimmed"] == exact["full"] == 6 * per_layer_position * 8192
+    assert exact["trimmed"] == per_layer_position * (8192 + 5 * 7)
+    assert exact["per_position"] == 5 * per_layer_position
+    assert cli.main(["inspect", str(folder / "openvino_model.xml"), "--sliding-window", "trimmable"]) == 0
+    lines = unwrapped(capsys.readouterr().out)
+    assert any(line.startswith("  held, exact config (fused caches f32 from the config, other states f32 x2): 12.0 MiB "
+                               "whole until the program trims") and "2.0 MiB right after a trim, + 1.2 KiB per position"
+               in line for line in lines), lines
+
+
+@pytest.mark.parametrize("length, chunk", [(40, 7), (40, 16), (12, 5)], ids=["40-by-7", "40-by-16", "short-12-by-5"])
+def test_prefill_in_chunks_decodes_the_unmodified_models_tokens_from_the_whole_prompt(length, chunk):
+    """SlidingWindowTrimmer.prefill: the whole prompt's inputs, fed in chunks with a trim after each; the greedy tokens
+    after it equal the unmodified model's fed the prompt whole (exact config), and the caches never held the prompt."""
+    _, base = _compiled(TINY8, "full")
+    model, trimmable = _compiled(TINY8, "trimmable")
+    prompt = _prompt(length)
+    expected, _ = _greedy(base, prompt, length, 30)
+    request = trimmable.create_infer_request()
+    trimmer = SlidingWindowTrimmer.for_model(model, request, every=4)
+    count = trimmer.prefill({"input_ids": np.asarray(prompt, np.int64)[None],
+                             "attention_mask": np.ones((1, length), np.int64),
+                             "position_ids": np.arange(length, dtype=np.int64)[None],
+                             "beam_idx": np.zeros(1, np.int32)}, chunk)
+    assert count == -(-length // chunk)
+    held = {s.name: s.state.shape[2] for s in request.query_state()}
+    assert all(held[v] == min(length, 15) for v in SLIDING_TINY8), held     # cut back after the last chunk
+    assert (trimmer.trims > 0) == (length > 15)
+    logits, past, tokens = request.get_output_tensor(0).data[0, -1].copy(), length, []
+    for _ in range(30):
+        tokens.append(int(np.argmax(logits)))
+        request.infer({"input_ids": np.asarray([[tokens[-1]]], np.int64),
+                       "attention_mask": np.ones((1, past + 1), np.int64),
+                       "position_ids": np.asarray([[past]], np.int64), "beam_idx": np.zeros(1, np.int32)})
+        past += 1
+        trimmer.step()
+        logits = request.get_output_tensor(0).data[0, -1].copy()
+    assert tokens == expected
+
+
+def test_prefill_refuses_an_input_it_cannot_split():
+    model, compiled = _compiled(TINY8, "trimmable")
+    trimmer = SlidingWindowTrimmer.for_model(model, compiled.create_infer_request())
+    with pytest.raises(OvpassesError, match="not known how to split"):
+        trimmer.prefill({"input_ids": np.zeros((1, 6), np.int64), "attention_mask": np.ones((1, 6), np.int64),
+                         "pixel_rows": np.zeros((1, 6), np.float32)}, 2)
+
+
+OPTIMUM_CHUNKED = """
+import functools, json, sys, torch, numpy as np
+sys.path.insert(0, sys.argv[1])
+import optimum.intel
+from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
+unmodified, trimmable, config = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+ids = torch.tensor([np.random.default_rng(40).integers(4, 256, 40).tolist()])
+kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, min_new_tokens=24, do_sample=False)
+base = optimum.intel.OVModelForCausalLM.from_pretrained(unmodified, device="CPU", ov_config=config)
+expected = base.generate(**kw)[0, 40:].tolist()
+model = optimum.intel.OVModelForCausalLM.from_pretrained(trimmable, device="CPU", ov_config=config)
+trimmer = SlidingWindowTrimmer.attach(model, every=3, prefill_chunk=7)
+fed = []
+forward = model.forward
+@functools.wraps(forward)   # generate reads forward's signature
+def spy(*args, **kwargs):
+    fed.append(int(kwargs["input_ids"].shape[1]))
+    return forward(*args, **kwargs)
+model.forward = spy
+tokens = model.generate(**kw)[0, 40:].tolist()
+print(json.dumps({"expected": expected, "tokens": tokens, "fed": fed[:7], "trims": trimmer.trims}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not EXPORT_PYTHON.exists(), reason="needs .venvs/export (bash tools/venv.sh export)")
+def test_optimum_intel_prefills_in_chunks_and_decodes_the_unmodified_tokens(tmp_path):
+    """``attach(..., prefill_chunk=7)``: OVModelForCausalLM.generate feeds a 40-token prompt in chunks of 7 (transformers'
+    chunked prefill), trimmed after each, and decodes the unmodified model's 24 tokens from the whole prompt."""
+    import subprocess
+
+    from testkit.cli import run_main
+
+    folder = tmp_path / "trimmable"
+    assert run_main("rewrite", TINY8, "-o", folder, "--sliding-window", "trimmable").returncode == 0
+    proc = subprocess.run([str(EXPORT_PYTHON), "-c", OPTIMUM_CHUNKED, str(ROOT), str(TINY8), str(folder),
+                           json.dumps(EXACT_CPU_CONFIG)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tokens"] == result["expected"]
+    assert result["fed"] == [7, 7, 7, 7, 7, 5, 1] and result["trims"] > 0

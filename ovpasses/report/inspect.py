@@ -13,6 +13,7 @@ import os
 
 import openvino as ov
 
+from ovpasses.modes import SlidingWindow
 from ovpasses.options import RewriteOptions
 from ovpasses.pipeline import run_pipeline
 from ovpasses.report import schemas
@@ -74,7 +75,8 @@ def inspect_summary(summary: RewriteSummary) -> dict:
         extra["kv_bytes"] = {"context": KV_BYTES_CONTEXT, "per_token": caches.kv_bytes(1, bounded=False),
                              "full": caches.kv_bytes(KV_BYTES_CONTEXT, bounded=False),
                              "bounded": caches.kv_bytes(KV_BYTES_CONTEXT),
-                             "held": caches.held_at(KV_BYTES_CONTEXT)}
+                             "held": caches.held_at(KV_BYTES_CONTEXT,
+                                                    trimmable=summary.sliding_window is SlidingWindow.TRIMMABLE)}
     return {
         "schema": schemas.INSPECT,
         "runtime": summary.profile.version_string,

@@ -14,6 +14,7 @@ from ovpasses.app.render.text import (
     eager_lines,
     fusion_text,
     fusion_why,
+    held_bytes_text,
     held_text,
     mask_action_text,
     op_action_text,
@@ -91,8 +92,8 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         kv = report["kv_bytes"]
         lines.append(f"  KV bytes at batch 1, {kv['context']} tokens, as declared: {size_text(kv['full'])} "
                      f"as exported, {size_text(kv['bounded'])} {'once trimmed' if report['sliding_window'] == 'trimmable' else 'bounded'} ({kv['per_token']} B per token)")
-        lines += [f"  held, {held_text(h)}: {size_text(h['full'])} as exported, {size_text(h['bounded'])} "
-                  f"bounded" for h in kv.get("held", [])]
+        lines += [f"  held, {held_text(h)}: " + (f"{size_text(h['full'])} as exported, {size_text(h['bounded'])} "
+                  "bounded" if "bounded" in h else held_bytes_text(h)) for h in kv.get("held", [])]
         if report["sliding_window"] == "trimmable":
             lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
     shared = [v for v in report["variables"] if v["shared"]]

@@ -122,6 +122,17 @@ def _bytes(count: int | None) -> str:
     return "an unknown number of bytes (a dynamic head dimension)" if count is None else size_text(count)
 
 
+def held_bytes_text(held: dict) -> str:
+    """The bytes of one entry of ``SlidingWindowCaches.held_at``: as exported -> bounded, or, for trimmable caches
+    (held whole until the program trims them), whole until trimmed, after a trim, and per position between trims."""
+    if "trimmed" not in held:
+        return f"{size_text(held['full'])} -> {size_text(held['bounded'])}"
+    per = "?" if held["per_position"] is None else size_text(held["per_position"])
+    return (f"{size_text(held['untrimmed'])} whole until the program trims (a client that never trims, or a prompt "
+            f"fed whole until the trim after it), {size_text(held['trimmed'])} right after a trim, + {per} per "
+            f"position gained between trims (at most every - 1 + a prefill chunk)")
+
+
 def held_text(held: dict) -> str:
     """How a configuration holds the caches (an entry of ``SlidingWindowCaches.held_at``), in words."""
     fused = held["key"] if held["key"] == held["value"] else f"K {held['key']}, V {held['value']}"
@@ -211,8 +222,9 @@ def summary_text(summary: RewriteSummary) -> str:
         for vid, refusal in bounded.refused.items():
             lines.append(f"  not {'trimmable' if summary.sliding_window is SlidingWindow.TRIMMABLE else 'bounded'}: "
                          f"{vid}: {refusal.message}")
-        lines += [f"  KV held at {h['context']} tokens, {held_text(h)}: {size_text(h['full'])} -> "
-                  f"{size_text(h['bounded'])}" for h in bounded.held_at(HELD_CONTEXT)]
+        trimmable = summary.sliding_window is SlidingWindow.TRIMMABLE
+        lines += [f"  KV held at {h['context']} tokens, {held_text(h)}: {held_bytes_text(h)}"
+                  for h in bounded.held_at(HELD_CONTEXT, trimmable)]
     lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []
     for message in summary.analysis.unhandled:
         lines.append(f"not handled: {message}")

@@ -168,11 +168,13 @@ class SlidingWindowCaches:
             total += per_token * kept
         return total
 
-    def kv_bytes_held(self, context: int, precision: HeldPrecision, bounded: bool = True) -> int | None:
+    def kv_bytes_held(self, context: int, precision: HeldPrecision, bounded: bool = True,
+                      trimmed: bool = False) -> int | None:
         """KV-cache bytes at batch 1 after ``context`` positions as the CPU plugin holds them under ``precision``
         (:mod:`ovpasses.analysis.kv_memory`): a cache its stateful kernel takes in the kernel's precision, any
         other (every bounded one) as a plain state, double buffered. ``bounded=False``: without the bounding.
-        None: unknown (a dynamic dimension)."""
+        ``trimmed``: the caches are trimmable (``sliding_window="trimmable"``), just cut to their keep by the
+        program: they stay in the kernel, in its precision. None: unknown (a dynamic dimension)."""
         total = 0
         for vid, shape in self.cache_shapes.items():
             if shape is None:
@@ -181,22 +183,48 @@ class SlidingWindowCaches:
             is_bounded = bounded and vid in self.bounded
             kept = min(context, self.bounded[vid].keep) if is_bounded else context
             total += precision.cache_bytes(kind, heads, head_size, kept,
-                                           fused=vid in self.fused_caches and not is_bounded)
+                                           fused=vid in self.fused_caches and (trimmed or not is_bounded))
         return total
 
-    def held_at(self, context: int) -> list[dict]:
-        """Per configuration of :attr:`precisions`: how the caches are held, and their bytes at ``context``
-        positions (batch 1) without the bounding (``full``) and with it (``bounded``)."""
-        return [dict(p.to_dict(), context=context, full=self.kv_bytes_held(context, p, bounded=False),
-                     bounded=self.kv_bytes_held(context, p)) for p in self.precisions]
+    def _bytes_per_trimmable_position(self, precision: HeldPrecision) -> int | None:
+        """Bytes one more position costs in every trimmable cache together, held by the kernel (None: unknown)."""
+        total = 0
+        for vid in self.bounded:
+            shape = self.cache_shapes.get(vid)
+            if shape is None:
+                return None
+            total += precision.cache_bytes(*shape, 1, fused=vid in self.fused_caches)
+        return total
 
-    def to_dict(self) -> dict:
+    def held_at(self, context: int, trimmable: bool = False) -> list[dict]:
+        """Per configuration of :attr:`precisions`: how the caches are held, and their bytes at ``context``
+        positions (batch 1) without the bounding (``full``) and with it (``bounded``).
+
+        ``trimmable`` (the caches made trimmable, not bounded): the runtime holds a trimmable cache whole until
+        the program trims it, so there is no ``bounded`` figure; instead ``untrimmed`` (= ``full``: a client that
+        never trims, openvino_genai, or a whole prompt before the trim after it), ``trimmed`` (each trimmable cache
+        at its keep, in the kernel's precision: right after a trim) and ``per_position`` (what each position
+        gained between trims adds: a program trimming every K steps after prompt chunks of C holds at most
+        ``trimmed + (K - 1 + C) * per_position``)."""
+        rows = []
+        for p in self.precisions:
+            row = dict(p.to_dict(), context=context, full=self.kv_bytes_held(context, p, bounded=False))
+            if trimmable:
+                row.update(untrimmed=row["full"], trimmed=self.kv_bytes_held(context, p, trimmed=True),
+                           per_position=self._bytes_per_trimmable_position(p))
+            else:
+                row["bounded"] = self.kv_bytes_held(context, p)
+            rows.append(row)
+        return rows
+
+    def to_dict(self, trimmable: bool = False) -> dict:
+        """Plain data; ``trimmable``: the held figures as :meth:`held_at` gives them for trimmable caches."""
         return {"margin": self.margin, "reference": self.reference, "context_inputs": None if self.context_inputs is None else list(self.context_inputs),
                 "windows": dict(self.windows),
                 "bounded": [b.to_dict() for b in self.bounded.values()],
                 "refused": {vid: r.to_dict() for vid, r in self.refused.items()},
                 "unfused_readers": list(self.unfused_readers),
-                "kv_bytes_held": self.held_at(HELD_CONTEXT)}
+                "kv_bytes_held": self.held_at(HELD_CONTEXT, trimmable)}
 
 
 # ---------------------------------------------------------------------------------------------- patterns

@@ -79,6 +79,7 @@ from ovpasses.features.sliding_window.caches import (
     cache_nodes,
 )
 from ovpasses.errors import PassInvariantError
+from ovpasses.features.sliding_window.mask_columns import narrow_key_columns
 from ovpasses.rules import Rule, RulePlan
 
 log = logging.getLogger(__name__)
@@ -211,10 +212,14 @@ def failing_check(flag: ov.Node) -> ov.Node:
 
 def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, past_length: ov.Output,
                masks: dict[tuple[ov.Output, str], ov.Output], key_length: ov.Node,
-               extra_checks: tuple[ov.Node, ...] = ()) -> list[ov.Node]:
+               extra_checks: tuple[ov.Node, ...] = (), columns: ov.Node | None = None) -> list[ov.Node]:
     """Give ``sdpa`` (which reads ``nodes``' cache as K) the mask columns of its keys: the last ``key_length``
     (P+n: the positions the cache holds and the new ones). ``extra_checks`` (:func:`failing_check` nodes) are
-    added to the Slice's start, so that the inference runs them. Returns the nodes made."""
+    added to the columns' start, so that the inference runs them. ``columns``, the mask's column count
+    computed without the mask (T+n), builds the columns from the mask's inputs
+    (:func:`~ovpasses.features.sliding_window.mask_columns.narrow_key_columns`), so that the whole mask is
+    never computed for these readers; without it, or for a mask the walk does not know, the columns are a Slice
+    of the whole mask. Returns the nodes made."""
     if sdpa.get_input_size() <= MASK_PORT:
         raise PassInvariantError(f"{pass_name}: SDPA '{sdpa.get_friendly_name()}' has no mask; the plan "
                                  "bounds only caches read under a sliding-window mask")
@@ -231,7 +236,9 @@ def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, pa
         source, stop = columns_slice.input_value(0), columns_slice.input_value(2)
     name = f"{nodes.concat.get_friendly_name()}"
     axis = _i64([nodes.axis])
-    columns = ops.gather(ops.shape_of(source, "i64"), _i64([-1]), _i64([0]))
+    narrow = columns is not None
+    if columns is None:
+        columns = ops.gather(ops.shape_of(source, "i64"), _i64([-1]), _i64([0]))
     end = columns if stop is None else ops.minimum(ops.convert(stop, ov.Type.i64), columns)
     # positions the mask needs from the past: min(T, W-1); the cache holds `held`. Fewer: the check fails the
     # inference, so no step runs on a cache that lost them
@@ -240,12 +247,29 @@ def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, pa
     lost = ops.convert(ops.less(held, needed), ov.Type.i64)
     check = failing_check(lost)
     check.set_friendly_name(name + CHECK_SUFFIX)
-    start = ops.subtract(end, key_length)
+    if narrow and stop is None:
+        # the columns [T - P, T + n): from the past length and the positions held alone, both known from the
+        # states before any layer runs, so that the mask is built where the exported one was (a start computed
+        # from the new keys' length waits for layer 0's K projection)
+        start, end = ops.subtract(past_length, held), None
+    else:
+        start = ops.subtract(end, key_length)
     for each in (check, *extra_checks):
         start = ops.add(ops.reduce_sum(each, _i64([0]), keep_dims=False), start)
-    keys = opset8.slice(source, start, end, _i64([1]), _i64([-1]))
+    narrowed = narrow_key_columns(source, start.output(0), None if end is None else end.output(0)) if narrow \
+        else None
+    if narrowed is None:
+        keys = opset8.slice(source, start, end, _i64([1]), _i64([-1]))
+        built: list[ov.Node] = []
+    else:
+        keys, built = narrowed[0].get_node(), narrowed[1]
+        if columns_slice is not None:
+            # the mask was Slice(Select): keep that form (a Slice of every column) for openvino's
+            # PagedAttention converter of 2026.0 - 2026.2, which reads the window only there
+            keys = opset8.slice(narrowed[0], _i64([0]), _i64([INT64_MAX]), _i64([1]), _i64([-1]))
+            built.append(keys)
     keys.set_friendly_name(name + KEYS_SUFFIX)
-    made = [key_length, columns, end, held, needed, lost, check, start, keys]
+    made = [key_length, columns, *([] if end is None else [end]), held, needed, lost, check, start, keys, *built]
     copy_runtime_info(mask.get_node(), made)
     masks[key] = keys.output(0)
     sdpa.input(MASK_PORT).replace_source_output(keys.output(0))

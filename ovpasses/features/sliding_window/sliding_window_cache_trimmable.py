@@ -15,10 +15,13 @@ rest of the model independent of how many positions the cache holds, so that a p
   context) read through a ShapeOf on its Gather, which the fused pattern allows;
 * the layer's own GQA Broadcast takes its sequence length from its own input (a 1 in its target's sequence
   element, bidirectional), as the bounding does;
-* the SDPA's mask is sliced to the last ``P + n`` key columns, ``P`` the positions the cache holds now
+* the sliding layers' mask holds the last ``P + n`` key columns, ``P`` the positions the cache holds now
   (``ShapeOf(Gather)``, not a ShapeOf on the Concat) and ``n`` the new ones; with an untrimmed cache ``P = T`` and
-  the Slice keeps every column. A cache trimmed below ``min(T, W - 1)`` fails the inference (the bounding's
-  ``lost_positions_check``), never decodes from positions the mask needs.
+  it is the whole mask. Those columns are built from the mask's inputs (its key index and padding sliced to
+  ``[T - P, T + n)``, :mod:`~ovpasses.features.sliding_window.mask_columns`), not sliced out of the whole mask
+  after its Select: the whole ``[n, T + n]`` sliding mask is never computed. A cache trimmed below
+  ``min(T, W - 1)`` fails the inference (the bounding's ``lost_positions_check``), never decodes from positions
+  the mask needs.
 
 Per trimmable cache ``v`` (``k_cache_BHkvSD``; ``T`` positions seen, ``P <= T`` held; ``n`` new)::
 
@@ -27,7 +30,8 @@ Per trimmable cache ``v`` (``k_cache_BHkvSD``; ``T`` positions seen, ``P <= T`` 
                                           \\-> [Unsqueeze -> Broadcast -> Reshape] -> SDPA(Q, K, V, mask)
     Before:  mask [B, 1, n, T+n];  ShapeOf(Gather | Concat) -> past length T, positions, masks
     After:   ShapeOf(..) -> ScatterUpdate(shape, seq, ShapeOf(ref Gather)[seq] (+ n))       (= T, T+n as before)
-             mask -> Slice(columns [T+n-(P+n), T+n)), P = ShapeOf(Gather)[seq]       [B, 1, n, P+n]
+             mask's inputs -> Slice(columns [T - P, T + n)) -> the mask's ops    [B, 1, n, P+n],
+             P = ShapeOf(Gather)[seq]   (a mask of other ops: Slice of the whole mask, as before)
 
 With nobody trimming, ``P = T`` and every value is what it was: the form is the unmodified model's, so a client
 that does not trim (openvino_genai, paged or stateful) gets exactly the native behaviour. Each cache made
@@ -136,8 +140,13 @@ class TrimmableSlidingWindowKVCache(Rule, ModelPass):
             key_length = ops.add(held, new)
             checks = tuple(failing_check(ops.convert(ops.not_equal(other, held), ov.Type.i64))
                            for _, _, _, other in group[1:])
-            made = [new, key_length, *checks]
-            made += slice_mask(self.NAME, sdpa, nodes, window, past_length.output(0), masks, key_length, checks)
+            # the mask's columns T + n, known without the mask: the sliding layers' columns are built from the
+            # mask's inputs at [n, P + n] (mask_columns), never as a Slice of the whole [n, T + n] mask (which
+            # at 16k whole held the whole mask and its copy together: +275 MiB peak RSS at Gemma 3 widths)
+            columns = ops.add(past_length.output(0), new)
+            made = [new, key_length, columns, *checks]
+            made += slice_mask(self.NAME, sdpa, nodes, window, past_length.output(0), masks, key_length, checks,
+                               columns=columns)
             sliced = sdpa.input_value(MASK_PORT)
             for other, _, _, _ in group[1:]:
                 other.input(MASK_PORT).replace_source_output(sliced)

@@ -21,6 +21,7 @@ With ov.Core::
     for chunk in prompt_chunks:                # input_ids, attention_mask, position_ids, beam_idx as usual:
         request.infer(inputs_for(chunk))       # the positions stay absolute, the mask the whole context's
         trimmer.trim()                         # after each prefill chunk: back to the last keep positions
+    # or, for a program that has the whole prompt's inputs: trimmer.prefill(inputs_for(prompt), chunk=1024)
     while decoding:
         request.infer(inputs_for(next_token))
         trimmer.step()                         # trims once every `every` calls
@@ -32,6 +33,10 @@ With optimum-intel (``OVModelForCausalLM`` keeps its request in ``.request`` onc
     ov_model = OVModelForCausalLM.from_pretrained("rewritten_folder", compile=True)   # an IR rewritten as above
     SlidingWindowTrimmer.attach(ov_model, every=64)   # trims after every forward call, every 64 calls
     ov_model.generate(**inputs, max_new_tokens=512)
+    # prefill_chunk=1024: generate feeds a long prompt in chunks, trimmed after each (transformers' chunked prefill)
+
+A prompt fed whole is held whole until the trim after it: to keep the sliding caches small during a long prompt,
+feed it in chunks (:meth:`SlidingWindowTrimmer.prefill`, or ``attach(..., prefill_chunk=N)``).
 
 Not for a client that rolls the cache back (openvino_genai's chat history, speculative decoding): a trimmed
 cache cannot give back positions it no longer holds beyond the margin; openvino_genai does not run this helper,
@@ -106,15 +111,25 @@ class SlidingWindowTrimmer:
         return cls(request, trimmable_caches(model), every)
 
     @classmethod
-    def attach(cls, ov_model, every: int = 1) -> SlidingWindowTrimmer:
+    def attach(cls, ov_model, every: int = 1, prefill_chunk: int | None = None) -> SlidingWindowTrimmer:
         """Trim after ``forward`` calls of an optimum-intel ``OVModelForCausalLM`` (stateful, compiled): after each
         call that fed several tokens (a prompt), and every ``every`` calls otherwise. Wraps its ``forward``; the
-        trimmer follows the request the model holds when each call ends."""
+        trimmer follows the request the model holds when each call ends.
+
+        ``prefill_chunk``: ``generate`` feeds a prompt longer than that in chunks of ``prefill_chunk`` tokens,
+        trimmed after each, so that the sliding caches never hold a whole prompt (a whole prompt is held whole
+        until the trim after it). It is transformers' own chunked prefill (``GenerationConfig.prefill_chunk_size``,
+        set on the model's generation config; ``generate`` is wrapped only to pass ``past_key_values=None``, the
+        key transformers asks for before it chunks); the logits of the prompt's last position, all that greedy or
+        sampled decoding reads, are the last chunk's. A ``generation_config`` passed to ``generate`` replaces the
+        model's: set ``prefill_chunk_size`` in it. A direct ``forward`` call is not chunked."""
         if getattr(ov_model, "request", None) is None:
             ov_model.compile()
         if not getattr(ov_model, "stateful", True) or getattr(ov_model, "request", None) is None:
             raise OvpassesError("SlidingWindowTrimmer.attach: the model is not a compiled stateful OVModelForCausalLM")
         trimmer = cls(ov_model.request, trimmable_caches(ov_model.model), every)
+        if prefill_chunk is not None:
+            _chunk_generate(ov_model, prefill_chunk)
         forward = ov_model.forward
 
         @functools.wraps(forward)   # transformers' generate reads forward's signature
@@ -130,6 +145,49 @@ class SlidingWindowTrimmer:
 
         ov_model.forward = forward_and_trim
         return trimmer
+
+    def prefill(self, inputs: Mapping[str, np.ndarray], chunk: int) -> int:
+        """Feed a prompt to the request (``inputs`` as for one ``request.infer`` of the whole prompt) in chunks of
+        ``chunk`` tokens, trimming after each, so that the sliding caches never hold the whole prompt. The tokens'
+        inputs (``input_ids``, ``inputs_embeds``, ``token_type_ids``: axis 1; ``position_ids``: the last axis) are
+        split, ``attention_mask`` is cut to the past and the tokens fed so far, any other input (``beam_idx``) is
+        given whole to each chunk. Afterwards the request's outputs are the last chunk's: its logits cover the last
+        chunk's positions, the last one the prompt's (measured exact: tokens equal to the unmodified model fed the
+        whole prompt, ``tests/test_sliding_window_trimmable.py``). Returns the number of chunks.
+
+        For ov.Core programs. optimum-intel: :meth:`attach` with ``prefill_chunk``. openvino_genai never runs this
+        helper: its stateful path feeds the prompt whole and holds it whole (the model computes as unmodified)."""
+        if not isinstance(chunk, int) or chunk < 1:
+            raise OvpassesError(f"SlidingWindowTrimmer.prefill: chunk must be a whole number >= 1, not {chunk!r}")
+        tokens = next((name for name in ("input_ids", "inputs_embeds") if name in inputs), None)
+        if tokens is None:
+            raise OvpassesError("SlidingWindowTrimmer.prefill: the inputs have neither input_ids nor inputs_embeds")
+        length = np.shape(inputs[tokens])[1]
+        mask = inputs.get("attention_mask")
+        past = 0 if mask is None else np.shape(mask)[-1] - length
+        split_axis = {"input_ids": 1, "inputs_embeds": 1, "token_type_ids": 1, "position_ids": -1}
+        for name, value in inputs.items():   # refuse an input of the prompt's length it would not know how to split
+            if name not in split_axis and name != "attention_mask" and np.ndim(value) >= 2 and \
+                    np.shape(value)[1] == length and length > 1:
+                raise OvpassesError(f"SlidingWindowTrimmer.prefill: input {name!r} has the prompt's length "
+                                    f"({length}); it is not known how to split it")
+        count = 0
+        for begin in range(0, length, chunk):
+            end = min(begin + chunk, length)
+            fed = {}
+            for name, value in inputs.items():
+                if name == "attention_mask":
+                    fed[name] = np.asarray(value)[..., :past + end]
+                elif name in split_axis:
+                    index = [slice(None)] * np.ndim(value)
+                    index[split_axis[name]] = slice(begin, end)
+                    fed[name] = np.ascontiguousarray(np.asarray(value)[tuple(index)])
+                else:
+                    fed[name] = value
+            self.request.infer(fed)
+            self.trim()
+            count += 1
+        return count
 
     def mark_trimmed(self, seen: int) -> None:
         """Record that every trimmable state holds its keep after ``seen`` positions (a program that set the
@@ -176,6 +234,25 @@ class SlidingWindowTrimmer:
             cut += 1
         self.trims += cut
         return cut
+
+
+def _chunk_generate(ov_model, chunk: int) -> None:
+    """Make ``ov_model.generate`` prefill in chunks of ``chunk`` tokens (transformers' ``prefill_chunk_size``)."""
+    if not isinstance(chunk, int) or chunk < 1:
+        raise OvpassesError(f"SlidingWindowTrimmer.attach: prefill_chunk must be a whole number >= 1, not {chunk!r}")
+    config = getattr(ov_model, "generation_config", None)
+    if config is None or not hasattr(config, "prefill_chunk_size"):
+        raise OvpassesError("SlidingWindowTrimmer.attach: prefill_chunk needs transformers' chunked prefill "
+                            "(GenerationConfig.prefill_chunk_size), which this transformers does not have")
+    config.prefill_chunk_size = chunk
+    generate = ov_model.generate
+
+    @functools.wraps(generate)
+    def generate_chunked(*args, **kwargs):
+        kwargs.setdefault("past_key_values", None)   # transformers chunks only with the key present
+        return generate(*args, **kwargs)
+
+    ov_model.generate = generate_chunked
 
 
 __all__ = ["SlidingWindowTrimmer"]
