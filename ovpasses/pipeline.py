@@ -3,10 +3,13 @@
 ``rewrite(model)`` runs in place and returns a :class:`RewriteSummary`; ``compile_model(model)``
 rewrites a clone and hands it to the CPU or GPU plugin. What changes depends on the runtime profile
 (see :func:`~ovpasses.plan.profiles.profile_for`, the facts in :mod:`ovpasses.plan.runtimes` and the table in
-README.md), chosen from ``openvino.get_version()`` unless ``runtime`` names a release. The plan
-(:mod:`ovpasses.plan.decisions`) is typed data; :data:`STEPS` lists the passes in the order they run, each
-on the nodes the plan gives it (:mod:`ovpasses.plan.targets`), and one loop (:func:`run_pipeline`) runs
-them, times each and records what it changed.
+README.md), chosen from ``openvino.get_version()`` unless ``runtime`` names a release.
+
+Analyse, plan, apply: the analyses of the model as it is are its facts (:class:`~ovpasses.plan.targets.Facts`);
+the plan made from them is frozen (:class:`~ovpasses.plan.targets.RewritePlan`, decisions typed by
+:mod:`ovpasses.plan.decisions`); :data:`STEPS` lists the rules (passes) in the order they run, each with the
+builder of its part of the plan; one executor (:func:`execute`) builds each rule from its part
+(:mod:`ovpasses.rules`), runs it, times it and records per planned node what it did.
 
 The pipeline also makes the IR readable by the target: operations newer than the target reads
 (:mod:`ovpasses.features.old_runtimes.analysis`) are constant-folded or converted into older operations where
