@@ -1,0 +1,88 @@
+"""Peak RSS of one prompt's prefill (whole or in chunks), an optional trim and a few decode steps, one form in this
+process (issue 32). Prints one JSON line. Run each form in a fresh process:
+
+    .venvs/dev/bin/python benchmarks/sliding_window_prefill_probe.py --model out/gemma3-4b-widths \
+        --form trimmable --context 16384 [--chunk 1000] [--trim] [--decode 4] [--mmap-threshold]
+
+``before``: VmRSS after compiling (MiB); ``peak_prefill`` / ``peak_trim`` / ``peak_end``: VmHWM (reset through
+``/proc/self/clear_refs`` before the request) after the prefill, after the trim, after the decode steps. The
+trimmable form's ``SlidingWindowTrimmer`` fixes glibc's mmap threshold at 1 MiB; ``--mmap-threshold`` does the
+same for the unmodified form, so that both run under the same malloc. With ``--chunk`` the trimmable form
+prefills through ``SlidingWindowTrimmer.prefill`` (a trim after each chunk), the unmodified one in the same
+chunks. Plugin defaults (no properties)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import openvino as ov
+
+import ovpasses
+from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer, _fix_mmap_threshold
+
+
+def _status(key: str) -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith(key))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--form", choices=("unmodified", "trimmable"), required=True)
+    parser.add_argument("--context", type=int, required=True)
+    parser.add_argument("--chunk", type=int, default=0, help="0: the prompt whole")
+    parser.add_argument("--trim", action="store_true", help="trim after the prefill and every 32 decode steps")
+    parser.add_argument("--decode", type=int, default=0)
+    parser.add_argument("--mmap-threshold", action="store_true", help="unmodified: glibc's threshold as the trimmer's")
+    args = parser.parse_args()
+
+    core = ov.Core()
+    model = core.read_model(f"{args.model}/openvino_model.xml")
+    if args.form != "unmodified":
+        ovpasses.rewrite(model, sliding_window=args.form)
+    request = core.compile_model(model, "CPU").create_infer_request()
+    trimmer = SlidingWindowTrimmer.for_model(model, request, every=32) if args.form == "trimmable" else None
+    mmap = trimmer is not None or (args.mmap_threshold and _fix_mmap_threshold())
+    before = _status("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    n = args.context
+    inputs = {"input_ids": np.random.default_rng(0).integers(4, 2000, n)[None].astype(np.int64),
+              "attention_mask": np.ones((1, n), np.int64), "position_ids": np.arange(n, dtype=np.int64)[None],
+              "beam_idx": np.zeros(1, np.int32)}
+    start = time.time()
+    if args.chunk and trimmer is not None:
+        trimmer.prefill(inputs, args.chunk)
+    elif args.chunk:
+        for begin in range(0, n, args.chunk):
+            end = min(begin + args.chunk, n)
+            request.infer({"input_ids": inputs["input_ids"][:, begin:end], "attention_mask": inputs["attention_mask"][:, :end],
+                           "position_ids": inputs["position_ids"][:, begin:end], "beam_idx": inputs["beam_idx"]})
+    else:
+        request.infer(inputs)
+    prefill = time.time() - start
+    peak_prefill = _status("VmHWM")
+    if args.trim and trimmer is not None:
+        trimmer.trim()
+    peak_trim = _status("VmHWM")
+    past = n
+    for _ in range(args.decode):
+        token = int(request.get_output_tensor(0).data[0, -1].argmax())
+        request.infer({"input_ids": np.array([[token]]), "attention_mask": np.ones((1, past + 1), np.int64),
+                       "position_ids": np.array([[past]]), "beam_idx": np.zeros(1, np.int32)})
+        past += 1
+        if args.trim and trimmer is not None:
+            trimmer.step()
+    with open("/proc/loadavg") as f:
+        load = f.read().split()[0]
+    print(json.dumps(dict(form=args.form, chunk=args.chunk, trim=args.trim, mmap=bool(mmap), context=n,
+                          before=round(before), prefill_s=round(prefill, 1), peak_prefill=round(peak_prefill),
+                          peak_trim=round(peak_trim), peak_end=round(_status("VmHWM")), load=load)))
+
+
+if __name__ == "__main__":
+    main()
