@@ -12,6 +12,7 @@ from ovpasses.app.render.text import (
     WIDTH,
     action_text,
     eager_lines,
+    payoff_lines,
     fusion_text,
     fusion_why,
     held_bytes_text,
@@ -24,7 +25,6 @@ from ovpasses.app.render.text import (
 )
 from ovpasses.errors import OvpassesError
 from ovpasses.plan.decisions import Action
-from ovpasses.report.inspect import TRIMMABLE_CLIENTS
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
@@ -40,6 +40,16 @@ def _reads(report_sdpa: dict, owners: dict[str, int | None]) -> str:
     if sources == [report_sdpa["layer"]]:
         return "own"
     return ", ".join("?" if s is None else ("own" if s == report_sdpa["layer"] else f"layer {s}") for s in sources)
+
+
+# who gets what from sliding_window="trimmable" (measured: benchmarks/records/2026-11-26-bounded-vs-native.md)
+TRIMMABLE_CLIENTS = {
+    "ov.Core / optimum-intel with ovpasses.features.sliding_window.trim": (
+        "each sliding cache cut to its last W-1 (+ margin) positions every K steps and after each prefill chunk, "
+        "still in the plugin's fused kernel: less KV memory and faster decode once the context passes the window"),
+    "openvino_genai (stateful or paged), or a program that does not trim": (
+        "nothing trims: the model computes as unmodified (same tokens, caches and kernels)"),
+}
 
 
 def inspect_text(report: dict, verbose: bool = False) -> str:
@@ -94,6 +104,8 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
                      f"as exported, {size_text(kv['bounded'])} {'once trimmed' if report['sliding_window'] == 'trimmable' else 'bounded'} ({kv['per_token']} B per token)")
         lines += [f"  held, {held_text(h)}: " + (f"{size_text(h['full'])} as exported, {size_text(h['bounded'])} "
                   "bounded" if "bounded" in h else held_bytes_text(h)) for h in kv.get("held", [])]
+        if report.get("sliding_window_payoff"):
+            lines += ["  " + line for line in payoff_lines(report["sliding_window_payoff"])]
         if report["sliding_window"] == "trimmable":
             lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
     shared = [v for v in report["variables"] if v["shared"]]
