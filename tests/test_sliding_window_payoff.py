@@ -62,3 +62,11 @@ def test_rewrite_and_inspect_say_when_the_mode_pays(command, capsys, tmp_path):
     model = report["models"][0] if "models" in report else report
     payoff = (model.get("summary") or model.get("report"))["sliding_window_payoff"]
     assert payoff["advice"] == "prefer_trimmable" and payoff["kv_from"] == 8
+
+
+def test_rewrite_says_which_client_gets_what_from_the_trimmable_form(capsys):
+    """The trimmable form serves two kinds of client differently: the rewrite says which gets what."""
+    assert cli.main(["rewrite", str(FIXTURES / "gemma3" / "text6"), "--dry-run", "--sliding-window", "trimmable"]) == 0
+    text = "\n".join(unwrapped(capsys.readouterr().out))
+    assert "ov.Core / optimum-intel with ovpasses.features.sliding_window.trim: each sliding cache cut" in text
+    assert "openvino_genai (stateful or paged), or a program that does not trim: nothing trims" in text

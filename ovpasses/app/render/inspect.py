@@ -9,10 +9,10 @@ import networkx as nx
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.app.render.text import (
+    TRIMMABLE_CLIENTS,
     WIDTH,
     action_text,
     eager_lines,
-    payoff_lines,
     fusion_text,
     fusion_why,
     held_bytes_text,
@@ -21,6 +21,7 @@ from ovpasses.app.render.text import (
     op_action_text,
     paged_heads_lines,
     paged_warning_text,
+    payoff_lines,
     size_text,
 )
 from ovpasses.errors import OvpassesError
@@ -40,16 +41,6 @@ def _reads(report_sdpa: dict, owners: dict[str, int | None]) -> str:
     if sources == [report_sdpa["layer"]]:
         return "own"
     return ", ".join("?" if s is None else ("own" if s == report_sdpa["layer"] else f"layer {s}") for s in sources)
-
-
-# who gets what from sliding_window="trimmable" (measured: benchmarks/records/2026-11-26-bounded-vs-native.md)
-TRIMMABLE_CLIENTS = {
-    "ov.Core / optimum-intel with ovpasses.features.sliding_window.trim": (
-        "each sliding cache cut to its last W-1 (+ margin) positions every K steps and after each prefill chunk, "
-        "still in the plugin's fused kernel: less KV memory and faster decode once the context passes the window"),
-    "openvino_genai (stateful or paged), or a program that does not trim": (
-        "nothing trims: the model computes as unmodified (same tokens, caches and kernels)"),
-}
 
 
 def inspect_text(report: dict, verbose: bool = False) -> str:

@@ -163,6 +163,16 @@ def eager_lines(entries: list[dict]) -> list[str]:
     return lines
 
 
+# who gets what from sliding_window="trimmable" (measured: benchmarks/records/2026-11-26-bounded-vs-native.md)
+TRIMMABLE_CLIENTS = {
+    "ov.Core / optimum-intel with ovpasses.features.sliding_window.trim": (
+        "each sliding cache cut to its last W-1 (+ margin) positions every K steps and after each prefill chunk, "
+        "still in the plugin's fused kernel: less KV memory and faster decode once the context passes the window"),
+    "openvino_genai (stateful or paged), or a program that does not trim": (
+        "nothing trims: the model computes as unmodified (same tokens, caches and kernels)"),
+}
+
+
 def payoff_lines(payoff: dict) -> list[str]:
     """When a sliding-window mode pays (``sliding_window_payoff`` of the reports), as lines."""
     lines = [f"pays from: less KV than unmodified once the context passes {payoff['kv_from'] - 1} positions"
@@ -247,6 +257,8 @@ def summary_text(summary: RewriteSummary) -> str:
                   for h in bounded.held_at(HELD_CONTEXT, trimmable)]
         if summary.sliding_window_payoff is not None:
             lines += ["  " + line for line in payoff_lines(summary.sliding_window_payoff.to_dict())]
+        if trimmable and bounded.bounded:
+            lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
     lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []
     for message in summary.analysis.unhandled:
         lines.append(f"not handled: {message}")
