@@ -17,6 +17,7 @@ from ovpasses.features.sliding_window.caches import SlidingWindowCaches
 from ovpasses.features.paged_heads.paged_path import PagedWarning
 from ovpasses.features.paged_heads.plan import PagedHeadsStep
 from ovpasses.features.sliding_window.masks import SlidingWindowMask
+from ovpasses.features.sliding_window.payoff import Payoff, payoff
 from ovpasses.features.sliding_window.plan import MaskAction
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict, predict_fusion
 from ovpasses.features.old_runtimes.plan import OpVersionAction
@@ -123,6 +124,12 @@ class RewriteSummary:
         return verdicts
 
     @property
+    def sliding_window_payoff(self) -> Payoff | None:
+        """When the sliding-window mode asked for pays on this model (None: it changes no cache)."""
+        caches = self.sliding_window_caches
+        return None if caches is None else payoff(caches, self.sliding_window)
+
+    @property
     def readable(self) -> bool:
         """Whether the target runtime reads the rewritten model (every operation it could not read was replaced)."""
         return all(a.handled for a in self.op_versions)
@@ -173,6 +180,7 @@ class RewriteSummary:
             "sliding_window_caches": (None if self.sliding_window_caches is None
                                       else self.sliding_window_caches.to_dict()),
             "no_effect": self.no_effect(),
+            "sliding_window_payoff": None if self.sliding_window_payoff is None else self.sliding_window_payoff.to_dict(),
             "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),
             "eager_attention": self.eager_to_dicts(),
             "records": [r.to_dict() for r in self.records],

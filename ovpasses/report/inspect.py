@@ -21,20 +21,10 @@ from ovpasses.summary import RewriteSummary
 
 SUMMARY_FIELDS = ("sliding_window_masks", "warnings", "lint", "unreadable_ops", "readable", "kv_sharing", "unshared",
                   "kept_shared", "extra_cache_bytes_per_token", "sliding_window", "sliding_window_caches", "paged_heads",
-                  "eager_attention")
+                  "eager_attention", "sliding_window_payoff")
 
 
 KV_BYTES_CONTEXT = 8192   # the context at which the report gives the KV-cache bytes
-
-
-# who gets what from sliding_window="trimmable" (measured: benchmarks/records/2026-11-26-bounded-vs-native.md)
-TRIMMABLE_CLIENTS = {
-    "ov.Core / optimum-intel with ovpasses.features.sliding_window.trim": (
-        "each sliding cache cut to its last W-1 (+ margin) positions every K steps and after each prefill chunk, "
-        "still in the plugin's fused kernel: less KV memory and faster decode once the context passes the window"),
-    "openvino_genai (stateful or paged), or a program that does not trim": (
-        "nothing trims: the model computes as unmodified (same tokens, caches and kernels)"),
-}
 
 
 def inspect_model(model: ov.Model, options: RewriteOptions | None = None) -> dict:

@@ -9,6 +9,7 @@ import networkx as nx
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.app.render.text import (
+    TRIMMABLE_CLIENTS,
     WIDTH,
     action_text,
     eager_lines,
@@ -20,11 +21,11 @@ from ovpasses.app.render.text import (
     op_action_text,
     paged_heads_lines,
     paged_warning_text,
+    payoff_lines,
     size_text,
 )
 from ovpasses.errors import OvpassesError
 from ovpasses.plan.decisions import Action
-from ovpasses.report.inspect import TRIMMABLE_CLIENTS
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
@@ -94,6 +95,8 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
                      f"as exported, {size_text(kv['bounded'])} {'once trimmed' if report['sliding_window'] == 'trimmable' else 'bounded'} ({kv['per_token']} B per token)")
         lines += [f"  held, {held_text(h)}: " + (f"{size_text(h['full'])} as exported, {size_text(h['bounded'])} "
                   "bounded" if "bounded" in h else held_bytes_text(h)) for h in kv.get("held", [])]
+        if report.get("sliding_window_payoff"):
+            lines += ["  " + line for line in payoff_lines(report["sliding_window_payoff"])]
         if report["sliding_window"] == "trimmable":
             lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
     shared = [v for v in report["variables"] if v["shared"]]

@@ -163,6 +163,36 @@ def eager_lines(entries: list[dict]) -> list[str]:
     return lines
 
 
+# who gets what from sliding_window="trimmable" (measured: benchmarks/records/2026-11-26-bounded-vs-native.md)
+TRIMMABLE_CLIENTS = {
+    "ov.Core / optimum-intel with ovpasses.features.sliding_window.trim": (
+        "each sliding cache cut to its last W-1 (+ margin) positions every K steps and after each prefill chunk, "
+        "still in the plugin's fused kernel: less KV memory and faster decode once the context passes the window"),
+    "openvino_genai (stateful or paged), or a program that does not trim": (
+        "nothing trims: the model computes as unmodified (same tokens, caches and kernels)"),
+}
+
+
+def payoff_lines(payoff: dict) -> list[str]:
+    """When a sliding-window mode pays (``sliding_window_payoff`` of the reports), as lines."""
+    lines = [f"pays from: less KV than unmodified once the context passes {payoff['kv_from'] - 1} positions"
+             + (" (right after a trim)" if payoff["mode"] == "trimmable" else "")]
+    rows = payoff["measured"]
+    if payoff["advice"] == "prefer_trimmable":
+        lines.append(f"slower to decode here: the CPU plugin fuses all {payoff['caches']} of these caches as "
+                     "exported, and the bounding takes them out of its kernel (measured "
+                     + ", ".join(f"{r['decode']:.2f}x at {r['context']:,} ({r['prompt']}, {r['widths']} widths)"
+                                 for r in rows)
+                     + "); --sliding-window trimmable keeps them fused and bounds them from ov.Core and "
+                     "optimum-intel programs")
+    elif payoff["decode_from"] is not None:
+        best = min(rows, key=lambda r: r["decode"])
+        lines.append(f"decode measured faster than native from {payoff['decode_from']:,} positions on models "
+                     f"whose sliding caches stand as these do (down to {best['decode']:.2f}x at {best['context']:,}, "
+                     f"{best['widths']} widths; {best['record']})")
+    return lines
+
+
 # rules whose refusals the summary text says in their own section (kept shared, unreadable operations, caches)
 OWN_REFUSAL_LINES = frozenset({"SharedKVCacheUnsharing", "ErfInvConstantFolding", "ConvertOneHot16ToOneHot1",
                                "SlidingWindowKVCacheBounding", "TrimmableSlidingWindowKVCache"})
@@ -225,6 +255,10 @@ def summary_text(summary: RewriteSummary) -> str:
         trimmable = summary.sliding_window is SlidingWindow.TRIMMABLE
         lines += [f"  KV held at {h['context']} tokens, {held_text(h)}: {held_bytes_text(h)}"
                   for h in bounded.held_at(HELD_CONTEXT, trimmable)]
+        if summary.sliding_window_payoff is not None:
+            lines += ["  " + line for line in payoff_lines(summary.sliding_window_payoff.to_dict())]
+        if trimmable and bounded.bounded:
+            lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
     lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []
     for message in summary.analysis.unhandled:
         lines.append(f"not handled: {message}")

@@ -1,0 +1,105 @@
+"""When a sliding-window mode pays, for the model at hand: from its plan and from what the benchmarks measured.
+
+Two facts decide it:
+
+* **KV memory**: a bounded or trimmed cache holds at most ``keep`` positions (``W - 1`` plus the margin), the
+  unmodified one every position: the mode holds less KV from a context of ``keep + 1`` positions (a trimmable
+  cache: right after a trim; between trims it holds up to ``every - 1`` more).
+* **Time**: whether every cache the mode touches is in the CPU plugin's fused stateful kernel as exported. The
+  bounding takes a cache out of the kernel (decomposed attention over at most W positions on a plain state).
+  Where the plugin fused every such cache natively, that was measured slower to decode than native at Gemma 3
+  4B widths (1.26-1.37x at 2k); where the native path left some sliding layers unfused, attending over the whole
+  context (Gemma 4 E2B's shared caches), far faster (0.10x at 8k and 16k). The trimmable form keeps the caches in the fused kernel; it was measured faster to decode than
+  native from 2,048 positions on. :data:`MEASURED` holds those rows with their records.
+
+:func:`payoff` returns the typed answer; the sentences are the application's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ovpasses._strenum import StrEnum
+from ovpasses.features.sliding_window.caches import SlidingWindowCaches
+from ovpasses.modes import SlidingWindow
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One measured ratio against the unmodified IR (plugin defaults, openvino 2026.4.1, CPU), with its record."""
+
+    mode: SlidingWindow
+    widths: str           # the attention widths of the model measured
+    natively_fused: bool  # whether the plugin fused every sliding cache of the unmodified IR
+    context: int
+    prompt: str           # "whole", "chunks of 1,000", "states set" (decode only)
+    decode: float         # decode ms/token median, x the unmodified
+    record: str           # benchmarks/records/...
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode.value, "widths": self.widths, "natively_fused": self.natively_fused,
+                "context": self.context, "prompt": self.prompt, "decode": self.decode, "record": self.record}
+
+
+_E2B = "benchmarks/records/2026-11-25-sliding-window-real-widths.md"
+_NATIVE = "benchmarks/records/2026-11-26-bounded-vs-native.md"
+MEASURED: tuple[Measured, ...] = (
+    Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 2048, "chunks of 1,000", 0.49, _E2B),
+    Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 8192, "chunks of 1,000", 0.10, _E2B),
+    Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 16384, "chunks of 1,000", 0.10, _E2B),
+    Measured(SlidingWindow.BOUNDED, "Gemma 3 4B", True, 2048, "chunks of 1,000", 1.26, _NATIVE),
+    Measured(SlidingWindow.BOUNDED, "Gemma 3 4B", True, 2048, "whole", 1.37, _NATIVE),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 2048, "whole", 0.71, _NATIVE),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 8192, "states set", 0.56, _NATIVE),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 16384, "states set", 0.50, _NATIVE),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 32768, "states set", 0.42, _NATIVE),
+    Measured(SlidingWindow.TRIMMABLE, "gpt-oss-20b", True, 2048, "states set", 0.53, _NATIVE),
+    Measured(SlidingWindow.TRIMMABLE, "gpt-oss-20b", True, 16384, "states set", 0.78, _NATIVE),
+)
+
+
+class Advice(StrEnum):
+    """What the payoff says about the mode asked for, on this model (the JSON carries the value)."""
+
+    PAYS = "pays"                            # measured faster where the model's layers stand as they do here
+    PREFER_TRIMMABLE = "prefer_trimmable"    # bounded, on caches the plugin fuses natively: trimmable keeps them
+
+
+@dataclass(frozen=True)
+class Payoff:
+    """When ``mode`` pays on one model: less KV from ``kv_from`` positions of context; ``natively_fused`` of the
+    ``caches`` caches it changes are in the plugin's fused kernel as exported; the advice; the measured rows of
+    models whose sliding caches stood as this one's (all fused natively, or not)."""
+
+    mode: SlidingWindow
+    kv_from: int | None
+    caches: int
+    natively_fused: int
+    advice: Advice
+    measured: tuple[Measured, ...]
+
+    @property
+    def decode_from(self) -> int | None:
+        """The smallest context at which a row that applies measured decode faster than native."""
+        faster = [m.context for m in self.measured if m.decode < 1.0]
+        return min(faster) if faster else None
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode.value, "kv_from": self.kv_from, "caches": self.caches,
+                "natively_fused": self.natively_fused, "advice": self.advice.value, "decode_from": self.decode_from,
+                "measured": [m.to_dict() for m in self.measured]}
+
+
+def payoff(caches: SlidingWindowCaches, mode: SlidingWindow) -> Payoff | None:
+    """When ``mode`` pays on the model ``caches`` planned (None: the mode changes no cache). Pure.
+
+    The bounding is advised against (:data:`Advice.PREFER_TRIMMABLE`) where the plugin fuses every cache it would
+    bound: measured slower to decode than the fused kernel. The rows that apply are the mode's rows of models
+    whose sliding caches stood as this model's do (all fused natively, or not)."""
+    if mode is SlidingWindow.FULL or not caches.bounded:
+        return None
+    fused = sum(vid in caches.fused_caches for vid in caches.bounded)
+    natively_fused = fused == len(caches.bounded)
+    advice = Advice.PREFER_TRIMMABLE if mode is SlidingWindow.BOUNDED and natively_fused else Advice.PAYS
+    rows = tuple(m for m in MEASURED if m.mode is mode and m.natively_fused == natively_fused)
+    return Payoff(mode, min(b.keep for b in caches.bounded.values()) + 1, len(caches.bounded), fused, advice, rows)

@@ -1,0 +1,72 @@
+"""When a sliding-window mode pays (issue 32: ``rewrite`` and ``inspect`` say at which context a mode starts to
+pay, from the benchmark): the KV figure from the plan, the advice from what the plugin fuses natively, the decode
+figures from the records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import openvino as ov
+import pytest
+
+import ovpasses
+from ovpasses.app import cli
+from ovpasses.features.sliding_window.payoff import MEASURED, Advice
+from testkit.cli import unwrapped
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def _summary(fixture: str, mode: str):
+    return ovpasses.rewrite(ov.Core().read_model(FIXTURES / fixture / "openvino_model.xml"), sliding_window=mode)
+
+
+def test_every_measured_row_is_in_its_record():
+    for row in MEASURED:
+        text = (ROOT / row.record).read_text()
+        assert f"{row.decode:.2f}" in text, (row, "figure not in its record")
+        assert f"{row.context:,}" in text or str(row.context) in text
+
+
+def test_bounding_caches_the_plugin_fuses_natively_is_advised_against():
+    """Gemma 3's sliding caches are all fused as exported: bounded takes them out of the kernel (slower)."""
+    payoff = _summary("gemma3/text6", "bounded").sliding_window_payoff
+    assert payoff.advice is Advice.PREFER_TRIMMABLE and payoff.natively_fused == payoff.caches == 10   # K and V of 5 sliding layers
+    assert payoff.kv_from == 8 and all(m.decode > 1 for m in payoff.measured) and payoff.decode_from is None
+    trimmable = _summary("gemma3/text6", "trimmable").sliding_window_payoff
+    assert trimmable.advice is Advice.PAYS and trimmable.kv_from == 8 and trimmable.decode_from == 2048
+
+
+def test_bounding_pays_where_the_native_path_leaves_sliding_caches_unfused():
+    """e2b35: some sliding caches are shared (the plugin leaves them unfused natively): bounded pays."""
+    summary = _summary("gemma4/e2b35", "bounded")
+    payoff = summary.sliding_window_payoff
+    assert payoff.advice is Advice.PAYS and payoff.natively_fused < payoff.caches
+    assert payoff.decode_from == 2048 and {m.widths for m in payoff.measured} == {"Gemma 4 E2B"}
+    assert summary.to_dict()["sliding_window_payoff"]["advice"] == "pays"
+    assert _summary("gemma4/e2b35", "full").sliding_window_payoff is None
+
+
+@pytest.mark.parametrize("command", ["inspect", "rewrite"])
+def test_rewrite_and_inspect_say_when_the_mode_pays(command, capsys, tmp_path):
+    args = [command, str(FIXTURES / "gemma3" / "text6"), "--sliding-window", "bounded"]
+    args += ["--dry-run"] if command == "rewrite" else []
+    assert cli.main(args) == 0
+    text = "\n".join(unwrapped(capsys.readouterr().out))
+    assert "pays from: less KV than unmodified once the context passes 7 positions" in text
+    assert "--sliding-window trimmable keeps them fused" in text
+    assert cli.main(args + ["--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    model = report["models"][0] if "models" in report else report
+    payoff = (model.get("summary") or model.get("report"))["sliding_window_payoff"]
+    assert payoff["advice"] == "prefer_trimmable" and payoff["kv_from"] == 8
+
+
+def test_rewrite_says_which_client_gets_what_from_the_trimmable_form(capsys):
+    """The trimmable form serves two kinds of client differently: the rewrite says which gets what."""
+    assert cli.main(["rewrite", str(FIXTURES / "gemma3" / "text6"), "--dry-run", "--sliding-window", "trimmable"]) == 0
+    text = "\n".join(unwrapped(capsys.readouterr().out))
+    assert "ov.Core / optimum-intel with ovpasses.features.sliding_window.trim: each sliding cache cut" in text
+    assert "openvino_genai (stateful or paged), or a program that does not trim: nothing trims" in text
