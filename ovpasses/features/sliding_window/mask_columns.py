@@ -12,16 +12,16 @@ of the result depends only on column ``j`` of each input whose last axis is not 
 
     Before:  kv_idx [1,1,1,T+n] ─ Greater ─ BitwiseAnd x 4 ─ Broadcast(·, [B,1,n,T+n]) ─ Select(·, 0, -big)
                                                                                          ─ Slice(start, end) ─ SDPA
-    After:   Slice(kv_idx) [1,1,1,P+n] ─ Greater' ─ BitwiseAnd' x 4 ─ Broadcast'(·, [B,1,n,P+n])
+    After:   Slice(kv_idx) [1,1,1,P+n] ─ Greater' ─ BitwiseAnd' x 4 ([B,1,n,P+n] from its inputs' shapes)
                                                                        ─ Select'(·, 0, -big) ─ SDPA
 
 The walk goes up from the mask through elementwise ops (:data:`ELEMENTWISE`) and Broadcast, and stops at any
 other op (a leaf: Unsqueeze, Reshape, Gather, Parameter, Constant, ...). A leaf whose last axis is 1 or which
 is a scalar is read as it is (numpy broadcasting aligns last axes, so a lower rank needs nothing); any other leaf
 is sliced to ``[start, end)`` on its last axis, or, when that axis is dynamic, to ``[0, 1)`` if it turns out to be
-1 at run time (a broadcast axis) and ``[start, end)`` otherwise. A Broadcast's target gets its last
-element narrowed to ``end - start`` (its own last element less ``start`` when ``end`` is open; a 1 stays 1), and a
-bidirectional Broadcast becomes numpy, to the larger of its target and its input's shape. The ops are rebuilt, not
+1 at run time (a broadcast axis) and ``[start, end)`` otherwise. The Broadcast that expands the mask to
+``[B, 1, n, keys]`` (to a target of its input's rank) is left out: the SDPA broadcasts its mask itself, and a
+rebuilt Broadcast costs memory the exported one does not (see :func:`_rebuild`). The other ops are rebuilt, not
 shared: the original mask stays for its other readers (a full-attention layer's mask shares its causal and padding
 conditions). Nothing here is specific to a model: any mask made of
 these ops narrows; one with a leaf of dynamic rank or an op the walk does not know below a Broadcast gives None,
@@ -61,9 +61,11 @@ def _through(node: ov.Node) -> bool:
     name = node.get_type_name()
     if name not in ELEMENTWISE:
         return False
-    if name == "Broadcast":   # opset3, numpy or bidirectional, with a target of known length
+    if name == "Broadcast":   # opset3, numpy or bidirectional, to a target of the input's rank (left out: _rebuild)
+        rank = node.get_input_partial_shape(0).rank
+        target = node.get_input_partial_shape(1)
         return (node.get_input_size() == 2 and node.get_attributes().get("mode") in ("numpy", "bidirectional")
-                and node.get_input_partial_shape(1).is_static)
+                and target.is_static and rank.is_static and target[0].get_length() == rank.get_length())
     return node.get_attributes().get("auto_broadcast", "numpy") in ("numpy", "none")
 
 
@@ -86,29 +88,18 @@ def _narrow_leaf(leaf: ov.Output, start: ov.Output, end: ov.Output | None,
     return sliced.output(0)
 
 
-def _rebuild(node: ov.Node, inputs: list[ov.Output], start: ov.Output, end: ov.Output | None,
-             made: list[ov.Node]) -> ov.Output:
+def _rebuild(node: ov.Node, inputs: list[ov.Output], made: list[ov.Node]) -> ov.Output:
     name = node.get_type_name()
     if name == "Broadcast":
-        mode = node.get_attributes()["mode"]
-        target = ops.convert(node.input_value(1), ov.Type.i64)
+        # the mask's expand to [B, 1, n, keys] is left to the SDPA, which broadcasts its mask itself (a same-rank
+        # input: its dimensions are the target's or 1). A Broadcast stays, bidirectional to ones (the input's own
+        # shape), because openvino's PagedAttention converter finds the window only in Select(Broadcast(..)).
+        # Rebuilt to the narrowed target, it cost memory the exported one does not: bidirectional, the CPU plugin
+        # makes it Multiply(x, Broadcast(1, target)); numpy, one Broadcast node's output. Prefill peak RSS (MiB):
+        # gpt-oss widths 4k whole 4,181 bidirectional / 4,083 numpy / 4,059 to ones (unmodified 4,025); Gemma 3
+        # widths 16k whole 5,848 / 6,201 / 5,848 (unmodified 5,844)
         length = node.get_input_partial_shape(1)[0].get_length()
-        # the target's columns (1 stays 1), narrowed
-        columns = ops.gather(target, _i64([length - 1]), _i64([0]))
-        narrowed = ops.subtract(columns if end is None else end, start)
-        width = ops.select(ops.equal(columns, _i64([1])), _i64([1]), narrowed)
-        target = ops.scatter_update(target, _i64([length - 1]), width, _i64([0]))
-        made += [columns, narrowed, width, target]
-        if mode == "bidirectional" and inputs[0].get_partial_shape().rank.is_static and \
-                inputs[0].get_partial_shape().rank.get_length() == length:
-            # as numpy, to the shape bidirectional gives (each dimension the larger, the other being 1): the CPU
-            # plugin turns a bidirectional Broadcast into Multiply(x, Broadcast(1, target)) (ConvertBroadcast3),
-            # a numpy one into one Broadcast node. Measured at gpt-oss widths, 4k whole: prefill peak RSS 4,181 MiB
-            # bidirectional, 4,082 numpy (unmodified 4,025)
-            target = ops.maximum(target, ops.shape_of(inputs[0], "i64"))
-            made.append(target)
-            mode = "numpy"
-        built = ops.broadcast(inputs[0], target, broadcast_spec=mode.upper())
+        built = ops.broadcast(inputs[0], _i64(np.ones(length, np.int64)), broadcast_spec="BIDIRECTIONAL")
     elif name == "Convert":
         built = ops.convert(inputs[0], node.get_output_element_type(0))
     elif name == "Select":
@@ -150,8 +141,7 @@ def narrow_key_columns(mask: ov.Output, start: ov.Output,
             stack.append((output, True))
             stack.extend((s, False) for s in sources if (s.get_node().get_name(), s.get_index()) not in built)
             continue
-        built[key] = _rebuild(node, [built[(s.get_node().get_name(), s.get_index())] for s in sources], start, end,
-                              made)
+        built[key] = _rebuild(node, [built[(s.get_node().get_name(), s.get_index())] for s in sources], made)
     return built[(mask.get_node().get_name(), mask.get_index())], made
 
 
