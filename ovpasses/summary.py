@@ -178,7 +178,8 @@ class RewriteSummary:
             "extra_cache_bytes_per_token": self.extra_cache_bytes_per_token,
             "sliding_window": self.sliding_window.value,
             "sliding_window_caches": (None if self.sliding_window_caches is None
-                                      else self.sliding_window_caches.to_dict()),
+                                      else self.sliding_window_caches.to_dict(
+                                          trimmable=self.sliding_window is SlidingWindow.TRIMMABLE)),
             "no_effect": self.no_effect(),
             "sliding_window_payoff": None if self.sliding_window_payoff is None else self.sliding_window_payoff.to_dict(),
             "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),

@@ -70,3 +70,13 @@ def test_rewrite_says_which_client_gets_what_from_the_trimmable_form(capsys):
     text = "\n".join(unwrapped(capsys.readouterr().out))
     assert "ov.Core / optimum-intel with ovpasses.features.sliding_window.trim: each sliding cache cut" in text
     assert "openvino_genai (stateful or paged), or a program that does not trim: nothing trims" in text
+
+
+def test_the_rewrite_json_gives_trimmable_caches_as_held_until_trimmed():
+    """The JSON summary's held KV of trimmable caches is the trimmable figure (whole until the program trims, then
+    keep positions), not the bounded one (which counts them as plain states, double-buffered)."""
+    held = _summary("gemma3/text6", "trimmable").to_dict()["sliding_window_caches"]["kv_bytes_held"]
+    assert held and all({"untrimmed", "trimmed", "per_position"} <= set(h) and h["untrimmed"] == h["full"] > h["trimmed"]
+                        for h in held)
+    bounded = _summary("gemma3/text6", "bounded").to_dict()["sliding_window_caches"]["kv_bytes_held"]
+    assert all("bounded" in h and "trimmed" not in h for h in bounded)

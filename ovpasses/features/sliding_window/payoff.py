@@ -43,6 +43,7 @@ class Measured:
 
 _E2B = "benchmarks/records/2026-11-25-sliding-window-real-widths.md"
 _NATIVE = "benchmarks/records/2026-11-26-bounded-vs-native.md"
+_NATIVE_2 = "benchmarks/records/2026-11-26-bounded-vs-native-2.md"
 MEASURED: tuple[Measured, ...] = (
     Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 2048, "chunks of 1,000", 0.49, _E2B),
     Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 8192, "chunks of 1,000", 0.10, _E2B),
@@ -55,6 +56,9 @@ MEASURED: tuple[Measured, ...] = (
     Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 32768, "states set", 0.42, _NATIVE),
     Measured(SlidingWindow.TRIMMABLE, "gpt-oss-20b", True, 2048, "states set", 0.53, _NATIVE),
     Measured(SlidingWindow.TRIMMABLE, "gpt-oss-20b", True, 16384, "states set", 0.78, _NATIVE),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 16384, "whole", 0.50, _NATIVE_2),
+    Measured(SlidingWindow.TRIMMABLE, "gpt-oss-20b", True, 4096, "whole", 0.76, _NATIVE_2),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 4096, "whole", 0.80, _NATIVE_2),
 )
 
 
