@@ -61,7 +61,6 @@ from ovpasses.passes import (
 )
 from ovpasses.features.paged_heads.plan import PagedHeadsAction
 from ovpasses.plan import targets
-from ovpasses.plan.decisions import Action, Decision
 from ovpasses.rules import Planned, RulePlan, RuleRecord, Status, apply_rule, not_selected
 from ovpasses.step import PassReport
 from ovpasses.summary import RewriteSummary
@@ -253,10 +252,6 @@ def _summary(model: ov.Model, options: RewriteOptions, run: Execution) -> Rewrit
         if (rule := rules.get(SharedKVCacheUnsharing.NAME)) is not None:
             unshared = list(rule.caches)
             kept_shared.update(rule.refused)
-            # an unshared borrower reads a cache of its own: said where the plan, made again, leaves it to the plugin
-            for name in {u.borrower for u in unshared}:
-                if plan.analysis.sdpa[name].status == "exclusive" and decisions[name].action == Action.NATIVE:
-                    decisions[name] = Decision(Action.UNSHARED, decisions[name].reason)
     heads = None
     warnings = list(plan.warnings)
     if (part := parts.get(AttentionHeadPadding.NAME)) is not None:

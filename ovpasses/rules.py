@@ -24,15 +24,13 @@ Like onnxscript's rewrite rule and match result (one way to build a rule, one wa
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import openvino as ov
-from openvino.passes import Manager
 
 from ovpasses._strenum import StrEnum
-from ovpasses.step import PassReport
+from ovpasses.step import PassReport, run_built
 
 NOT_MATCHED = "its pattern did not match"
 
@@ -132,12 +130,7 @@ class Rule:
 
 def apply_rule(model: ov.Model, rule_class: type, part: RulePlan) -> tuple[Rule, PassReport, list[RuleRecord]]:
     """Build ``rule_class`` from ``part``, run it on ``model`` in place, and record what it did per planned node."""
-    start = time.perf_counter()
-    rule = rule_class.from_plan(part)
-    manager = Manager()
-    manager.register_pass(rule)
-    manager.run_passes(model)
-    report = PassReport(rule_class.NAME, list(rule.changed), time.perf_counter() - start)
+    rule, report = run_built(model, lambda: rule_class.from_plan(part))
     records = []
     for planned in part.nodes:
         status, reason = rule.outcome(planned)

@@ -28,12 +28,17 @@ class PassReport:
 
 def run_step(model: ov.Model, pass_class: type, args: tuple = ()) -> tuple[object, PassReport]:
     """Run ``pass_class(*args)`` on ``model`` in place; return the pass and its report."""
+    return run_built(model, lambda: pass_class(*args))
+
+
+def run_built(model: ov.Model, build: Callable[[], object]) -> tuple[object, PassReport]:
+    """Build a pass (``build()``), run it on ``model`` in place, and time both; return the pass and its report."""
     start = time.perf_counter()
-    pass_ = pass_class(*args)
+    pass_ = build()
     manager = Manager()
     manager.register_pass(pass_)
     manager.run_passes(model)
-    return pass_, PassReport(pass_class.NAME, list(pass_.changed), time.perf_counter() - start)
+    return pass_, PassReport(pass_.NAME, list(pass_.changed), time.perf_counter() - start)
 
 
 def refusing(refusal: Callable[[ov.Node], str | None], refused: dict[str, str],

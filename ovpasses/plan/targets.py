@@ -125,7 +125,8 @@ def decisions_after(plan: RewritePlan, records: list[RuleRecord]) -> dict[str, D
     """Per SDPA, what the pipeline did (or, for a rule ``passes=`` left out, would have done) and why: the plan's
     decisions with the rules' records read in order. Pure.
 
-    An applied record gives its SDPAs its action, with the plan's reason. A record of a node the rule handed to
+    An applied record gives its SDPAs its action, with the plan's reason (an unshared borrower: where the plan,
+    made again, left it to the plugin). A record of a node the rule handed to
     its fallback says nothing (the fallback's record does); where the fallback did not apply it either, the
     node keeps the first rule's action, marked as not carried out by it. A rule ``passes=`` left out marks its
     action as not carried out. A refused node keeps the plan's decision."""
@@ -146,8 +147,17 @@ def decisions_after(plan: RewritePlan, records: list[RuleRecord]) -> dict[str, D
             continue
         for name in planned.sdpas:
             old = decisions.get(name)
+            if action is Action.UNSHARED and not_applied is None and not _left_to_the_plugin(plan, name, old):
+                continue
             decisions[name] = Decision(action, old.reason if old else "", not_applied)
     return decisions
+
+
+def _left_to_the_plugin(plan: RewritePlan, name: str, decision: Decision | None) -> bool:
+    """An unshared borrower reads a cache of its own: its decision says so where the plan, made again after the
+    unsharing, found its cache exclusive and left it to the plugin (else the plan's own decision stands)."""
+    info = plan.analysis.sdpa.get(name) if plan.analysis is not None else None
+    return info is not None and info.status == "exclusive" and decision is not None and decision.action == Action.NATIVE
 
 
 # ------------------------------------------------------------------------------------- one part per step
