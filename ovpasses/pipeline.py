@@ -224,7 +224,7 @@ def execute(model: ov.Model, options: RewriteOptions) -> Execution:
                             after = facts.kv
                         if step.replan is not None:
                             plan = step.replan(plan, facts)
-                rule = None
+                rule = None   # the detection pass holds the SDPA nodes: none may outlive a rule that replaces one
             else:
                 done = not_selected(part)
                 if rule_class.WHOLE_MODEL and not part.nodes:   # an analysis left out: no time, nothing changed

@@ -154,6 +154,7 @@ class RewriteSummary:
         return None if None in sizes else sum(sizes)
 
     def to_dict(self) -> dict:
+        pays = self.sliding_window_payoff
         return {
             "schema": schemas.REWRITE,
             "runtime": self.profile.version_string,
@@ -181,7 +182,7 @@ class RewriteSummary:
                                       else self.sliding_window_caches.to_dict(
                                           trimmable=self.sliding_window is SlidingWindow.TRIMMABLE)),
             "no_effect": self.no_effect(),
-            "sliding_window_payoff": None if self.sliding_window_payoff is None else self.sliding_window_payoff.to_dict(),
+            "sliding_window_payoff": None if pays is None else pays.to_dict(),
             "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),
             "eager_attention": self.eager_to_dicts(),
             "records": [r.to_dict() for r in self.records],

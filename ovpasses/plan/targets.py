@@ -156,7 +156,7 @@ def decisions_after(plan: RewritePlan, records: list[RuleRecord]) -> dict[str, D
 def _left_to_the_plugin(plan: RewritePlan, name: str, decision: Decision | None) -> bool:
     """An unshared borrower reads a cache of its own: its decision says so where the plan, made again after the
     unsharing, found its cache exclusive and left it to the plugin (else the plan's own decision stands)."""
-    info = plan.analysis.sdpa.get(name) if plan.analysis is not None else None
+    info = plan.analysis.sdpa.get(name)
     return info is not None and info.status == "exclusive" and decision is not None and decision.action == Action.NATIVE
 
 

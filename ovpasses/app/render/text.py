@@ -255,8 +255,8 @@ def summary_text(summary: RewriteSummary) -> str:
         trimmable = summary.sliding_window is SlidingWindow.TRIMMABLE
         lines += [f"  KV held at {h['context']} tokens, {held_text(h)}: {held_bytes_text(h)}"
                   for h in bounded.held_at(HELD_CONTEXT, trimmable)]
-        if summary.sliding_window_payoff is not None:
-            lines += ["  " + line for line in payoff_lines(summary.sliding_window_payoff.to_dict())]
+        if (pays := summary.sliding_window_payoff) is not None:
+            lines += ["  " + line for line in payoff_lines(pays.to_dict())]
         if trimmable and bounded.bounded:
             lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
     lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []
