@@ -2,7 +2,8 @@
 process (issue 32). Prints one JSON line. Run each form in a fresh process:
 
     .venvs/dev/bin/python benchmarks/sliding_window_prefill_probe.py --model out/gemma3-4b-widths \
-        --form trimmable --context 16384 [--chunk 1000] [--trim] [--decode 4] [--mmap-threshold]
+        --form trimmable --context 16384 [--chunk 1000] [--trim] [--decode 4] [--mmap-threshold] \
+        [--drop-sinks] [--config '{"KV_CACHE_PRECISION": "f32"}']
 
 ``before``: VmRSS after compiling (MiB); ``peak_prefill`` / ``peak_trim`` / ``peak_end``: VmHWM (reset through
 ``/proc/self/clear_refs`` before the request) after the prefill, after the trim, after the decode steps. The
@@ -29,6 +30,22 @@ def _status(key: str) -> float:
         return next(int(line.split()[1]) / 1024 for line in f if line.startswith(key))
 
 
+def _drop_sinks(model: ov.Model) -> int:
+    """Replace every 6-input SDPA (query, key, value, mask, scale, sink) with the same SDPA without its sink."""
+    from openvino.utils.node_factory import NodeFactory
+
+    dropped = 0
+    for node in model.get_ordered_ops():
+        if node.get_type_name() == "ScaledDotProductAttention" and node.get_input_size() == 6:
+            new = NodeFactory("opset13").create("ScaledDotProductAttention",
+                                                [node.input_value(i) for i in range(5)], node.get_attributes())
+            new.set_friendly_name(node.get_friendly_name())
+            node.output(0).replace(new.output(0))
+            dropped += 1
+    model.validate_nodes_and_infer_types()
+    return dropped
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
@@ -38,13 +55,18 @@ def main() -> None:
     parser.add_argument("--trim", action="store_true", help="trim after the prefill and every 32 decode steps")
     parser.add_argument("--decode", type=int, default=0)
     parser.add_argument("--mmap-threshold", action="store_true", help="unmodified: glibc's threshold as the trimmer's")
+    parser.add_argument("--drop-sinks", action="store_true",
+                        help="diagnostic, not exact: every SDPA's sink input dropped (is the sink what costs?)")
+    parser.add_argument("--config", default="{}", help="compile properties as JSON (default: plugin defaults)")
     args = parser.parse_args()
 
     core = ov.Core()
     model = core.read_model(f"{args.model}/openvino_model.xml")
     if args.form != "unmodified":
         ovpasses.rewrite(model, sliding_window=args.form)
-    request = core.compile_model(model, "CPU").create_infer_request()
+    if args.drop_sinks:
+        _drop_sinks(model)
+    request = core.compile_model(model, "CPU", json.loads(args.config)).create_infer_request()
     trimmer = SlidingWindowTrimmer.for_model(model, request, every=32) if args.form == "trimmable" else None
     mmap = trimmer is not None or (args.mmap_threshold and _fix_mmap_threshold())
     before = _status("VmRSS")
@@ -80,6 +102,7 @@ def main() -> None:
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
     print(json.dumps(dict(form=args.form, chunk=args.chunk, trim=args.trim, mmap=bool(mmap), context=n,
+                          drop_sinks=args.drop_sinks, config=json.loads(args.config),
                           before=round(before), prefill_s=round(prefill, 1), peak_prefill=round(peak_prefill),
                           peak_trim=round(peak_trim), peak_end=round(_status("VmHWM")), load=load)))
 
