@@ -37,7 +37,7 @@ def grouped_form(model) -> int:
     """Feed every SDPA whose K and V come through an expand the grouped form; returns how many changed."""
     from openvino import opset13 as ops
 
-    from ovpasses.features.sliding_window.sliding_window_cache_bounding import _expand
+    from ovpasses.passes.gqa_expand import gqa_expand as _expand
     changed = 0
     for sdpa in [n for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"]:
         expands = [_expand(sdpa, port) for port in (1, 2)]
@@ -68,13 +68,13 @@ def build(model_dir: Path, form: str):
     model = ov.Core().read_model(model_dir / "openvino_model.xml")
     if form == "unmodified":
         return model
-    numpy_expand = bounding._numpy_expand
+    numpy_expand = bounding.numpy_expand
     if form == "bounded-bidirectional":
-        bounding._numpy_expand = lambda sdpa, port: False
+        bounding.numpy_expand = lambda sdpa, port: False
     try:
         ovpasses.rewrite(model, sliding_window="bounded")
     finally:
-        bounding._numpy_expand = numpy_expand
+        bounding.numpy_expand = numpy_expand
     if form == "bounded-grouped":
         grouped_form(model)
     return model

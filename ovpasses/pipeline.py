@@ -58,6 +58,7 @@ from ovpasses.passes import (
     SlidingWindowKVCacheBounding,
     SlidingWindowMaskSliceInsertion,
     TrimmableSlidingWindowKVCache,
+    UnfusedSDPAExpandRewrite,
 )
 from ovpasses.features.paged_heads.plan import PagedHeadsAction
 from ovpasses.plan import targets
@@ -96,6 +97,7 @@ STEPS: tuple[Step, ...] = (
     Step(SlidingWindowMaskSliceInsertion, sliding_window.mask_slice_part),   # runtimes whose paged converter needs it
     Step(SlidingWindowKVCacheBounding, sliding_window.bounding_part),     # sliding_window="bounded" only
     Step(TrimmableSlidingWindowKVCache, sliding_window.trimming_part),    # sliding_window="trimmable" only
+    Step(UnfusedSDPAExpandRewrite, sliding_window.expand_part),           # ... and the expands of unfused SDPAs
     Step(ErfInvConstantFolding, old_runtimes.lowering_part(ErfInvConstantFolding)),         # targets that cannot read ErfInv
     Step(ConvertOneHot16ToOneHot1, old_runtimes.lowering_part(ConvertOneHot16ToOneHot1)),   # ... OneHot-16
 )

@@ -251,7 +251,7 @@ def test_several_kv_head_expands_broadcast_in_numpy_mode_bit_for_bit(kv_sharing,
         assert "bidirectional" not in modes and fused == 0
     prompt = [int(t) for t in np.random.default_rng(3).integers(4, 500, 40)]
     tokens, logits = Greedy(model).run(prompt, 7, 30)
-    monkeypatch.setattr(bounding, "_numpy_expand", lambda sdpa, port: False)
+    monkeypatch.setattr(bounding, "numpy_expand", lambda sdpa, port: False)
     exported = read()
     ovpasses.rewrite(exported, kv_sharing=kv_sharing, sliding_window="bounded")
     assert {b.get_attributes()["mode"] for n in exported.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"

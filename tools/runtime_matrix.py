@@ -14,7 +14,8 @@ a ``reference.json``.
 Modes: ``unmodified`` and ``decomposed`` run the export as it is / with every SDPA decomposed;
 ``rewritten`` is ``ovpasses.rewrite`` under the runtime itself (which must read the IR first);
 ``paged-pad`` the same with ``paged_heads="pad"`` (one head layout for the paged path); ``bounded`` with
-``sliding_window="bounded"`` (the family fixtures of tests/fixtures/FAMILIES.md);
+``sliding_window="bounded"`` (the family fixtures of tests/fixtures/FAMILIES.md); ``trimmable`` with
+``sliding_window="trimmable"`` (no client here trims: each runs its own loop);
 ``prepared`` is the way to an older runtime: the folder is rewritten under the *newest* runtime,
 ``ovpass rewrite FIXTURE -o TMP --runtime VERSION`` in .venvs/dev, and that folder then runs
 unmodified under VERSION.
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ["2025.2.0", "2025.4.1", "2026.0.0", "2026.1.0", "2026.2.1", "2026.3.1", "newest"]
 FIXTURES = ["tiny8", "e2b35", "tiny8u", "tiny8u:long", "a26", "a26:long", "vlm8", "gemma3n/tiny8", "tiny8e",
             "gemma3n/tiny8e"]
-MODES = ["unmodified", "rewritten", "unshared", "bounded", "paged-pad", "decomposed", "prepared"]
+MODES = ["unmodified", "rewritten", "unshared", "bounded", "trimmable", "paged-pad", "decomposed", "prepared"]
 PATHS = ["core", "stateful", "paged"]
 # the workers import this checkout's ovpasses, whatever the venvs have installed
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fixtures", nargs="+", default=FIXTURES)
     parser.add_argument("--modes", nargs="+", choices=MODES, default=MODES[:2],
                         help="unshared: rewritten with --kv-sharing unshare; bounded: with --sliding-window bounded; "
+                             "trimmable: with --sliding-window trimmable (nothing trims: the clients' own loops); "
                              "paged-pad: rewritten with --paged-heads pad; decomposed: every SDPA decomposed; "
                              "prepared: rewritten for the runtime under the newest one (default: unmodified rewritten)")
     parser.add_argument("--paths", nargs="+", choices=PATHS, default=PATHS)

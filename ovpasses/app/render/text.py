@@ -169,7 +169,8 @@ TRIMMABLE_CLIENTS = {
         "each sliding cache cut to its last W-1 (+ margin) positions every K steps and after each prefill chunk, "
         "still in the plugin's fused kernel: less KV memory and faster decode once the context passes the window"),
     "openvino_genai (stateful or paged), or a program that does not trim": (
-        "nothing trims: the model computes as unmodified (same tokens, caches and kernels)"),
+        "nothing trims: the model computes as unmodified (same tokens, caches and kernels; the layers the plugin "
+        "does not fuse read their caches without the GQA expand's copies)"),
 }
 
 

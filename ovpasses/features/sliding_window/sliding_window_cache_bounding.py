@@ -38,10 +38,10 @@ bounded; ``n`` new tokens; ``ref`` a cache left whole)::
   (a valid numpy broadcast is the same bidirectional broadcast). Where the cache has one KV head
   (``[B, 1, S, D]``, as Gemma 4 E2B), every SDPA that reads a cache, bounded or not, reads it without the
   expand (``Unsqueeze -> Broadcast -> Reshape``): the SDPA broadcasts it over the query heads itself
-  (:func:`_elide_single_head_expand` says why). With several KV heads the expand stays; in front of every
+  (:func:`~ovpasses.passes.gqa_expand.elide_single_head_expand` says why). With several KV heads the expand stays; in front of every
   SDPA the plugin's stateful kernel does not take (``plan.unfused_readers``) its Broadcast becomes
   ``Broadcast(u, ShapeOf(u) * [1, 1, rep, 1, 1], numpy)``, ``u`` the Unsqueeze: the same values, and a
-  Broadcast the plugin runs itself instead of a Multiply by a broadcast of ones (:func:`_numpy_expand`).
+  Broadcast the plugin runs itself instead of a Multiply by a broadcast of ones (:func:`~ovpasses.passes.gqa_expand.numpy_expand`).
 * The bounded cache holds the last ``P`` positions, so its keys are the last ``P + n`` columns of the
   mask: ``Slice(mask, -(P+n), end)`` on the key axis. The columns dropped are keys
   ``k <= T - W``: no query ``q >= T`` sees them.
@@ -79,6 +79,7 @@ from ovpasses.features.sliding_window.caches import (
     cache_nodes,
 )
 from ovpasses.errors import PassInvariantError
+from ovpasses.passes.gqa_expand import elide_single_head_expand, numpy_expand
 from ovpasses.features.sliding_window.mask_columns import narrow_key_columns
 from ovpasses.rules import Rule, RulePlan
 
@@ -139,7 +140,7 @@ class SlidingWindowKVCacheBounding(Rule, ModelPass):
         readers = set(self.plan.windows)
         for sdpa in model.get_ordered_ops():
             if sdpa.get_friendly_name() in readers and sdpa.get_type_name() == SDPA_TYPE:
-                self.gqa_elided += sum(_elide_single_head_expand(sdpa, port) for port in (1, 2))
+                self.gqa_elided += sum(elide_single_head_expand(sdpa, port) for port in (1, 2))
         for vid, bounded in self.plan.bounded.items():
             nodes = cache_nodes(*chains[vid])
             if isinstance(nodes, CacheRefusal):
@@ -156,7 +157,7 @@ class SlidingWindowKVCacheBounding(Rule, ModelPass):
         unfused = set(self.plan.unfused_readers)
         for sdpa in model.get_ordered_ops():
             if sdpa.get_friendly_name() in unfused and sdpa.get_type_name() == SDPA_TYPE:
-                self.gqa_numpy += sum(_numpy_expand(sdpa, port) for port in (1, 2))
+                self.gqa_numpy += sum(numpy_expand(sdpa, port) for port in (1, 2))
         model.validate_nodes_and_infer_types()
         return True
 
@@ -330,76 +331,6 @@ def own_length_broadcasts(nodes: CacheNodes, pass_name: str) -> list[ov.Node]:
         broadcast.output(0).replace(replacement.output(0))
         made += [new_target, replacement]
     return made
-
-
-def _expand(sdpa: ov.Node, port: int) -> tuple[ov.Node, ov.Node, ov.Node] | None:
-    """The GQA expand (``Unsqueeze -> Broadcast -> Reshape``, transformers' ``repeat_kv``) in front of ``sdpa``'s
-    K or V (``port``), as (unsqueeze, broadcast, reshape), or None."""
-    reshape = sdpa.input_value(port).get_node()
-    broadcast = reshape.input_value(0).get_node() if reshape.get_input_size() else reshape
-    unsqueeze = broadcast.input_value(0).get_node() if broadcast.get_input_size() else broadcast
-    if (reshape.get_type_name(), broadcast.get_type_name(), unsqueeze.get_type_name()) != \
-            ("Reshape", "Broadcast", "Unsqueeze"):
-        return None
-    return unsqueeze, broadcast, reshape
-
-
-def _elide_single_head_expand(sdpa: ov.Node, port: int) -> bool:
-    """Feed ``sdpa``'s K or V (``port``) from before its GQA expand when that tensor has one KV head,
-    ``[B, 1, S, D]``: the SDPA broadcasts it over the query heads (its specification's MatMul broadcasts
-    batch dimensions), so the values are the same. Why the bounding does it, for every SDPA that reads a
-    cache (measured on 2026.4.1 at E2B's widths, one KV head, 8 query heads): the expand copies the cache 8
-    times every step, and in every layer outside the plugin's stateful kernel (all bounded ones) its
-    bidirectional Broadcast runs as a Multiply by a broadcast of ones (``Broadcast (ref_f32)``, with
-    reorders; see :func:`_numpy_expand`): the bounded form decoded slower than the unmodified model at 8k. Several KV heads keep the expand (a broadcast would not repeat them the way the
-    expand does): :func:`_numpy_expand`. Returns whether the input changed."""
-    expand = _expand(sdpa, port)
-    if expand is None:
-        return False
-    source = expand[0].input_value(0)
-    shape, query = source.get_partial_shape(), sdpa.get_input_partial_shape(0)
-    if shape.rank.is_dynamic or shape.rank.get_length() != 4 or shape[1].is_dynamic or shape[1].get_length() != 1 \
-            or query.rank.is_dynamic or query.rank.get_length() != 4:
-        return False   # several KV heads, or another layout
-    sdpa.input(port).replace_source_output(source)
-    return True
-
-
-def _numpy_expand(sdpa: ov.Node, port: int) -> bool:
-    """Rebuild the GQA expand in front of ``sdpa``'s K or V (``port``) as
-    ``Broadcast(u, ShapeOf(u) * [1, .., rep, .., 1], numpy)``, ``u = Unsqueeze(kv)`` ``[B, Hkv, 1, S, D]``:
-    the shape ``repeat_kv`` expands to (``rep`` at the inserted axis, every other dimension the input's own),
-    so the values are the exported Broadcast's. Why (measured on 2026.4.1, ``out/e2b-kv2-w512``: 2 KV heads, 8
-    query heads, 4k context, benchmarks/records/2026-11-25-sliding-window-gqa-expand.md): the exporter's Broadcast is bidirectional with a
-    computed target, which the CPU plugin's ConvertBroadcast3 turns into ``Multiply(kv, Broadcast(1, target))``
-    (a Broadcast of ones as large as the expanded cache, a Reorder and the Multiply, every step, in the
-    unmodified IR's unfused layers as in the bounded one); a numpy Broadcast is one copy in the plugin's
-    Broadcast node. Returns
-    whether it changed; an expand whose inserted axis has no static size, or whose other static sizes are not
-    the input's, is left as it is. The pass calls it only for SDPAs the plugin's stateful kernel does not take
-    (``plan.unfused_readers``): the kernel takes the exported expand whole, and a rebuilt one takes the layer
-    out of it (measured on tiny8 unshared: 2 fused layers became 0)."""
-    expand = _expand(sdpa, port)
-    if expand is None:
-        return False
-    unsqueeze, broadcast, _ = expand
-    axes = _constant_values(unsqueeze.input_value(1))
-    inner, outer = unsqueeze.get_output_partial_shape(0), broadcast.get_output_partial_shape(0)
-    if axes is None or axes.size != 1 or inner.rank.is_dynamic or outer.rank != inner.rank or \
-            broadcast.get_attributes()["mode"] == "numpy":
-        return False
-    axis = int(axes[0]) % inner.rank.get_length()
-    if outer[axis].is_dynamic or any(inner[i].is_static and outer[i].is_static and inner[i] != outer[i]
-                                     for i in range(inner.rank.get_length()) if i != axis):
-        return False
-    factors = np.ones(inner.rank.get_length(), np.int64)
-    factors[axis] = outer[axis].get_length()
-    target = ops.multiply(ops.shape_of(unsqueeze, "i64"), ops.constant(factors))
-    replacement = ops.broadcast(unsqueeze.output(0), target, broadcast_spec="NUMPY")
-    copy_runtime_info(broadcast, [target, replacement])
-    replacement.set_friendly_name(broadcast.get_friendly_name())
-    broadcast.output(0).replace(replacement.output(0))
-    return True
 
 
 def _columns_slice(node: ov.Node) -> ov.Node | None:

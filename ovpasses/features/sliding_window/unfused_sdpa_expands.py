@@ -1,0 +1,98 @@
+"""UnfusedSDPAExpandRewrite: the GQA expand in front of every SDPA the plan expects the CPU plugin not to fuse,
+elided (one KV head) or broadcast once in numpy mode (several): :mod:`ovpasses.passes.gqa_expand`.
+
+Why (measured on 2026.4.1 at Gemma 4 E2B widths, 1 KV head, 8 query heads, 4,096-token prompt, plugin defaults,
+the trimmable form): the 22 shared layers read their owners' caches outside the plugin's stateful kernel, and each
+of their exported expands copied the cache 8 times every step (a Multiply by a broadcast of ones); without them
+the median decode step went from 144 to 50 ms, the same greedy tokens, 13 of 35 SDPAs fused before and after
+(``benchmarks/records/2026-11-26-gpt-oss-prefill.md``, "The GQA expand")::
+
+    Before:  cache [B, 1, S, D] -> Unsqueeze -> Broadcast(target, bidirectional) -> Reshape -> SDPA (not fused)
+    After:   cache [B, 1, S, D] ------------------------------------------------------> SDPA (not fused)
+             (several KV heads: Broadcast(u, ShapeOf(u) * [1, 1, rep, 1, 1], numpy) in the same place)
+
+Planned in the trimmable mode (``sliding_window="trimmable"``), where it is the last rule that changes attention;
+the bounding does the same for the readers of the caches it bounds. An SDPA the plugin fuses keeps its expand: the
+kernel takes it whole, and a rebuilt one takes the layer out of the kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import openvino as ov
+from openvino.passes import ModelPass
+
+from ovpasses._ov import SDPA_TYPE
+from ovpasses.passes.gqa_expand import elide_single_head_expand, gqa_expand, numpy_expand
+from ovpasses.modes import OptionChoice, SlidingWindow
+from ovpasses.rules import Rule, RulePlan
+
+log = logging.getLogger(__name__)
+
+NO_EXPAND = "no GQA expand (Unsqueeze -> Broadcast -> Reshape) in front of its K or V that it can rebuild"
+SHARED = "its expand also feeds an SDPA the plan leaves as it is (the plugin may fuse that one)"
+
+
+def _readers(node: ov.Node) -> set[ov.Node]:
+    """The nodes that read ``node``'s first output."""
+    return {target.get_node() for target in node.output(0).get_target_inputs()}
+
+
+class UnfusedSDPAExpandRewrite(Rule, ModelPass):
+    """For each planned SDPA (friendly names), its K and V expands elided or rebuilt (:mod:`ovpasses.passes.gqa_expand`).
+    ``changed`` lists the SDPAs changed; ``refused`` those without an expand it rebuilds."""
+
+    NAME = "UnfusedSDPAExpandRewrite"
+    REANALYSES = True    # its SDPAs read their caches through other nodes now
+    ONLY_WITH = OptionChoice("sliding_window", SlidingWindow.TRIMMABLE)
+    DESCRIPTION = ("trimmable mode: the GQA expand in front of each SDPA the plugin does not fuse, elided (one KV "
+                   "head) or broadcast once")
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> UnfusedSDPAExpandRewrite:
+        return cls(part.names)
+
+    def __init__(self, names) -> None:
+        ModelPass.__init__(self)
+        self.names = frozenset(names)
+        self.changed: list[str] = []
+        self.refused: dict[str, str] = {}
+        self.inputs = 0   # SDPA inputs changed
+
+    def run_on_model(self, model: ov.Model) -> bool:
+        for node in model.get_ordered_ops():
+            name = node.get_friendly_name()
+            if node.get_type_name() != SDPA_TYPE or name not in self.names:
+                continue
+            reasons = [reason for port in (1, 2) if (reason := self._rewrite(node, port))]
+            if reasons:
+                self.refused[name] = reasons[0]
+            else:
+                self.changed.append(name)
+                log.debug("%s: %s reads its K and V without the exported GQA expand", self.NAME, name)
+        if self.inputs:
+            model.validate_nodes_and_infer_types()
+        return bool(self.inputs)
+
+    def _rewrite(self, sdpa: ov.Node, port: int) -> str | None:
+        """Elide or rebuild the expand in front of ``port``; None when it is done (or was: several SDPAs may read
+        one expand), else why not."""
+        expand = gqa_expand(sdpa, port)
+        if expand is None:
+            return None                                  # no expand there (any more)
+        if elide_single_head_expand(sdpa, port):         # this SDPA's input only
+            self.inputs += 1
+            return None
+        _, broadcast, _ = expand
+        if broadcast.get_attributes().get("mode") == "numpy":
+            return None                                  # an earlier reader of the same expand rebuilt it
+        # a rebuilt Broadcast replaces the node for every reader: each must be planned
+        sdpas = {reader for reshape in _readers(broadcast) for reader in _readers(reshape)}
+        if any(reader.get_type_name() != SDPA_TYPE or reader.get_friendly_name() not in self.names
+               for reader in sdpas):
+            return SHARED
+        if numpy_expand(sdpa, port):
+            self.inputs += 1
+            return None
+        return NO_EXPAND
