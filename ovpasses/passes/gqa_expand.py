@@ -14,8 +14,9 @@ rewrites here give the same values without that::
                   =>  ... -> Broadcast(u, ShapeOf(u) * [1, 1, rep, 1, 1], numpy) -> Reshape -> SDPA
 
 Used by :class:`~ovpasses.features.sliding_window.sliding_window_cache_bounding.SlidingWindowKVCacheBounding`
-(its bounded caches' readers) and :class:`~ovpasses.features.sliding_window.unfused_sdpa_expands.UnfusedSDPAExpandRewrite` (every
-SDPA the plan expects unfused, in the trimmable mode). Only for SDPAs the kernel does not take: a rebuilt expand
+(its bounded caches' readers) and
+:class:`~ovpasses.features.sliding_window.unfused_sdpa_expands.UnfusedSDPAExpandRewrite` (every SDPA the plan
+expects unfused, in the trimmable mode). Only for SDPAs the kernel does not take: a rebuilt expand
 takes a fused layer out of the kernel (measured on tiny8 unshared: 2 fused layers became 0).
 """
 
@@ -48,12 +49,12 @@ def gqa_expand(sdpa: ov.Node, port: int) -> tuple[ov.Node, ov.Node, ov.Node] | N
 def elide_single_head_expand(sdpa: ov.Node, port: int) -> bool:
     """Feed ``sdpa``'s K or V (``port``) from before its GQA expand when that tensor has one KV head,
     ``[B, 1, S, D]``: the SDPA broadcasts it over the query heads (its specification's MatMul broadcasts
-    batch dimensions), so the values are the same. Why the bounding does it, for every SDPA that reads a
-    cache (measured on 2026.4.1 at E2B's widths, one KV head, 8 query heads): the expand copies the cache 8
-    times every step, and in every layer outside the plugin's stateful kernel (all bounded ones) its
-    bidirectional Broadcast runs as a Multiply by a broadcast of ones (``Broadcast (ref_f32)``, with
-    reorders; see :func:`numpy_expand`): the bounded form decoded slower than the unmodified model at 8k. Several KV heads keep the expand (a broadcast would not repeat them the way the
-    expand does): :func:`numpy_expand`. Returns whether the input changed."""
+    batch dimensions), so the values are the same. Why (measured on 2026.4.1 at E2B's widths, one KV head, 8
+    query heads): the expand copies the cache 8 times every step, and in every layer outside the plugin's
+    stateful kernel its bidirectional Broadcast runs as a Multiply by a broadcast of ones (``Broadcast
+    (ref_f32)``, with reorders; see :func:`numpy_expand`): the bounded form decoded slower than the unmodified
+    model at 8k before the bounding elided it. Several KV heads keep the expand (a broadcast would not repeat
+    them the way the expand does): :func:`numpy_expand`. Returns whether the input changed."""
     expand = gqa_expand(sdpa, port)
     if expand is None:
         return False
@@ -71,15 +72,16 @@ def numpy_expand(sdpa: ov.Node, port: int) -> bool:
     ``Broadcast(u, ShapeOf(u) * [1, .., rep, .., 1], numpy)``, ``u = Unsqueeze(kv)`` ``[B, Hkv, 1, S, D]``:
     the shape ``repeat_kv`` expands to (``rep`` at the inserted axis, every other dimension the input's own),
     so the values are the exported Broadcast's. Why (measured on 2026.4.1, ``out/e2b-kv2-w512``: 2 KV heads, 8
-    query heads, 4k context, benchmarks/records/2026-11-25-sliding-window-gqa-expand.md): the exporter's Broadcast is bidirectional with a
-    computed target, which the CPU plugin's ConvertBroadcast3 turns into ``Multiply(kv, Broadcast(1, target))``
+    query heads, 4k context, benchmarks/records/2026-11-25-sliding-window-gqa-expand.md): the exporter's
+    Broadcast is bidirectional with a computed target, which the CPU plugin's ConvertBroadcast3 turns into
+    ``Multiply(kv, Broadcast(1, target))``
     (a Broadcast of ones as large as the expanded cache, a Reorder and the Multiply, every step, in the
     unmodified IR's unfused layers as in the bounded one); a numpy Broadcast is one copy in the plugin's
     Broadcast node. Returns
     whether it changed; an expand whose inserted axis has no static size, or whose other static sizes are not
-    the input's, is left as it is. The pass calls it only for SDPAs the plugin's stateful kernel does not take
-    (``plan.unfused_readers``): the kernel takes the exported expand whole, and a rebuilt one takes the layer
-    out of it (measured on tiny8 unshared: 2 fused layers became 0)."""
+    the input's, is left as it is. For SDPAs the plugin's stateful kernel does not take only: the kernel takes
+    the exported expand whole, and a rebuilt one takes the layer out of it (measured on tiny8 unshared: 2 fused
+    layers became 0)."""
     expand = gqa_expand(sdpa, port)
     if expand is None:
         return False

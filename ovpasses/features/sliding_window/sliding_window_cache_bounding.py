@@ -38,10 +38,11 @@ bounded; ``n`` new tokens; ``ref`` a cache left whole)::
   (a valid numpy broadcast is the same bidirectional broadcast). Where the cache has one KV head
   (``[B, 1, S, D]``, as Gemma 4 E2B), every SDPA that reads a cache, bounded or not, reads it without the
   expand (``Unsqueeze -> Broadcast -> Reshape``): the SDPA broadcasts it over the query heads itself
-  (:func:`~ovpasses.passes.gqa_expand.elide_single_head_expand` says why). With several KV heads the expand stays; in front of every
-  SDPA the plugin's stateful kernel does not take (``plan.unfused_readers``) its Broadcast becomes
-  ``Broadcast(u, ShapeOf(u) * [1, 1, rep, 1, 1], numpy)``, ``u`` the Unsqueeze: the same values, and a
-  Broadcast the plugin runs itself instead of a Multiply by a broadcast of ones (:func:`~ovpasses.passes.gqa_expand.numpy_expand`).
+  (:func:`~ovpasses.passes.gqa_expand.elide_single_head_expand` says why). With several KV heads the expand
+  stays; in front of every SDPA the plugin's stateful kernel does not take (``plan.unfused_readers``) its
+  Broadcast becomes ``Broadcast(u, ShapeOf(u) * [1, 1, rep, 1, 1], numpy)``, ``u`` the Unsqueeze: the same
+  values, and a Broadcast the plugin runs itself instead of a Multiply by a broadcast of ones
+  (:func:`~ovpasses.passes.gqa_expand.numpy_expand`).
 * The bounded cache holds the last ``P`` positions, so its keys are the last ``P + n`` columns of the
   mask: ``Slice(mask, -(P+n), end)`` on the key axis. The columns dropped are keys
   ``k <= T - W``: no query ``q >= T`` sees them.

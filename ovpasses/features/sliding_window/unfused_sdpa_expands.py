@@ -40,8 +40,8 @@ def _readers(node: ov.Node) -> set[ov.Node]:
 
 
 class UnfusedSDPAExpandRewrite(Rule, ModelPass):
-    """For each planned SDPA (friendly names), its K and V expands elided or rebuilt (:mod:`ovpasses.passes.gqa_expand`).
-    ``changed`` lists the SDPAs changed; ``refused`` those without an expand it rebuilds."""
+    """For each planned SDPA (friendly names), its K and V expands elided or rebuilt
+    (:mod:`ovpasses.passes.gqa_expand`). ``changed`` lists the SDPAs done; ``refused`` the others, with why."""
 
     NAME = "UnfusedSDPAExpandRewrite"
     REANALYSES = True    # its SDPAs read their caches through other nodes now
