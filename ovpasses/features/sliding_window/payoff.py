@@ -62,6 +62,7 @@ MEASURED: tuple[Measured, ...] = (
     Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 4096, "whole", 0.80, _NATIVE_2),
     # with UnfusedSDPAExpandRewrite (the rows above are before it)
     Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 16384, "chunks of 1,000", 0.16, _NATIVE_3),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 32768, "chunks of 1,000", 0.13, _NATIVE_3),
 )
 
 
