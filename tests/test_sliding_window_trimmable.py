@@ -20,8 +20,7 @@ import openvino as ov
 import pytest
 
 import ovpasses
-from ovpasses.app.check import count_fused_sdpa
-from ovpasses.app.check.side_by_side import fused_sdpa_names
+from ovpasses.app.check import count_fused_sdpa, fused_sdpa_names
 from ovpasses.errors import OvpassesError
 from ovpasses.features.sliding_window.sliding_window_cache_trimmable import RT_NODE, trimmable_caches
 from ovpasses.passes.gqa_expand import gqa_expand

@@ -23,7 +23,7 @@ import logging
 import openvino as ov
 from openvino.passes import ModelPass
 
-from ovpasses._ov import SDPA_TYPE
+from ovpasses._ov import is_sdpa
 from ovpasses.passes.gqa_expand import elide_single_head_expand, gqa_expand, numpy_expand
 from ovpasses.modes import OptionChoice, SlidingWindow
 from ovpasses.rules import Rule, RulePlan
@@ -63,7 +63,7 @@ class UnfusedSDPAExpandRewrite(Rule, ModelPass):
     def run_on_model(self, model: ov.Model) -> bool:
         for node in model.get_ordered_ops():
             name = node.get_friendly_name()
-            if node.get_type_name() != SDPA_TYPE or name not in self.names:
+            if not is_sdpa(node) or name not in self.names:
                 continue
             reasons = [reason for port in (1, 2) if (reason := self._rewrite(node, port))]
             if reasons:
@@ -89,7 +89,7 @@ class UnfusedSDPAExpandRewrite(Rule, ModelPass):
             return None                                  # an earlier reader of the same expand rebuilt it
         # a rebuilt Broadcast replaces the node for every reader: each must be planned
         sdpas = {reader for reshape in _readers(broadcast) for reader in _readers(reshape)}
-        if any(reader.get_type_name() != SDPA_TYPE or reader.get_friendly_name() not in self.names
+        if any(not is_sdpa(reader) or reader.get_friendly_name() not in self.names
                for reader in sdpas):
             return SHARED
         if numpy_expand(sdpa, port):
