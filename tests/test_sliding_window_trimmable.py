@@ -247,6 +247,23 @@ def test_every_family_stays_fused_and_decodes_the_unmodified_tokens_while_trimme
     assert min(lengths.values()) < 7 + 3
 
 
+def test_a_mask_the_walk_does_not_know_is_sliced_and_stays_exact(monkeypatch):
+    """Where the key columns cannot be built from the mask's inputs (``narrow_key_columns`` gives None: a leaf of
+    dynamic rank, say), the trimmable pass slices the columns [T - P, T + n) out of the whole mask instead. That
+    path once built a Slice without an end and failed the rewrite; here the fixture's masks take it."""
+    import ovpasses.features.sliding_window.sliding_window_cache_bounding as bounding
+    monkeypatch.setattr(bounding, "narrow_key_columns", lambda *args, **kwargs: None)
+    model = _model(TINY8, "trimmable")
+    sliced = [n for n in model.get_ordered_ops() if n.get_type_name() == "Slice"
+              and n.get_friendly_name().endswith(bounding.KEYS_SUFFIX)]
+    assert sliced, "the sliding layers read a Slice of the whole mask"
+    compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
+    _, base = _compiled(TINY8, "full")
+    expected, _ = _greedy(base, _prompt(40), 7, 30)
+    tokens, _ = _greedy(compiled, _prompt(40), 7, 30, lambda r: SlidingWindowTrimmer.for_model(model, r, 5))
+    assert tokens == expected
+
+
 def test_inspect_says_a_trimmable_cache_is_held_whole_until_the_program_trims(capsys):
     """gemma3/text6 (5 sliding layers, window 8, 1 full; 2 KV heads x 16; every cache fused): the held figures of
     trimmable caches are the whole context until a trim, keep = 7 positions per sliding cache right after one (still

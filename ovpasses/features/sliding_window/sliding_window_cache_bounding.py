@@ -261,7 +261,9 @@ def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, pa
     narrowed = narrow_key_columns(source, start.output(0), None if end is None else end.output(0)) if narrow \
         else None
     if narrowed is None:
-        keys = opset8.slice(source, start, end, _i64([1]), _i64([-1]))
+        # a mask the walk does not know: its columns [start, T + n) sliced out of it (end None: the narrowing
+        # wanted every column from start, which the Slice needs as the mask's column count)
+        keys = opset8.slice(source, start, columns if end is None else end, _i64([1]), _i64([-1]))
         built: list[ov.Node] = []
     else:
         keys, built = narrowed[0].get_node(), narrowed[1]
