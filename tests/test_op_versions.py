@@ -56,7 +56,8 @@ def ops_of(model: ov.Model) -> list[tuple[str, str]]:
 # ---------------------------------------------------------------- ErfInv values against the reference
 
 @pytest.mark.parametrize("x", [0.9, float(np.float32(0.9)), 0.5, 0.5000000000000001, 0.49999999999999994, 1e-300,
-                               5e-324, 0.3, 1 - 2**-53, -(1 - 2**-30), 0.999, -0.75, 2**-1074 * 3])
+                               5e-324, 0.3, 1 - 2**-53, -(1 - 2**-30), 0.999, -0.75, 2**-1074 * 3,
+                               0.26826063744358486])   # the last: hypothesis found Newton's stop 2 ulps off
 def test_erfinv_matches_bisection_within_one_ulp(x):
     got, want = erfinv(np.array([x]))[0], erfinv_reference(x)
     assert abs(got - want) <= math.ulp(want), (x, got, want)
