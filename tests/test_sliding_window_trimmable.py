@@ -247,6 +247,28 @@ def test_every_family_stays_fused_and_decodes_the_unmodified_tokens_while_trimme
     assert min(lengths.values()) < 7 + 3
 
 
+def test_second_run_changes_nothing_also_from_files(tmp_path):
+    """A trimmable IR rewritten again (``ovpass rewrite`` run twice, in place) is left as it is: its caches are
+    refused as already trimmable, and the expands the first run rebuilt are not planned again. A second pass over
+    them once re-sourced the length the trimmer's checks read, and every trimmed inference failed."""
+    from ovpasses.features.sliding_window.caches import Refusal
+
+    model = _model(TINY8, "trimmable")
+    again = ovpasses.rewrite(model, sliding_window="trimmable")
+    assert not again.changed and not again.sliding_window_caches.bounded
+    assert {r.reason for r in again.sliding_window_caches.refused.values()} == {Refusal.ALREADY_TRIMMABLE,
+                                                                              Refusal.FULL_ATTENTION}
+    assert not [r for r in again.records if r.status.value == "applied"]
+    ov.save_model(model, tmp_path / "m.xml", compress_to_fp16=False)
+    reread = ov.Core().read_model(tmp_path / "m.xml")
+    assert not ovpasses.rewrite(reread, sliding_window="trimmable").changed
+    _, base = _compiled(TINY8, "full")
+    compiled = ov.Core().compile_model(reread, "CPU", EXACT_CPU_CONFIG)
+    expected, _ = _greedy(base, _prompt(40), 7, 30)
+    tokens, _ = _greedy(compiled, _prompt(40), 7, 30, lambda r: SlidingWindowTrimmer.for_model(reread, r, 1))
+    assert tokens == expected
+
+
 def test_a_mask_the_walk_does_not_know_is_sliced_and_stays_exact(monkeypatch):
     """Where the key columns cannot be built from the mask's inputs (``narrow_key_columns`` gives None: a leaf of
     dynamic rank, say), the trimmable pass slices the columns [T - P, T + n) out of the whole mask instead. That

@@ -71,6 +71,7 @@ class Refusal(str, enum.Enum):
     WINDOW_TOO_SMALL = "window_too_small"
     NO_FULL_CACHE = "no_full_cache"
     ALREADY_BOUNDED = "already_bounded"
+    ALREADY_TRIMMABLE = "already_trimmable"
 
 
 REFUSALS = {
@@ -88,6 +89,7 @@ REFUSALS = {
     Refusal.NO_FULL_CACHE: "no cache keeps the whole context and the model has no attention_mask and input_ids (or "
                            "inputs_embeds) inputs: nothing would give the past length, the positions and the masks",
     Refusal.ALREADY_BOUNDED: "already bounded (its Assign stores a window of the Concat)",
+    Refusal.ALREADY_TRIMMABLE: "already trimmable (an earlier run made it so: the model's runtime info names it)",
 }
 
 
@@ -373,6 +375,8 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
     read from) is the first cache that is not bounded and has a cache chain.
     """
     windows = sdpa_windows(analysis, masks, distance_masks)
+    from ovpasses.features.sliding_window.sliding_window_cache_trimmable import trimmable_caches  # imports this module
+    trimmable = trimmable_caches(model)   # made trimmable by an earlier run: a second one would break the trims
 
     chains = find_cache_chains(model, name="SlidingWindowCaches.cache_chain")
     element_types = {v.get_info().variable_id: v.get_info().data_type for v in model.get_variables()}
@@ -394,7 +398,9 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
         if not cache.sdpa:
             continue
         full = [n for n in cache.sdpa if windows.get(n) is None]
-        if full:
+        if vid in trimmable:
+            refused[vid] = CacheRefusal(Refusal.ALREADY_TRIMMABLE)
+        elif full:
             refused[vid] = CacheRefusal(Refusal.FULL_ATTENTION, f"layer {analysis.layer(full[0])}")
         elif cache.unanalysed_readers:
             refused[vid] = CacheRefusal(Refusal.SUBGRAPH_READER, ", ".join(cache.unanalysed_readers))
@@ -435,7 +441,8 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
                     break
     # the reference: a cache left whole (it holds every position), not one an earlier run bounded
     reference = next((vid for vid in analysis.caches if vid not in bounded and vid in chains
-                      and (vid not in refused or refused[vid].reason != Refusal.ALREADY_BOUNDED)
+                      and (vid not in refused
+                           or refused[vid].reason not in (Refusal.ALREADY_BOUNDED, Refusal.ALREADY_TRIMMABLE))
                       and len(analysis.caches[vid].read_values) == 1), None)
     context_inputs = context_length_inputs(model) if bounded and reference is None else None
     if bounded and reference is None and context_inputs is None:

@@ -88,7 +88,9 @@ def expand_part(facts, plan) -> RulePlan | None:
     profile = facts.options.runtime
     nodes = []
     for name, node in facts.sdpa_nodes.items():
-        if not any(gqa_expand(node, port) for port in (1, 2)):
+        # an expand as exported; one this rule rebuilt (numpy) is not planned again, so a second run changes nothing
+        if not any((expand := gqa_expand(node, port)) is not None
+                   and expand[1].get_attributes().get("mode") != "numpy" for port in (1, 2)):
             continue
         decision = plan.decisions.get(name)
         action = decision.action if decision is not None else None
