@@ -38,9 +38,8 @@ from openvino import opset13 as ops
 from ovpasses._ov import copy_runtime_info
 
 NARROW_SUFFIX = "/key_columns"
-INT64_MAX = np.iinfo(np.int64).max
-# the open end of a Slice whose stop is computed (a mask is far shorter), in the i32 range the CPU plugin's integer
-# ops run in
+# the open end of the columns when it enters arithmetic (_narrow_leaf multiplies it): in the i32 range, where the CPU
+# plugin computes i64 shape arithmetic; every mask is far shorter
 OPEN_END = np.iinfo(np.int32).max
 
 _BINARY = {
