@@ -4,6 +4,7 @@ stateful by optimum-intel for the sliding-window benchmarks (issue 32). The mode
 
     .venvs/export/bin/python benchmarks/export_widths.py --preset gemma3-4b --out out/gemma3-4b-widths
     .venvs/export/bin/python benchmarks/export_widths.py --preset gpt-oss-20b --out out/gpt-oss-20b-widths
+    .venvs/export/bin/python benchmarks/export_widths.py --preset mistral-7b --out out/mistral-7b-widths
 
 Presets (the attention is the family's; the rest is cut down so that a 2-core machine measures it):
 
@@ -11,6 +12,9 @@ Presets (the attention is the family's; the rest is cut down so that a 2-core ma
   5 sliding : 1 full, intermediate 1024, vocabulary 2048.
 * ``gpt-oss-20b``: ``GptOssForCausalLM``, hidden 2880, 64 query heads x 64, 8 KV heads, window 128 with sinks,
   8 layers alternating sliding and full, 4 experts (2 per token) of intermediate 256, vocabulary 2048.
+* ``mistral-7b``: ``MistralForCausalLM`` as Mistral 7B v0.1 shipped it, every layer sliding: hidden 4096, 32 query
+  heads x 128, 8 KV heads, window 4096, 4 layers, intermediate 1024, vocabulary 2048 (no cache keeps the whole
+  context: the trimmable form reads the past length from the attention_mask).
 
 Weights are f32 (``OVConfig(dtype="fp32")``, no compression), from a fixed seed; no tokenizer is converted
 (the benchmarks feed token ids). Run it with the export venv (transformers 5.5.4, optimum-intel 2.2.0).
@@ -29,6 +33,8 @@ PRESETS = {
     "gpt-oss-20b": dict(kind="gpt_oss", hidden_size=2880, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
                         sliding_window=128, num_hidden_layers=8, intermediate_size=256, vocab_size=2048,
                         num_local_experts=4, num_experts_per_tok=2),
+    "mistral-7b": dict(kind="mistral", hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                       sliding_window=4096, num_hidden_layers=4, intermediate_size=1024, vocab_size=2048),
 }
 
 
@@ -46,6 +52,11 @@ def build(preset: str):
                                   **s)
         config.architectures = ["Gemma3ForCausalLM"]
         return Gemma3ForCausalLM(config).eval(), config
+    if kind == "mistral":   # transformers 5.5.4's MistralConfig has no layer_types: the window is every layer's
+        from transformers import MistralConfig, MistralForCausalLM
+        config = MistralConfig(max_position_embeddings=65536, **s)
+        config.architectures = ["MistralForCausalLM"]
+        return MistralForCausalLM(config).eval(), config
     from transformers import GptOssConfig, GptOssForCausalLM
     types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
     config = GptOssConfig(layer_types=types, max_position_embeddings=65536, **s)

@@ -92,10 +92,13 @@ def main() -> None:
         trimmer.trim()
     peak_trim = _status("VmHWM")
     past = n
+    steps = []
     for _ in range(args.decode):
         token = int(request.get_output_tensor(0).data[0, -1].argmax())
+        begin = time.time()
         request.infer({"input_ids": np.array([[token]]), "attention_mask": np.ones((1, past + 1), np.int64),
                        "position_ids": np.array([[past]]), "beam_idx": np.zeros(1, np.int32)})
+        steps.append(time.time() - begin)
         past += 1
         if args.trim and trimmer is not None:
             trimmer.step()
@@ -104,7 +107,8 @@ def main() -> None:
     print(json.dumps(dict(form=args.form, chunk=args.chunk, trim=args.trim, mmap=bool(mmap), context=n,
                           drop_sinks=args.drop_sinks, config=json.loads(args.config),
                           before=round(before), prefill_s=round(prefill, 1), peak_prefill=round(peak_prefill),
-                          peak_trim=round(peak_trim), peak_end=round(_status("VmHWM")), load=load)))
+                          peak_trim=round(peak_trim), peak_end=round(_status("VmHWM")), load=load,
+                          decode_ms=round(float(np.median(steps)) * 1e3, 1) if steps else None)))
 
 
 if __name__ == "__main__":
