@@ -364,6 +364,26 @@ def sdpa_windows(analysis: KVSharingAnalysis, masks: list[SlidingWindowMask],
     return {name: window_of.get(name) for name, info in analysis.sdpa.items() if info.kv_variables}
 
 
+# the model runtime info TrimmableSlidingWindowKVCache writes: {variable id (as trimmable_key gives it): positions to keep}
+RT_TRIMMABLE = "ovpasses_trimmable_sliding_window"
+
+
+def trimmable_key(vid: str) -> str:
+    """A variable id as an rt_info key (the IR writes keys as XML element names: no '.', '/' or ':')."""
+    return "v_" + "".join(c if c.isalnum() or c == "_" else f"_{ord(c):02x}_" for c in vid)
+
+
+def trimmable_caches(model: ov.Model) -> dict[str, int]:
+    """The caches :class:`TrimmableSlidingWindowKVCache` made trimmable in ``model`` (an ``ov.Model``, rewritten
+    here or read from an IR it wrote): variable id -> positions a trimmer keeps. Empty when none."""
+    if not model.has_rt_info(RT_TRIMMABLE):
+        return {}
+    keys = {trimmable_key(v.get_info().variable_id): v.get_info().variable_id for v in model.get_variables()}
+    found = model.get_rt_info()[RT_TRIMMABLE]
+    entries = found.astype(dict) if hasattr(found, "astype") else dict(found)
+    return {keys[k]: int(v.astype(str) if hasattr(v, "astype") else v) for k, v in entries.items() if k in keys}
+
+
 def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, masks: list[SlidingWindowMask],
                                   margin: int = 0,
                                   distance_masks: list[DistanceWindowMask] = ()) -> SlidingWindowCaches:
@@ -375,7 +395,6 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
     read from) is the first cache that is not bounded and has a cache chain.
     """
     windows = sdpa_windows(analysis, masks, distance_masks)
-    from ovpasses.features.sliding_window.sliding_window_cache_trimmable import trimmable_caches  # imports this module
     trimmable = trimmable_caches(model)   # made trimmable by an earlier run: a second one would break the trims
 
     chains = find_cache_chains(model, name="SlidingWindowCaches.cache_chain")

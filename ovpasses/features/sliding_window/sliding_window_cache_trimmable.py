@@ -49,7 +49,14 @@ from openvino import opset13 as ops
 from openvino.passes import ModelPass
 
 from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
-from ovpasses.features.sliding_window.caches import CacheRefusal, SlidingWindowCaches, cache_nodes
+from ovpasses.features.sliding_window.caches import (
+    RT_TRIMMABLE,
+    CacheRefusal,
+    SlidingWindowCaches,
+    cache_nodes,
+    trimmable_caches,
+    trimmable_key,
+)
 from ovpasses.errors import PassInvariantError
 from ovpasses.modes import OptionChoice, SlidingWindow
 from ovpasses.features.sliding_window.sliding_window_cache_bounding import (
@@ -64,7 +71,6 @@ from ovpasses.rules import Rule, RulePlan
 
 log = logging.getLogger(__name__)
 
-RT_TRIMMABLE = "ovpasses_trimmable_sliding_window"   # model rt_info: {variable id: positions to keep}
 RT_NODE = "ovpasses_sliding_window_trimmable"         # on each node the pass makes: the variable it serves
 
 
@@ -153,25 +159,9 @@ class TrimmableSlidingWindowKVCache(Rule, ModelPass):
             for node in made:
                 node.get_rt_info()[RT_NODE] = variable_id(nodes.read_value)
         for vid, positions in keep.items():
-            model.set_rt_info(str(positions), [RT_TRIMMABLE, _rt_key(vid)])
+            model.set_rt_info(str(positions), [RT_TRIMMABLE, trimmable_key(vid)])
         model.validate_nodes_and_infer_types()
         return True
-
-
-def _rt_key(vid: str) -> str:
-    """A variable id as an rt_info key (the IR writes keys as XML element names: no '.', '/' or ':')."""
-    return "v_" + "".join(c if c.isalnum() or c == "_" else f"_{ord(c):02x}_" for c in vid)
-
-
-def trimmable_caches(model: ov.Model) -> dict[str, int]:
-    """The caches :class:`TrimmableSlidingWindowKVCache` made trimmable in ``model`` (an ``ov.Model``, rewritten
-    here or read from an IR it wrote): variable id -> positions a trimmer keeps. Empty when none."""
-    if not model.has_rt_info(RT_TRIMMABLE):
-        return {}
-    keys = {_rt_key(v.get_info().variable_id): v.get_info().variable_id for v in model.get_variables()}
-    found = model.get_rt_info()[RT_TRIMMABLE]
-    entries = found.astype(dict) if hasattr(found, "astype") else dict(found)
-    return {keys[k]: int(v.astype(str) if hasattr(v, "astype") else v) for k, v in entries.items() if k in keys}
 
 
 __all__ = ["RT_TRIMMABLE", "TrimmableSlidingWindowKVCache", "trimmable_caches", "variable_id"]
