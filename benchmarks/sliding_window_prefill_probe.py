@@ -3,12 +3,13 @@ process (issue 32). Prints one JSON line. Run each form in a fresh process:
 
     .venvs/dev/bin/python benchmarks/sliding_window_prefill_probe.py --model out/gemma3-4b-widths \
         --form trimmable --context 16384 [--chunk 1000] [--trim] [--decode 4] [--mmap-threshold] \
-        [--drop-sinks] [--config '{"KV_CACHE_PRECISION": "f32"}']
+        [--keep-malloc] [--drop-sinks] [--config '{"KV_CACHE_PRECISION": "f32"}']
 
 ``before``: VmRSS after compiling (MiB); ``peak_prefill`` / ``peak_trim`` / ``peak_end``: VmHWM (reset through
 ``/proc/self/clear_refs`` before the request) after the prefill, after the trim, after the decode steps. The
-trimmable form's ``SlidingWindowTrimmer`` fixes glibc's mmap threshold at 1 MiB; ``--mmap-threshold`` does the
-same for the unmodified form, so that both run under the same malloc. With ``--chunk`` the trimmable form
+trimmable form's ``SlidingWindowTrimmer`` fixes glibc's mmap threshold at 1 MiB (``--keep-malloc``: it does not,
+``release_memory=False``); ``--mmap-threshold`` does the same for the unmodified form, so that both run under the
+same malloc. With ``--chunk`` the trimmable form
 prefills through ``SlidingWindowTrimmer.prefill`` (a trim after each chunk), the unmodified one in the same
 chunks. Plugin defaults (no properties)."""
 
@@ -57,6 +58,8 @@ def main() -> None:
     parser.add_argument("--mmap-threshold", action="store_true", help="unmodified: glibc's threshold as the trimmer's")
     parser.add_argument("--drop-sinks", action="store_true",
                         help="diagnostic, not exact: every SDPA's sink input dropped (is the sink what costs?)")
+    parser.add_argument("--keep-malloc", action="store_true",
+                        help="trimmable: the trimmer leaves glibc's mmap threshold as it is (release_memory=False)")
     parser.add_argument("--config", default="{}", help="compile properties as JSON (default: plugin defaults)")
     args = parser.parse_args()
 
@@ -67,8 +70,9 @@ def main() -> None:
     if args.drop_sinks:
         _drop_sinks(model)
     request = core.compile_model(model, "CPU", json.loads(args.config)).create_infer_request()
-    trimmer = SlidingWindowTrimmer.for_model(model, request, every=32) if args.form == "trimmable" else None
-    mmap = trimmer is not None or (args.mmap_threshold and _fix_mmap_threshold())
+    trimmer = SlidingWindowTrimmer.for_model(model, request, every=32, release_memory=not args.keep_malloc) \
+        if args.form == "trimmable" else None
+    mmap = (trimmer is not None and not args.keep_malloc) or (args.mmap_threshold and _fix_mmap_threshold())
     before = _status("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")

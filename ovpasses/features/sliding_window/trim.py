@@ -88,7 +88,9 @@ class SlidingWindowTrimmer:
     positions seen at its last trim of that state.
 
     ``release_memory`` (default True) fixes glibc's mmap threshold for the whole process
-    (:func:`_fix_mmap_threshold` says why and what it measured); False leaves malloc as it is."""
+    (:func:`_fix_mmap_threshold` says why and what it measured); False leaves malloc as it is, which trades memory
+    for time: at Gemma 3 widths, a 16k prompt in chunks of 500 through :meth:`prefill`, 62.9 s and 2,854 MiB peak
+    against 69.9-70.9 s and 2,421 MiB (``benchmarks/records/2026-11-26-gemma3-16k-prefill.md``)."""
 
     def __init__(self, request: ov.InferRequest, keep: Mapping[str, int], every: int = 1,
                  axis: int = SEQUENCE_AXIS, release_memory: bool = True) -> None:
@@ -105,10 +107,11 @@ class SlidingWindowTrimmer:
             log.info("SlidingWindowTrimmer: glibc's mmap threshold fixed at %d bytes (process-wide)", MMAP_THRESHOLD)
 
     @classmethod
-    def for_model(cls, model: ov.Model, request: ov.InferRequest, every: int = 1) -> SlidingWindowTrimmer:
+    def for_model(cls, model: ov.Model, request: ov.InferRequest, every: int = 1,
+                  release_memory: bool = True) -> SlidingWindowTrimmer:
         """A trimmer for ``request`` of ``model`` (rewritten with ``sliding_window="trimmable"``, or read from an
-        IR so written: the caches and their keep are in its runtime info)."""
-        return cls(request, trimmable_caches(model), every)
+        IR so written: the caches and their keep are in its runtime info); ``release_memory`` as for the class."""
+        return cls(request, trimmable_caches(model), every, release_memory=release_memory)
 
     @classmethod
     def attach(cls, ov_model, every: int = 1, prefill_chunk: int | None = None) -> SlidingWindowTrimmer:
