@@ -67,6 +67,11 @@ def elide_single_head_expand(sdpa: ov.Node, port: int) -> bool:
     return True
 
 
+def rebuilt(expand: tuple[ov.Node, ov.Node, ov.Node]) -> bool:
+    """Whether ``expand`` (as :func:`gqa_expand` gives it) is one :func:`numpy_expand` made: its Broadcast is numpy."""
+    return expand[1].get_attributes().get("mode") == "numpy"
+
+
 def numpy_expand(sdpa: ov.Node, port: int) -> bool:
     """Rebuild the GQA expand in front of ``sdpa``'s K or V (``port``) as
     ``Broadcast(u, ShapeOf(u) * [1, .., rep, .., 1], numpy)``, ``u = Unsqueeze(kv)`` ``[B, Hkv, 1, S, D]``:
@@ -88,8 +93,7 @@ def numpy_expand(sdpa: ov.Node, port: int) -> bool:
     unsqueeze, broadcast, _ = expand
     axes = _constant_values(unsqueeze.input_value(1))
     inner, outer = unsqueeze.get_output_partial_shape(0), broadcast.get_output_partial_shape(0)
-    if axes is None or axes.size != 1 or inner.rank.is_dynamic or outer.rank != inner.rank or \
-            broadcast.get_attributes()["mode"] == "numpy":
+    if axes is None or axes.size != 1 or inner.rank.is_dynamic or outer.rank != inner.rank or rebuilt(expand):
         return False
     axis = int(axes[0]) % inner.rank.get_length()
     if outer[axis].is_dynamic or any(inner[i].is_static and outer[i].is_static and inner[i] != outer[i]

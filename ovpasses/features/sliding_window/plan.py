@@ -14,7 +14,7 @@ from ovpasses.features.sliding_window.masks import SlidingWindowMask
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.analysis.stateful_fusion import predict_fusion
 from ovpasses.features.sliding_window.caches import analyze_sliding_window_caches
-from ovpasses.passes.gqa_expand import gqa_expand
+from ovpasses.passes.gqa_expand import gqa_expand, rebuilt
 from ovpasses.modes import SlidingWindow
 from ovpasses.plan.decisions import Action
 from ovpasses.rules import Planned, RulePlan
@@ -89,8 +89,7 @@ def expand_part(facts, plan) -> RulePlan | None:
     nodes = []
     for name, node in facts.sdpa_nodes.items():
         # an expand as exported; one this rule rebuilt (numpy) is not planned again, so a second run changes nothing
-        if not any((expand := gqa_expand(node, port)) is not None
-                   and expand[1].get_attributes().get("mode") != "numpy" for port in (1, 2)):
+        if not any((expand := gqa_expand(node, port)) is not None and not rebuilt(expand) for port in (1, 2)):
             continue
         decision = plan.decisions.get(name)
         action = decision.action if decision is not None else None

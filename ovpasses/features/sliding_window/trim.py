@@ -89,7 +89,7 @@ class SlidingWindowTrimmer:
 
     ``release_memory`` (default True) fixes glibc's mmap threshold for the whole process
     (:func:`_fix_mmap_threshold` says why and what it measured); False leaves malloc as it is, which trades memory
-    for time: at Gemma 3 widths, a 16k prompt in chunks of 500 through :meth:`prefill`, 62.9 s and 2,854 MiB peak
+    for time: at Gemma 3 widths, a 16k prompt in chunks of 500 through :meth:`prefill`, 63.7 s and 2,871 MiB peak
     against 69.9-70.9 s and 2,421 MiB (``benchmarks/records/2026-11-26-gemma3-16k-prefill.md``)."""
 
     def __init__(self, request: ov.InferRequest, keep: Mapping[str, int], every: int = 1,

@@ -24,7 +24,7 @@ import openvino as ov
 from openvino.passes import ModelPass
 
 from ovpasses._ov import is_sdpa
-from ovpasses.passes.gqa_expand import elide_single_head_expand, gqa_expand, numpy_expand
+from ovpasses.passes.gqa_expand import elide_single_head_expand, gqa_expand, numpy_expand, rebuilt
 from ovpasses.modes import OptionChoice, SlidingWindow
 from ovpasses.rules import Rule, RulePlan
 
@@ -84,9 +84,9 @@ class UnfusedSDPAExpandRewrite(Rule, ModelPass):
         if elide_single_head_expand(sdpa, port):         # this SDPA's input only
             self.inputs += 1
             return None
-        _, broadcast, _ = expand
-        if broadcast.get_attributes().get("mode") == "numpy":
+        if rebuilt(expand):
             return None                                  # an earlier reader of the same expand rebuilt it
+        _, broadcast, _ = expand
         # a rebuilt Broadcast replaces the node for every reader: each must be planned
         sdpas = {reader for reshape in _readers(broadcast) for reader in _readers(reshape)}
         if any(not is_sdpa(reader) or reader.get_friendly_name() not in self.names
