@@ -43,6 +43,7 @@ from ovpasses.features.old_runtimes.plan import outcomes, refusal_message
 from ovpasses.features.paged_heads import plan as paged_heads
 from ovpasses.features.sdpa_recovery import plan as sdpa_recovery
 from ovpasses.features.sliding_window import plan as sliding_window
+from ovpasses.features.unfused_expands import plan as unfused_expands
 from ovpasses.features.unsharing import plan as unsharing
 from ovpasses.options import RewriteOptions, options_from
 from ovpasses.passes import (
@@ -97,7 +98,7 @@ STEPS: tuple[Step, ...] = (
     Step(SlidingWindowMaskSliceInsertion, sliding_window.mask_slice_part),   # runtimes whose paged converter needs it
     Step(SlidingWindowKVCacheBounding, sliding_window.bounding_part),     # sliding_window="bounded" only
     Step(TrimmableSlidingWindowKVCache, sliding_window.trimming_part),    # sliding_window="trimmable" only
-    Step(UnfusedSDPAExpandRewrite, sliding_window.expand_part),           # ... and the expands of unfused SDPAs
+    Step(UnfusedSDPAExpandRewrite, unfused_expands.expand_part),          # the expands of the SDPAs left unfused
     Step(ErfInvConstantFolding, old_runtimes.lowering_part(ErfInvConstantFolding)),         # targets that cannot read ErfInv
     Step(ConvertOneHot16ToOneHot1, old_runtimes.lowering_part(ConvertOneHot16ToOneHot1)),   # ... OneHot-16
 )

@@ -201,9 +201,13 @@ def test_eager_fixture_recovers_one_sdpa_per_layer(core, fixture):
     assert summary.analysis.status_counts() == twin_summary.analysis.status_counts()
     assert sorted(d.action.value for d in summary.decisions.values()) == \
         sorted(d.action.value for d in twin_summary.decisions.values())
-    for sdpa in sdpas:   # the GQA expand (Unsqueeze -> Broadcast -> Reshape) stays before K and V
+    # the GQA expand (Unsqueeze -> Broadcast -> Reshape) stays before K and V, except where the plugin does not
+    # fuse the SDPA and UnfusedSDPAExpandRewrite elided it (one KV head: the SDPA reads the cache's Concat)
+    elided = {r.node for r in summary.records if r.rule == "UnfusedSDPAExpandRewrite" and r.status.value == "applied"}
+    for sdpa in sdpas:
+        allowed = {"Reshape", "Concat"} if sdpa.get_friendly_name() in elided else {"Reshape"}
         for port in (1, 2):
-            assert sdpa.input_value(port).get_node().get_type_name() == "Reshape"
+            assert sdpa.input_value(port).get_node().get_type_name() in allowed, sdpa.get_friendly_name()
 
 
 @pytest.mark.parametrize("fixture", CELL_FIXTURES)

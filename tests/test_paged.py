@@ -135,7 +135,9 @@ def test_newest_converter_reads_the_window_unaided():
     expected = [16 if t == "sliding_attention" else 0 for t in types]
     assert sliding_windows(read("tiny8")) == expected
     summary = ovpasses.rewrite(read("tiny8"))
-    assert list(summary.mask_actions.values()) == [MASK_NATIVE] and not summary.changed
+    # the mask left as it is; the only change, the borrowers' GQA expands (UnfusedSDPAExpandRewrite)
+    assert list(summary.mask_actions.values()) == [MASK_NATIVE]
+    assert {r.rule for r in summary.records if r.status.value == "applied"} == {"UnfusedSDPAExpandRewrite"}
 
 
 AFFECTED_CONVERTER = """

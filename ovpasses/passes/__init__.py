@@ -12,7 +12,7 @@ from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.features.sliding_window.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
 from ovpasses.features.sliding_window.sliding_window_cache_trimmable import TrimmableSlidingWindowKVCache
 from ovpasses.features.sliding_window.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
-from ovpasses.features.sliding_window.unfused_sdpa_expands import UnfusedSDPAExpandRewrite
+from ovpasses.features.unfused_expands.unfused_sdpa_expands import UnfusedSDPAExpandRewrite
 
 # Every pass, in the order ovpasses.pipeline.STEPS runs them (tests/test_pipeline.py checks it): the names
 # RewriteOptions(passes=...) takes.

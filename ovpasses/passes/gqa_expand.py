@@ -15,8 +15,8 @@ rewrites here give the same values without that::
 
 Used by :class:`~ovpasses.features.sliding_window.sliding_window_cache_bounding.SlidingWindowKVCacheBounding`
 (its bounded caches' readers) and
-:class:`~ovpasses.features.sliding_window.unfused_sdpa_expands.UnfusedSDPAExpandRewrite` (every SDPA the plan
-expects unfused, in the trimmable mode). Only for SDPAs the kernel does not take: a rebuilt expand
+:class:`~ovpasses.features.unfused_expands.unfused_sdpa_expands.UnfusedSDPAExpandRewrite` (every SDPA the plan
+expects unfused, in every mode). Only for SDPAs the kernel does not take: a rebuilt expand
 takes a fused layer out of the kernel (measured on tiny8 unshared: 2 fused layers became 0).
 """
 

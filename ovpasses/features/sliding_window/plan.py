@@ -12,9 +12,7 @@ from ovpasses._strenum import StrEnum
 
 from ovpasses.features.sliding_window.masks import SlidingWindowMask
 from ovpasses.plan.profiles import RuntimeProfile
-from ovpasses.analysis.stateful_fusion import predict_fusion
 from ovpasses.features.sliding_window.caches import analyze_sliding_window_caches
-from ovpasses.passes.gqa_expand import gqa_expand, rebuilt
 from ovpasses.modes import SlidingWindow
 from ovpasses.plan.decisions import Action
 from ovpasses.rules import Planned, RulePlan
@@ -77,26 +75,3 @@ def trimming_part(facts, _plan) -> RulePlan | None:
     if facts.options.sliding_window is not SlidingWindow.TRIMMABLE:
         return None
     return _sliding_caches(facts, "TrimmableSlidingWindowKVCache", Action.TRIMMABLE)
-
-
-def expand_part(facts, plan) -> RulePlan | None:
-    """Trimmable mode: the SDPAs, as the other rules left the model, that the CPU plugin is not expected to fuse
-    (:func:`~ovpasses.analysis.stateful_fusion.predict_fusion`) and that read K or V through a GQA expand
-    (:mod:`ovpasses.features.sliding_window.unfused_sdpa_expands`)."""
-    if facts.options.sliding_window is not SlidingWindow.TRIMMABLE:
-        return None
-    profile = facts.options.runtime
-    nodes = []
-    for name, node in facts.sdpa_nodes.items():
-        # an expand as exported; one this rule rebuilt (numpy) is not planned again, so a second run changes nothing
-        if not any((expand := gqa_expand(node, port)) is not None and not rebuilt(expand) for port in (1, 2)):
-            continue
-        decision = plan.decisions.get(name)
-        action = decision.action if decision is not None else None
-        verdict = predict_fusion(facts.kv, name, barrier=action == Action.BARRIER,
-                                 shapeof_moved=action == Action.SHAPEOF,
-                                 shapeof_loses_state=profile.decompose_cache_shapeof)
-        if not verdict.expected:
-            nodes.append(Planned(name, f"the plugin does not fuse it ({verdict.reason}): its expand copies the "
-                                       "cache per query head every step"))
-    return RulePlan("UnfusedSDPAExpandRewrite", tuple(nodes))

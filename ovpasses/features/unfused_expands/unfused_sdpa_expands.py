@@ -1,19 +1,20 @@
 """UnfusedSDPAExpandRewrite: the GQA expand in front of every SDPA the plan expects the CPU plugin not to fuse,
 elided (one KV head) or broadcast once in numpy mode (several): :mod:`ovpasses.passes.gqa_expand`.
 
-Why (measured on 2026.4.1 at Gemma 4 E2B widths, 1 KV head, 8 query heads, 4,096-token prompt, plugin defaults,
-the trimmable form): the 22 shared layers read their owners' caches outside the plugin's stateful kernel, and each
-of their exported expands copied the cache 8 times every step (a Multiply by a broadcast of ones); without them
-the median decode step went from 144 to 50 ms, the same greedy tokens, 13 of 35 SDPAs fused before and after
-(``benchmarks/records/2026-11-26-gpt-oss-prefill.md``, "The GQA expand")::
+Why (measured on 2026.4.1 at Gemma 4 E2B widths, 1 KV head, 8 query heads, plugin defaults): the 22 shared layers
+read their owners' caches outside the plugin's stateful kernel, and each of their exported expands copied the
+cache 8 times every step (a Multiply by a broadcast of ones). Without them the trimmable form's median decode
+step at 4,096 positions went from 144 to 50 ms (``benchmarks/records/2026-11-26-gpt-oss-prefill.md``, "The GQA
+expand"), the same greedy tokens and the same fused layers::
 
     Before:  cache [B, 1, S, D] -> Unsqueeze -> Broadcast(target, bidirectional) -> Reshape -> SDPA (not fused)
     After:   cache [B, 1, S, D] ------------------------------------------------------> SDPA (not fused)
              (several KV heads: Broadcast(u, ShapeOf(u) * [1, 1, rep, 1, 1], numpy) in the same place)
 
-Planned in the trimmable mode (``sliding_window="trimmable"``), where it is the last rule that changes attention;
-the bounding does the same for the readers of the caches it bounds. An SDPA the plugin fuses keeps its expand: the
-kernel takes it whole, and a rebuilt one takes the layer out of the kernel.
+Planned in every mode, last of the rules that change attention (:func:`~ovpasses.features.unfused_expands.plan.expand_part`):
+what the earlier rules left unfused is known then. The bounding does the same for the readers of the caches it
+bounds; their expands are rebuilt when this rule looks, and a rebuilt expand is not planned again. An SDPA the
+plugin fuses keeps its expand: the kernel takes it whole, and a rebuilt one takes the layer out of the kernel.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from openvino.passes import ModelPass
 
 from ovpasses._ov import is_sdpa
 from ovpasses.passes.gqa_expand import elide_single_head_expand, gqa_expand, numpy_expand, rebuilt
-from ovpasses.modes import OptionChoice, SlidingWindow
 from ovpasses.rules import Rule, RulePlan
 
 log = logging.getLogger(__name__)
@@ -45,9 +45,8 @@ class UnfusedSDPAExpandRewrite(Rule, ModelPass):
 
     NAME = "UnfusedSDPAExpandRewrite"
     REANALYSES = True    # its SDPAs read their caches through other nodes now
-    ONLY_WITH = OptionChoice("sliding_window", SlidingWindow.TRIMMABLE)
-    DESCRIPTION = ("trimmable mode: the GQA expand in front of each SDPA the plugin does not fuse, elided (one KV "
-                   "head) or broadcast once")
+    DESCRIPTION = ("the GQA expand in front of each SDPA the plugin does not fuse, elided (one KV head) or "
+                   "broadcast once")
 
     @classmethod
     def from_plan(cls, part: RulePlan) -> UnfusedSDPAExpandRewrite:
