@@ -68,9 +68,12 @@ def test_benchmark_script_runs(script, tmp_path):
         assert rows["stateful-padded"]["kv_bytes_per_token"] == rows["paged-padded"]["kv_bytes_per_token"]
     if script == "sliding_window":   # each form measured in a process of its own, both configs, every form
         assert {(row["config"], row["form"]) for row in data["rows"]} == {
-            (c, f) for c in ("default", "exact") for f in ("unmodified", "bounded", "trimmable", "unshared",
-                                                           "unshared+bounded", "unshared+trimmable")}
+            (c, f) for c in ("default", "exact") for f in ("unmodified", "rewritten", "bounded", "trimmable",
+                                                           "unshared", "unshared+bounded", "unshared+trimmable")}
         exact = {row["form"]: row for row in data["rows"] if row["config"] == "exact"}
+        # the default rewrite keeps the fused layers and the unmodified tokens
+        assert exact["rewritten"]["fused_sdpa"] == exact["unmodified"]["fused_sdpa"] == 2
+        assert exact["rewritten"]["tokens_equal_unmodified"]
         assert exact["trimmable"]["fused_sdpa"] == 2 and exact["unshared+trimmable"]["fused_sdpa"] == 8
         assert exact["trimmable"]["tokens_equal_unmodified"] and exact["trimmable"]["trims"] > 0
         assert all(row["process_peak_rss_mib"] >= row["peak_rss_rise_mib"] > 0 for row in data["rows"])
