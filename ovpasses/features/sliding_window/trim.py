@@ -55,7 +55,7 @@ import numpy as np
 import openvino as ov
 
 from ovpasses.errors import OvpassesError
-from ovpasses.features.sliding_window.sliding_window_cache_trimmable import trimmable_caches
+from ovpasses.features.sliding_window.caches import trimmable_caches
 
 log = logging.getLogger(__name__)
 
