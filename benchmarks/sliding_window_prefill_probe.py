@@ -2,7 +2,7 @@
 process (issue 32). Prints one JSON line. Run each form in a fresh process:
 
     .venvs/dev/bin/python benchmarks/sliding_window_prefill_probe.py --model out/gemma3-4b-widths \
-        --form trimmable --context 16384 [--chunk 1000] [--trim] [--decode 4] [--mmap-threshold] \
+        --form trimmable --context 16384 [--chunk 1000 [--first 4096]] [--trim] [--decode 4] [--mmap-threshold] \
         [--keep-malloc] [--drop-sinks] [--config '{"KV_CACHE_PRECISION": "f32"}']
 
 ``before``: VmRSS after compiling (MiB); ``peak_prefill`` / ``peak_trim`` / ``peak_end``: VmHWM (reset through
@@ -10,8 +10,8 @@ process (issue 32). Prints one JSON line. Run each form in a fresh process:
 trimmable form's ``SlidingWindowTrimmer`` fixes glibc's mmap threshold at 1 MiB (``--keep-malloc``: it does not,
 ``release_memory=False``); ``--mmap-threshold`` does the same for the unmodified form, so that both run under the
 same malloc. With ``--chunk`` the trimmable form
-prefills through ``SlidingWindowTrimmer.prefill`` (a trim after each chunk), the unmodified one in the same
-chunks. Plugin defaults (no properties)."""
+prefills through ``SlidingWindowTrimmer.prefill`` (a trim after each chunk; ``--first``: its first chunk's length),
+the unmodified one in the same chunks. Plugin defaults (no properties)."""
 
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--form", choices=("unmodified", "trimmable"), required=True)
     parser.add_argument("--context", type=int, required=True)
     parser.add_argument("--chunk", type=int, default=0, help="0: the prompt whole")
+    parser.add_argument("--first", type=int, default=None, help="the first chunk's length (default: --chunk)")
     parser.add_argument("--trim", action="store_true", help="trim after the prefill and every 32 decode steps")
     parser.add_argument("--decode", type=int, default=0)
     parser.add_argument("--mmap-threshold", action="store_true", help="unmodified: glibc's threshold as the trimmer's")
@@ -82,10 +83,11 @@ def main() -> None:
               "beam_idx": np.zeros(1, np.int32)}
     start = time.time()
     if args.chunk and trimmer is not None:
-        trimmer.prefill(inputs, args.chunk)
+        trimmer.prefill(inputs, args.chunk, first=args.first)
     elif args.chunk:
-        for begin in range(0, n, args.chunk):
-            end = min(begin + args.chunk, n)
+        first = args.first or args.chunk
+        bounds = [0, *range(min(first, n), n, args.chunk), n]
+        for begin, end in zip(bounds, bounds[1:]):
             request.infer({"input_ids": inputs["input_ids"][:, begin:end], "attention_mask": inputs["attention_mask"][:, :end],
                            "position_ids": inputs["position_ids"][:, begin:end], "beam_idx": inputs["beam_idx"]})
     else:
@@ -108,7 +110,7 @@ def main() -> None:
             trimmer.step()
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print(json.dumps(dict(form=args.form, chunk=args.chunk, trim=args.trim, mmap=bool(mmap), context=n,
+    print(json.dumps(dict(form=args.form, chunk=args.chunk, first=args.first, trim=args.trim, mmap=bool(mmap), context=n,
                           drop_sinks=args.drop_sinks, config=json.loads(args.config),
                           before=round(before), prefill_s=round(prefill, 1), peak_prefill=round(peak_prefill),
                           peak_trim=round(peak_trim), peak_end=round(_status("VmHWM")), load=load,

@@ -309,10 +309,13 @@ def test_inspect_says_a_trimmable_cache_is_held_whole_until_the_program_trims(ca
                in line for line in lines), lines
 
 
-@pytest.mark.parametrize("length, chunk", [(40, 7), (40, 16), (12, 5)], ids=["40-by-7", "40-by-16", "short-12-by-5"])
-def test_prefill_in_chunks_decodes_the_unmodified_models_tokens_from_the_whole_prompt(length, chunk):
-    """SlidingWindowTrimmer.prefill: the whole prompt's inputs, fed in chunks with a trim after each; the greedy tokens
-    after it equal the unmodified model's fed the prompt whole (exact config), and the caches never held the prompt."""
+@pytest.mark.parametrize("length, chunk, first, chunks", [(40, 7, None, 6), (40, 16, None, 3), (12, 5, None, 3),
+                                                    (40, 7, 20, 4), (40, 7, 64, 1)],
+                         ids=["40-by-7", "40-by-16", "short-12-by-5", "40-first-20-then-by-7", "40-first-64"])
+def test_prefill_in_chunks_decodes_the_unmodified_models_tokens_from_the_whole_prompt(length, chunk, first, chunks):
+    """SlidingWindowTrimmer.prefill: the whole prompt's inputs, fed in chunks with a trim after each (the first chunk
+    ``first`` tokens long where given); the greedy tokens after it equal the unmodified model's fed the prompt whole
+    (exact config), and the caches never held the prompt."""
     _, base = _compiled(TINY8, "full")
     model, trimmable = _compiled(TINY8, "trimmable")
     prompt = _prompt(length)
@@ -322,8 +325,8 @@ def test_prefill_in_chunks_decodes_the_unmodified_models_tokens_from_the_whole_p
     count = trimmer.prefill({"input_ids": np.asarray(prompt, np.int64)[None],
                              "attention_mask": np.ones((1, length), np.int64),
                              "position_ids": np.arange(length, dtype=np.int64)[None],
-                             "beam_idx": np.zeros(1, np.int32)}, chunk)
-    assert count == -(-length // chunk)
+                             "beam_idx": np.zeros(1, np.int32)}, chunk, first=first)
+    assert count == chunks
     held = {s.name: s.state.shape[2] for s in request.query_state()}
     assert all(held[v] == min(length, 15) for v in SLIDING_TINY8), held     # cut back after the last chunk
     assert (trimmer.trims > 0) == (length > 15)
@@ -337,6 +340,14 @@ def test_prefill_in_chunks_decodes_the_unmodified_models_tokens_from_the_whole_p
         trimmer.step()
         logits = request.get_output_tensor(0).data[0, -1].copy()
     assert tokens == expected
+
+
+@pytest.mark.parametrize("chunk, first", [(0, None), (4, 0), (4, 2.5), (4, True)])
+def test_prefill_refuses_a_chunk_that_is_not_a_whole_number(chunk, first):
+    model, compiled = _compiled(TINY8, "trimmable")
+    trimmer = SlidingWindowTrimmer.for_model(model, compiled.create_infer_request())
+    with pytest.raises(OvpassesError, match="must be a whole number >= 1"):
+        trimmer.prefill({"input_ids": np.zeros((1, 6), np.int64)}, chunk, first=first)
 
 
 def test_prefill_refuses_an_input_it_cannot_split():

@@ -149,7 +149,7 @@ class SlidingWindowTrimmer:
         ov_model.forward = forward_and_trim
         return trimmer
 
-    def prefill(self, inputs: Mapping[str, np.ndarray], chunk: int) -> int:
+    def prefill(self, inputs: Mapping[str, np.ndarray], chunk: int, first: int | None = None) -> int:
         """Feed a prompt to the request (``inputs`` as for one ``request.infer`` of the whole prompt) in chunks of
         ``chunk`` tokens, trimming after each, so that the sliding caches never hold the whole prompt. The tokens'
         inputs (``input_ids``, ``inputs_embeds``, ``token_type_ids``: axis 1; ``position_ids``: the last axis) are
@@ -158,10 +158,18 @@ class SlidingWindowTrimmer:
         chunk's positions, the last one the prompt's (measured exact: tokens equal to the unmodified model fed the
         whole prompt, ``tests/test_sliding_window_trimmable.py``). Returns the number of chunks.
 
+        ``first``: the first chunk's length (default ``chunk``). The CPU plugin runs a chunk into caches that hold no
+        past through its tiled first-prompt kernel and every later chunk through its single-token kernel, at 3.5-6x
+        the time per query-key pair (``docs/runtimes.md``): a longer first chunk takes more of the prompt the fast
+        way and holds more memory while it runs (Gemma 3 4B widths, 16k, chunks of 500: a first chunk of 4,096
+        took 0.92x the time and 1.3x the context memory of the first chunk of 500,
+        ``benchmarks/records/2026-11-27-chunked-prefill-kernel.md``).
+
         For ov.Core programs. optimum-intel: :meth:`attach` with ``prefill_chunk``. openvino_genai never runs this
         helper: its stateful path feeds the prompt whole and holds it whole (the model computes as unmodified)."""
-        if not isinstance(chunk, int) or chunk < 1:
-            raise OvpassesError(f"SlidingWindowTrimmer.prefill: chunk must be a whole number >= 1, not {chunk!r}")
+        for name, value in (("chunk", chunk), ("first", chunk if first is None else first)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise OvpassesError(f"SlidingWindowTrimmer.prefill: {name} must be a whole number >= 1, not {value!r}")
         tokens = next((name for name in ("input_ids", "inputs_embeds") if name in inputs), None)
         if tokens is None:
             raise OvpassesError("SlidingWindowTrimmer.prefill: the inputs have neither input_ids nor inputs_embeds")
@@ -174,9 +182,10 @@ class SlidingWindowTrimmer:
                     np.shape(value)[1] == length and length > 1:
                 raise OvpassesError(f"SlidingWindowTrimmer.prefill: input {name!r} has the prompt's length "
                                     f"({length}); it is not known how to split it")
+        first = chunk if first is None else first
+        bounds = [0, *range(min(first, length), length, chunk), length] if length else [0]
         count = 0
-        for begin in range(0, length, chunk):
-            end = min(begin + chunk, length)
+        for begin, end in zip(bounds, bounds[1:]):
             fed = {}
             for name, value in inputs.items():
                 if name == "attention_mask":
