@@ -304,3 +304,30 @@ def test_plugin_leaks_a_thread_per_failing_inference():
             run_stack(core.compile_model(build_stack(spec), "CPU", CONFIG), spec, steps)
     gc.collect()
     assert _threads() - before >= 10
+
+
+def test_plugin_loop_of_no_iteration_returns_its_previous_output():
+    """A CPU plugin defect (2025.2.0, 2026.0.0, 2026.4.1) met by the fast-first-prompt prototype
+    (benchmarks/records/2026-11-27-fast-first-prompt-prototype.md): a Loop whose trip count is 0 returns the
+    concatenated output of its previous inference instead of an empty one. A form that loops over a prompt's
+    blocks must slice that output to the rows it means. If this test fails, the plugin was fixed: say so in
+    docs/runtimes.md."""
+    from openvino import opset13 as ops
+
+    x = ops.parameter([1, -1, 4], ov.Type.f32, name="x")
+    trips = ops.parameter([], ov.Type.i64, name="trips")
+    row = ops.parameter([1, 1, 4], ov.Type.f32, name="row")
+    doubled = ops.multiply(row, ops.constant(np.float32(2)))
+    body = ov.Model([doubled.output(0), ops.constant(True).output(0)],
+                    [ops.parameter([1], ov.Type.i64, name="iteration"), row], "body")
+    loop = ops.loop(trips, ops.constant(True))
+    loop.set_function(body)
+    loop.set_special_body_ports([0, 1])
+    loop.set_sliced_input(row, x.output(0), 0, 1, 1, -1, 1)
+    model = ov.Model([loop.get_concatenated_slices(doubled.output(0), 0, 1, 1, -1, 1)], [x, trips])
+    request = ov.Core().compile_model(model, "CPU", CONFIG).create_infer_request()
+    request.infer({"x": np.ones((1, 3, 4), np.float32), "trips": np.int64(3)})
+    assert list(request.get_output_tensor(0).shape) == [1, 3, 4]
+    assert np.array_equal(request.get_output_tensor(0).data, np.full((1, 3, 4), 2, np.float32))
+    request.infer({"x": np.ones((1, 0, 4), np.float32), "trips": np.int64(0)})
+    assert list(request.get_output_tensor(0).shape) == [1, 3, 4]    # the specification: [1, 0, 4]
