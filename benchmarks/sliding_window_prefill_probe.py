@@ -23,7 +23,7 @@ import numpy as np
 import openvino as ov
 
 import ovpasses
-from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer, _fix_mmap_threshold
+from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer, _fix_mmap_threshold, chunk_bounds
 
 
 def _status(key: str) -> float:
@@ -85,8 +85,7 @@ def main() -> None:
     if args.chunk and trimmer is not None:
         trimmer.prefill(inputs, args.chunk, first=args.first)
     elif args.chunk:
-        first = args.first or args.chunk
-        bounds = [0, *range(min(first, n), n, args.chunk), n]
+        bounds = chunk_bounds(n, args.chunk, args.first)
         for begin, end in zip(bounds, bounds[1:]):
             request.infer({"input_ids": inputs["input_ids"][:, begin:end], "attention_mask": inputs["attention_mask"][:, :end],
                            "position_ids": inputs["position_ids"][:, begin:end], "beam_idx": inputs["beam_idx"]})

@@ -162,8 +162,8 @@ class SlidingWindowTrimmer:
         past through its tiled first-prompt kernel and every later chunk through its single-token kernel, at 3.5-6x
         the time per query-key pair (``docs/runtimes.md``): a longer first chunk takes more of the prompt the fast
         way and holds more memory while it runs (Gemma 3 4B widths, 16k, chunks of 500: a first chunk of 4,096
-        took 0.92x the time and 1.3x the context memory of the first chunk of 500,
-        ``benchmarks/records/2026-11-27-chunked-prefill-kernel.md``).
+        took 0.89-0.94x the time and 1.3x the context memory of a first chunk of 500,
+        ``benchmarks/records/2026-11-27-first-chunk.md``).
 
         For ov.Core programs. optimum-intel: :meth:`attach` with ``prefill_chunk``. openvino_genai never runs this
         helper: its stateful path feeds the prompt whole and holds it whole (the model computes as unmodified)."""
@@ -182,8 +182,7 @@ class SlidingWindowTrimmer:
                     np.shape(value)[1] == length and length > 1:
                 raise OvpassesError(f"SlidingWindowTrimmer.prefill: input {name!r} has the prompt's length "
                                     f"({length}); it is not known how to split it")
-        first = chunk if first is None else first
-        bounds = [0, *range(min(first, length), length, chunk), length] if length else [0]
+        bounds = chunk_bounds(length, chunk, first)
         count = 0
         for begin, end in zip(bounds, bounds[1:]):
             fed = {}
@@ -248,6 +247,13 @@ class SlidingWindowTrimmer:
         return cut
 
 
+def chunk_bounds(length: int, chunk: int, first: int | None = None) -> list[int]:
+    """The positions where a prompt of ``length`` tokens is cut: a first chunk of ``first`` (default ``chunk``)
+    tokens, then chunks of ``chunk``; ``[0, 7, 14, 20]`` for 20 tokens by 7. Consecutive pairs are the chunks."""
+    first = chunk if first is None else first
+    return [0, *range(min(first, length), length, chunk), length] if length else [0]
+
+
 def _chunk_generate(ov_model, chunk: int) -> None:
     """Make ``ov_model.generate`` prefill in chunks of ``chunk`` tokens (transformers' ``prefill_chunk_size``)."""
     if not isinstance(chunk, int) or chunk < 1:
@@ -267,4 +273,4 @@ def _chunk_generate(ov_model, chunk: int) -> None:
     ov_model.generate = generate_chunked
 
 
-__all__ = ["SlidingWindowTrimmer"]
+__all__ = ["SlidingWindowTrimmer", "chunk_bounds"]
