@@ -50,7 +50,8 @@ def _drop_sinks(model: ov.Model) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True)
-    parser.add_argument("--form", choices=("unmodified", "trimmable"), required=True)
+    parser.add_argument("--form", choices=("unmodified", "trimmable", "blocked"), required=True,
+                        help="blocked: trimmable with first_prompt=blocked")
     parser.add_argument("--context", type=int, required=True)
     parser.add_argument("--chunk", type=int, default=0, help="0: the prompt whole")
     parser.add_argument("--first", type=int, default=None, help="the first chunk's length (default: --chunk)")
@@ -67,12 +68,13 @@ def main() -> None:
     core = ov.Core()
     model = core.read_model(f"{args.model}/openvino_model.xml")
     if args.form != "unmodified":
-        ovpasses.rewrite(model, sliding_window=args.form)
+        ovpasses.rewrite(model, sliding_window="trimmable",
+                         first_prompt="blocked" if args.form == "blocked" else "fused")
     if args.drop_sinks:
         _drop_sinks(model)
     request = core.compile_model(model, "CPU", json.loads(args.config)).create_infer_request()
     trimmer = SlidingWindowTrimmer.for_model(model, request, every=32, release_memory=not args.keep_malloc) \
-        if args.form == "trimmable" else None
+        if args.form != "unmodified" else None
     mmap = (trimmer is not None and not args.keep_malloc) or (args.mmap_threshold and _fix_mmap_threshold())
     before = _status("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:

@@ -14,7 +14,7 @@ from ovpasses.errors import (
 )
 from ovpasses import passes
 from ovpasses.passes import *  # noqa: F403 - every pass class, as ovpasses.<Pass>
-from ovpasses.options import KVSharing, PagedHeads, RewriteOptions, SlidingWindow
+from ovpasses.options import FirstPrompt, KVSharing, PagedHeads, RewriteOptions, SlidingWindow
 from ovpasses.pipeline import compile_model, rewrite
 from ovpasses.plan.decisions import plan
 from ovpasses.plan.profiles import RuntimeProfile, profile_for
@@ -30,6 +30,7 @@ __all__ = [
     "KVSharingAnalysis",
     "OpVersionAnalysis",
     "OvpassesError",
+    "FirstPrompt",
     "PagedHeads",
     "PassInvariantError",
     "RewriteOptions",

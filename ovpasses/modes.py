@@ -48,6 +48,15 @@ class SlidingWindow(Mode):
                               "model as unmodified")
 
 
+class FirstPrompt(Mode):
+    """How a first prompt fed whole runs the sliding layers whose caches are trimmable."""
+
+    FUSED = "fused", "in the plugin's fused kernel, as exported (each sliding layer computes the whole prompt's square)"
+    BLOCKED = "blocked", ("with the trimmable sliding-window mode: a first prompt longer than the window runs the sliding "
+                          "layers' attention in query blocks and their caches are born trimmed (faster and leaner long "
+                          "prompts fed whole: ov.Core, optimum-intel, openvino_genai stateful; not paged clients)")
+
+
 class PagedHeads(Mode):
     """Whether the rewrite gives every KV cache and attention layer one head layout (for paged attention)."""
 

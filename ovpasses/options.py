@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import get_type_hints
 
 from ovpasses.errors import InvalidOptionError, UnknownPassError
-from ovpasses.modes import KVSharing, Mode, OptionChoice, PagedHeads, SlidingWindow  # noqa: F401 - re-exported
+from ovpasses.modes import FirstPrompt, KVSharing, Mode, OptionChoice, PagedHeads, SlidingWindow  # noqa: F401 - re-exported
 from ovpasses.passes import PIPELINE_ORDER
 from ovpasses.plan.profiles import RuntimeProfile, profile_for
 
@@ -43,6 +43,7 @@ class RewriteOptions:
     kv_sharing: KVSharing = KVSharing.KEEP
     sliding_window: SlidingWindow = SlidingWindow.FULL
     paged_heads: PagedHeads = PagedHeads.KEEP
+    first_prompt: FirstPrompt = FirstPrompt.FUSED
     sliding_window_margin: int = field(default=0)
 
     def __post_init__(self) -> None:
@@ -55,6 +56,9 @@ class RewriteOptions:
         if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
             raise InvalidOptionError(f"sliding_window_margin must be a whole number of positions >= 0, not "
                                      f"{margin!r}")
+        if self.first_prompt is FirstPrompt.BLOCKED and self.sliding_window is not SlidingWindow.TRIMMABLE:
+            raise InvalidOptionError(f"first_prompt={self.first_prompt} needs sliding_window=trimmable (its caches "
+                                     f"are born trimmed), not sliding_window={self.sliding_window}")
 
     @property
     def profile(self) -> RuntimeProfile:

@@ -60,6 +60,7 @@ from ovpasses.passes import (
     SlidingWindowMaskSliceInsertion,
     TrimmableSlidingWindowKVCache,
     UnfusedSDPAExpandRewrite,
+    BlockedFirstPrompt,
 )
 from ovpasses.features.paged_heads.plan import PagedHeadsAction
 from ovpasses.plan import targets
@@ -99,6 +100,7 @@ STEPS: tuple[Step, ...] = (
     Step(SlidingWindowKVCacheBounding, sliding_window.bounding_part),     # sliding_window="bounded" only
     Step(TrimmableSlidingWindowKVCache, sliding_window.trimming_part),    # sliding_window="trimmable" only
     Step(UnfusedSDPAExpandRewrite, unfused_expands.expand_part),          # the expands of the SDPAs left unfused
+    Step(BlockedFirstPrompt, sliding_window.blocked_part),                # first_prompt="blocked" only
     Step(ErfInvConstantFolding, old_runtimes.lowering_part(ErfInvConstantFolding)),         # targets that cannot read ErfInv
     Step(ConvertOneHot16ToOneHot1, old_runtimes.lowering_part(ConvertOneHot16ToOneHot1)),   # ... OneHot-16
 )
@@ -109,8 +111,8 @@ PIPELINE_PASSES = tuple(PASSES)
 
 def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[str] | None = None,
             kv_sharing: str | None = None, sliding_window: str | None = None,
-            sliding_window_margin: int | None = None, paged_heads: str | None = None, *,
-            options: RewriteOptions | None = None) -> RewriteSummary:
+            sliding_window_margin: int | None = None, paged_heads: str | None = None,
+            first_prompt: str | None = None, *, options: RewriteOptions | None = None) -> RewriteSummary:
     """Run the pipeline on ``model`` in place with ``options`` (:class:`RewriteOptions`; default: every pass, for
     the installed runtime, every mode at its default).
 
@@ -151,7 +153,7 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
     """
     options = options_from(options, runtime=runtime, passes=passes, kv_sharing=kv_sharing,
                            sliding_window=sliding_window, sliding_window_margin=sliding_window_margin,
-                           paged_heads=paged_heads)
+                           paged_heads=paged_heads, first_prompt=first_prompt)
     summary = run_pipeline(model, options)
     if not summary.readable:
         refused = [a for a in summary.op_versions if not a.handled]
@@ -289,7 +291,8 @@ def _summary(model: ov.Model, options: RewriteOptions, run: Execution) -> Rewrit
 def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,
                   runtime: str | None = None, core: ov.Core | None = None, kv_sharing: str | None = None,
                   sliding_window: str | None = None, sliding_window_margin: int | None = None,
-                  paged_heads: str | None = None, *, options: RewriteOptions | None = None) -> ov.CompiledModel:
+                  paged_heads: str | None = None, first_prompt: str | None = None, *,
+                  options: RewriteOptions | None = None) -> ov.CompiledModel:
     """Rewrite a clone of ``model`` with ``options`` (or the keywords that are its fields, as :func:`rewrite`
     takes them) and compile it on ``device`` (CPU or GPU).
 
@@ -299,7 +302,8 @@ def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", conf
     ``"gpu.0"``); one that OpenVINO does not see here raises :class:`DeviceNotAvailableError`.
     """
     options = options_from(options, runtime=runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                           sliding_window_margin=sliding_window_margin, paged_heads=paged_heads)
+                           sliding_window_margin=sliding_window_margin, paged_heads=paged_heads,
+                           first_prompt=first_prompt)
     core = core or ov.Core()
     name = normalize_device(device)
     if name.split(".")[0] not in ("CPU", "GPU"):

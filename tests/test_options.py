@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import ovpasses
-from ovpasses import InvalidOptionError, KVSharing, PagedHeads, RewriteOptions, SlidingWindow, UnknownPassError
+from ovpasses import FirstPrompt, InvalidOptionError, KVSharing, PagedHeads, RewriteOptions, SlidingWindow, UnknownPassError
 from ovpasses.app.cli import build_parser
 from ovpasses.options import MODES, PASS_NAMES
 from ovpasses.passes import PIPELINE_ORDER
@@ -32,7 +32,9 @@ def test_modes_are_enums_and_strings_are_parsed_once():
     assert options.runtime == profile_for("2026.0") and options.profile is options.runtime
     assert options.passes == frozenset({"DisableStatefulSDPAFusion"})
     assert RewriteOptions().passes == frozenset(PASS_NAMES) and RewriteOptions().runtime == profile_for()
-    assert MODES == {"kv_sharing": KVSharing, "sliding_window": SlidingWindow, "paged_heads": PagedHeads}
+    assert MODES == {"kv_sharing": KVSharing, "sliding_window": SlidingWindow, "paged_heads": PagedHeads,
+                     "first_prompt": FirstPrompt}
+    assert RewriteOptions(sliding_window="trimmable", first_prompt="blocked").first_prompt is FirstPrompt.BLOCKED
     with pytest.raises(dataclasses.FrozenInstanceError):
         options.kv_sharing = KVSharing.KEEP
     # a copy with one field changed is validated as well

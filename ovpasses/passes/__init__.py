@@ -10,6 +10,7 @@ from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecompos
 from ovpasses.features.unsharing.shared_kv_cache_unsharing import SharedKVCacheUnsharing
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.features.sliding_window.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
+from ovpasses.features.sliding_window.first_prompt import BlockedFirstPrompt
 from ovpasses.features.sliding_window.sliding_window_cache_trimmable import TrimmableSlidingWindowKVCache
 from ovpasses.features.sliding_window.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 from ovpasses.features.unfused_expands.unfused_sdpa_expands import UnfusedSDPAExpandRewrite
@@ -28,12 +29,14 @@ PIPELINE_ORDER: tuple[type, ...] = (
     SlidingWindowKVCacheBounding,
     TrimmableSlidingWindowKVCache,
     UnfusedSDPAExpandRewrite,
+    BlockedFirstPrompt,
     ErfInvConstantFolding,
     ConvertOneHot16ToOneHot1,
 )
 
 __all__ = [
     "AttentionHeadPadding",
+    "BlockedFirstPrompt",
     "ConvertOneHot16ToOneHot1",
     "DisableStatefulSDPAFusion",
     "EagerAttentionToSDPA",

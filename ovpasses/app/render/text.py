@@ -17,7 +17,7 @@ from ovpasses.features.sliding_window.plan import MaskAction
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
 from ovpasses.errors import UnreadableOperationError
 from ovpasses.features.old_runtimes.plan import refusal_message
-from ovpasses.modes import KVSharing, OptionChoice, PagedHeads, SlidingWindow
+from ovpasses.modes import FirstPrompt, KVSharing, OptionChoice, PagedHeads, SlidingWindow
 from ovpasses.features.paged_heads.plan import PagedHeadsAction
 from ovpasses.features.paged_heads.attention_head_padding import AttentionHeadPadding
 from ovpasses.features.paged_heads.paged_path import PagedRisk, PagedWarning
@@ -174,6 +174,30 @@ TRIMMABLE_CLIENTS = {
 }
 
 
+# who gets what from first_prompt="blocked" (measured: benchmarks/records/2026-11-27-blocked-first-prompt.md)
+BLOCKED_CLIENTS = {
+    "ov.Core, optimum-intel, openvino_genai stateful": (
+        "a first prompt longer than the caches keep, fed whole, runs the sliding layers in query blocks and their "
+        "caches are born trimmed; later steps and chunks run as trimmable"),
+    "openvino_genai paged (continuous batching, OVMS)": (
+        "cannot load this IR: openvino's PagedAttention conversion removes inputs the blocked attention reads; "
+        "rewrite without the blocked first prompt for paged clients"),
+}
+
+
+def blocked_lines(records) -> list[str]:
+    """What first_prompt="blocked" did, as lines (the rule's records of the summary)."""
+    records = [r for r in records if r.rule == "BlockedFirstPrompt"]
+    applied = [r for r in records if r.status is Status.APPLIED]
+    lines = [f"first prompt: blocked: {len(applied)} sliding layers run a long first prompt in query blocks, their "
+             "caches born trimmed" if applied else "first prompt: blocked: changed nothing (no trimmable sliding "
+             "layer takes it, or an earlier run made it so)"]
+    lines += [f"  not blocked: {r.node}: {r.reason}" for r in records if r.status is Status.REFUSED]
+    if applied:
+        lines += [f"  {client}: {benefit}" for client, benefit in BLOCKED_CLIENTS.items()]
+    return lines
+
+
 def payoff_lines(payoff: dict) -> list[str]:
     """When a sliding-window mode pays (``sliding_window_payoff`` of the reports), as lines."""
     lines = [f"pays from: less KV than unmodified once the context passes {payoff['kv_from'] - 1} positions"
@@ -196,7 +220,8 @@ def payoff_lines(payoff: dict) -> list[str]:
 
 # rules whose refusals the summary text says in their own section (kept shared, unreadable operations, caches)
 OWN_REFUSAL_LINES = frozenset({"SharedKVCacheUnsharing", "ErfInvConstantFolding", "ConvertOneHot16ToOneHot1",
-                               "SlidingWindowKVCacheBounding", "TrimmableSlidingWindowKVCache"})
+                               "SlidingWindowKVCacheBounding", "TrimmableSlidingWindowKVCache",
+                               "BlockedFirstPrompt"})
 
 
 def summary_text(summary: RewriteSummary) -> str:
@@ -260,6 +285,8 @@ def summary_text(summary: RewriteSummary) -> str:
             lines += ["  " + line for line in payoff_lines(pays.to_dict())]
         if trimmable and bounded.bounded:
             lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
+    if summary.options.first_prompt is FirstPrompt.BLOCKED:
+        lines += blocked_lines(summary.records)
     lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []
     for message in summary.analysis.unhandled:
         lines.append(f"not handled: {message}")

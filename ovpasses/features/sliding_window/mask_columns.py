@@ -72,24 +72,24 @@ def _through(node: ov.Node) -> bool:
 
 
 def _narrow_leaf(leaf: ov.Output, start: ov.Output, end: ov.Output | None,
-                 made: list[ov.Node]) -> ov.Output | None:
+                 made: list[ov.Node], axis: int = -1) -> ov.Output | None:
     shape = leaf.get_partial_shape()
     if shape.rank.is_dynamic:
         return None
-    if shape.rank.get_length() == 0 or (shape[-1].is_static and shape[-1].get_length() == 1):
+    if shape.rank.get_length() == 0 or (shape[axis].is_static and shape[axis].get_length() == 1):
         return leaf                                  # broadcast along the columns: read as it is
     stop = _i64([OPEN_END]).output(0) if end is None else end
-    if shape[-1].is_static:
+    if shape[axis].is_static:
         first, last = start, stop
     else:                                            # 1 at run time: a broadcast axis, read [0, 1)
         # first = start * (1 - one), last = stop * (1 - one) + one, in arithmetic: openvino 2025.2's CPU Slice
         # read bounds computed by a Select as an empty range (0 columns; tests/test_sliding_window_mask_columns.py)
-        one = ops.convert(ops.equal(ops.gather(ops.shape_of(leaf, "i64"), _i64([-1]), _i64([0])), _i64([1])),
+        one = ops.convert(ops.equal(ops.gather(ops.shape_of(leaf, "i64"), _i64([axis]), _i64([0])), _i64([1])),
                           ov.Type.i64)
         other = ops.subtract(_i64([1]), one)
         first, last = ops.multiply(start, other), ops.add(ops.multiply(stop, other), one)
         made += [one, other, first, last]
-    sliced = opset8.slice(leaf, first, last, _i64([1]), _i64([-1]))
+    sliced = opset8.slice(leaf, first, last, _i64([1]), _i64([axis]))
     made.append(sliced)
     return sliced.output(0)
 
@@ -125,6 +125,22 @@ def narrow_key_columns(mask: ov.Output, start: ov.Output,
     """The columns ``[start, end)`` (i64 [1] each; ``end`` None: to the last) of ``mask``'s last axis, computed from
     its inputs' columns, and the nodes made; None when ``mask`` is not made of ops the walk knows (see the module
     docstring), or is itself a leaf (nothing to narrow). The walk is iterative and visits each node once."""
+    return rebuild_on_leaves(mask, lambda leaf, made: _narrow_leaf(leaf, start, end, made))
+
+
+def narrow_axis(leaf: ov.Output, axis: int, start: ov.Output, made: list[ov.Node]) -> ov.Output | None:
+    """``leaf`` from ``start`` to its end on ``axis`` (negative), read as it is where that axis is 1 (statically, or
+    at run time: then ``[0, 1)``), as the column walk reads a leaf's last axis; None for a leaf of dynamic rank."""
+    shape = leaf.get_partial_shape()
+    if shape.rank.is_static and shape.rank.get_length() < -axis:
+        return leaf
+    return _narrow_leaf(leaf, start, None, made, axis)
+
+
+def rebuild_on_leaves(mask: ov.Output, leaf_rule) -> tuple[ov.Output, list[ov.Node]] | None:
+    """``mask``'s elementwise ops (the walk of the module docstring) rebuilt on the outputs ``leaf_rule(leaf,
+    made)`` gives for its leaves (None: the mask cannot be rebuilt so), and the nodes made; None when ``mask`` is
+    itself a leaf or a leaf rule gives None."""
     if not _through(mask.get_node()):
         return None
     made: list[ov.Node] = []
@@ -137,7 +153,7 @@ def narrow_key_columns(mask: ov.Output, start: ov.Output,
         if key in built:
             continue
         if not _through(node):
-            leaf = _narrow_leaf(output, start, end, made)
+            leaf = leaf_rule(output, made)
             if leaf is None:
                 return None
             built[key] = leaf
@@ -151,4 +167,4 @@ def narrow_key_columns(mask: ov.Output, start: ov.Output,
     return built[(mask.get_node().get_name(), mask.get_index())], made
 
 
-__all__ = ["ELEMENTWISE", "NARROW_SUFFIX", "narrow_key_columns"]
+__all__ = ["ELEMENTWISE", "NARROW_SUFFIX", "narrow_axis", "narrow_key_columns", "rebuild_on_leaves"]

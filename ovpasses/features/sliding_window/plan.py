@@ -13,7 +13,8 @@ from ovpasses._strenum import StrEnum
 from ovpasses.features.sliding_window.masks import SlidingWindowMask
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.features.sliding_window.caches import analyze_sliding_window_caches
-from ovpasses.modes import SlidingWindow
+from ovpasses.features.sliding_window.first_prompt import plan_blocked
+from ovpasses.modes import FirstPrompt, SlidingWindow
 from ovpasses.plan.decisions import Action
 from ovpasses.rules import Planned, RulePlan
 
@@ -75,3 +76,15 @@ def trimming_part(facts, _plan) -> RulePlan | None:
     if facts.options.sliding_window is not SlidingWindow.TRIMMABLE:
         return None
     return _sliding_caches(facts, "TrimmableSlidingWindowKVCache", Action.TRIMMABLE)
+
+
+def blocked_part(facts, _plan) -> RulePlan | None:
+    """first_prompt="blocked" only: the trimmable sliding SDPAs (as the trimmable rule left them) whose first
+    prompt runs in query blocks (:func:`~ovpasses.features.sliding_window.first_prompt.plan_blocked`)."""
+    if facts.options.first_prompt is not FirstPrompt.BLOCKED:
+        return None
+    blocked = plan_blocked(facts.model)
+    nodes = tuple(Planned(layer.sdpa, f"it reads sliding-window caches a trim cuts to {layer.keep} positions")
+                  for layer in blocked.layers)
+    nodes += tuple(Planned(name, "it reads a trimmable sliding-window cache") for name in blocked.refused)
+    return RulePlan("BlockedFirstPrompt", nodes, blocked)

@@ -1,0 +1,459 @@
+"""BlockedFirstPrompt: a first prompt fed whole runs each trimmable sliding layer's attention in query blocks, and
+its cache is born holding only the positions a trim keeps (``first_prompt="blocked"``, with
+``sliding_window="trimmable"``; issue 32).
+
+Why: fed whole, the trimmable form is the unmodified model. The CPU plugin's fused kernel computes a first prompt's
+whole ``n x n`` square in every layer (no window skipping) and its cache keeps every position, so a long prompt fed
+whole (as openvino_genai's stateful pipeline and optimum-intel feed it) costs a sliding layer what it costs a full
+one. Here, on a first prompt (the layer's cache empty, batch 1, more new tokens than the ``keep`` positions a trim
+keeps), the fused SDPA gets only the last ``keep`` rows of Q and of the new K/V, with the rows and columns of its
+mask built from the mask's inputs, so that its cache is born trimmed and it computes ``keep x keep`` pairs; the
+layer's rows come from a blocked attention over the new K/V: query blocks of ``bq`` rows, block ``b`` against its
+``keep + bq`` keys, ``O(n * W)`` pairs. Measured at Gemma 3 4B widths, 16k fed whole: prefill 0.30-0.35x of the
+unmodified model (``benchmarks/records/2026-11-27-fast-first-prompt-prototype.md`` for the prototype this form was
+built from, and the record of this form for its own figures).
+
+Per trimmable sliding SDPA (``keep`` = the positions its cache keeps, ``n`` new rows, ``P`` the positions its
+cache holds; ``fast = P == 0 and n > keep and batch == 1``, ``s = fast * (n - keep)``, ``n_b = fast * n``)::
+
+    Before:  Q [1,H,n,D] ------------------------------------------------> SDPA(Q, K, V, mask) -> out
+             new K/V [1,Hkv,n,D] -> Concat(past, new) -> Assign / [expand] -^        ^- mask [1,1,n,P+n]
+    After:   Slice(Q, s:) ------------------------------------------------> SDPA(Q', K, V, mask') -> fused
+             Slice(new, s:) -> Concat(past, ..) -> Assign / [expand] ---------^       ^- mask's ops on
+                                                                                       leaves sliced at s:
+             Q[:n_b], new K/V[:n_b] -> block 0 (rows [0, bq), keys [0, bq)) ----------> SDPA -> r0
+                                    -> R runs of blocks b >= 1: keys b*bq - keep .. b*bq + bq - 1, gathered;
+                                       Q [blocks, Hkv, G*bq, D] (K/V not expanded), or [blocks, H, bq, D] with
+                                       sinks; the mask's ops on leaves gathered at the blocks' rows and keys ---> rk
+             out = Slice(Concat(r0, r1 .. rR, fused), rows [0, n))
+
+Off the fast path (a decode step, a chunk after a past, batch > 1) ``s = 0`` and ``n_b = 0``: the fused SDPA sees
+what it saw before and every blocked tensor has 0 rows, so the result is the unmodified model's. The blocked
+attention's mask is the model's own (its ops rebuilt on gathered leaves, keys outside ``[0, n)`` masked), so the
+window, causality and padding come from the model: the key span only has to cover the window (``keep >= W - 1``).
+The runs execute one after another (each run's indices wait for the previous run's output: the plugin runs
+independent branches side by side, and holds their memory together); the runs' indices and masks are built once per
+mask and shared by the layers that read it.
+
+A paged client (openvino_genai continuous batching, OVMS) cannot take this form: openvino's SDPA-to-PagedAttention
+conversion leaves the blocked SDPAs reading tensors it re-lays out (the rewrite's summary says so).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import openvino as ov
+from openvino import opset8
+from openvino import opset13 as ops
+from openvino.passes import ModelPass
+from openvino.utils.node_factory import NodeFactory
+
+from ovpasses.analysis.cache_chain import find_cache_chains
+from ovpasses.errors import PassInvariantError
+from ovpasses.features.sliding_window.caches import CacheRefusal, cache_nodes, trimmable_caches
+from ovpasses.features.sliding_window.mask_columns import narrow_axis, rebuild_on_leaves
+from ovpasses.modes import FirstPrompt, OptionChoice
+from ovpasses.rules import Rule, RulePlan
+
+log = logging.getLogger(__name__)
+
+RT_BLOCKED = "ovpasses_blocked_first_prompt"   # on the model: the SDPAs made so (comma-separated friendly names)
+RT_NODE = "ovpasses_blocked_first_prompt"       # on each node the pass makes: the SDPA it serves
+BLOCK_ROWS = 256     # query rows per block, at most (at most W): a block's scores are rows x (keep + rows)
+RUNS = 8             # the blocks in this many SDPAs, one after another (fewer: more memory per run; more: more
+                     # nodes that run on empty tensors every decode step)
+OPEN_END = np.iinfo(np.int32).max
+MASK_PORT, SCALE_PORT, SINK_PORT = 3, 4, 5
+
+
+def _i64(values) -> ov.Node:
+    return ops.constant(np.asarray(values, np.int64).reshape(-1))
+
+
+def _dim(output, axis: int) -> ov.Node:
+    return ops.gather(ops.shape_of(output, "i64"), _i64([axis]), _i64([0]))
+
+
+@dataclass(frozen=True)
+class BlockedLayer:
+    """One SDPA the rule gives a blocked first prompt: its friendly name, the variables of its K and V caches and
+    the positions a trim keeps of them."""
+
+    sdpa: str
+    k_cache: str
+    v_cache: str
+    keep: int
+
+
+@dataclass(frozen=True)
+class BlockedPlan:
+    """The rule's frozen plan: the layers it changes, and why it leaves the others (SDPA name -> reason)."""
+
+    layers: tuple[BlockedLayer, ...] = ()
+    refused: dict[str, str] = field(default_factory=dict)
+    block_rows: int = BLOCK_ROWS
+    runs: int = RUNS
+
+
+def plan_blocked(model: ov.Model) -> BlockedPlan:
+    """Which SDPAs of ``model`` (made trimmable: :func:`trimmable_caches`) take a blocked first prompt, and why the
+    others that read a trimmable cache do not. Reads the model; changes nothing."""
+    if model.has_rt_info(RT_BLOCKED):
+        return BlockedPlan()
+    caches = trimmable_caches(model)
+    if not caches:
+        return BlockedPlan()
+    chains = find_cache_chains(model, set(caches), "BlockedFirstPrompt.plan")
+    readers: dict[str, tuple[ov.Node, dict[int, str]]] = {}
+    for vid in caches:
+        if vid not in chains:
+            continue
+        nodes = cache_nodes(*chains[vid])
+        if isinstance(nodes, CacheRefusal):
+            continue
+        for sdpa, port in nodes.readers:
+            readers.setdefault(sdpa.get_friendly_name(), (sdpa, {}))[1][port] = vid
+    layers, refused = [], {}
+    for name, (sdpa, ports) in readers.items():
+        reason = _refusal(sdpa, ports, caches, chains)
+        if reason:
+            refused[name] = reason
+        else:
+            layers.append(BlockedLayer(name, ports[1], ports[2], caches[ports[1]]))
+    return BlockedPlan(tuple(layers), refused)
+
+
+def _refusal(sdpa: ov.Node, ports: dict[int, str], caches: dict[str, int], chains) -> str:
+    if set(ports) != {1, 2}:
+        return "its K and V are not both trimmable caches"
+    if caches[ports[1]] != caches[ports[2]]:
+        return "its K and V caches keep different positions"
+    if sdpa.get_input_size() <= MASK_PORT:
+        return "it has no mask input (the blocked attention rebuilds the model's mask)"
+    q = sdpa.get_input_partial_shape(0)
+    if q.rank.is_dynamic or q.rank.get_length() != 4 or q[1].is_dynamic or q[3].is_dynamic:
+        return "its query is not [batch, heads, rows, head size] with static heads and head size"
+    for vid in (ports[1], ports[2]):
+        nodes = cache_nodes(*chains[vid])
+        new = nodes.new.get_partial_shape()
+        if nodes.axis != 2 or new.rank.get_length() != 4 or new[1].is_dynamic or new[3] != q[3]:
+            return "its cache is not [batch, KV heads, positions, head size]"
+        if q[1].get_length() % new[1].get_length():
+            return "its query heads are not a multiple of its KV heads"
+    return ""
+
+
+class _Band:
+    """What every layer of one mask, keep and layout shares: the blocks' sizes, the runs' bounds, the key
+    indices and the masks, built once (their memory is held while the last layer reads them)."""
+
+    def __init__(self, n_b: ov.Node, keep: int, rows: int, runs: int, mask: ov.Output, groups: int,
+                 made: list[ov.Node]) -> None:
+        bq = min(rows, keep + 1)
+        self.bq, self.kspan, self.groups = bq, keep + bq, groups
+        self.n_b = n_b
+        nb = ops.divide(ops.add(n_b, _i64([bq - 1])), _i64([bq]))                 # ceil(n_b / bq)
+        self.pad = ops.subtract(ops.multiply(nb, _i64([bq])), n_b)
+        self.rows0 = ops.minimum(n_b, _i64([bq]))                                # block 0: bq rows, or none
+        rest = ops.maximum(ops.subtract(nb, _i64([1])), _i64([0]))
+        per_run = ops.divide(ops.add(rest, _i64([runs - 1])), _i64([runs]))
+        last = ops.maximum(ops.subtract(n_b, _i64([1])), _i64([0]))
+        r0 = ops.range(ops.constant(np.int64(0)), ops.squeeze(self.rows0, _i64([0])), ops.constant(np.int64(1)),
+                       "i64")
+        self.mask0 = self._mask(mask, ops.unsqueeze(r0, _i64([0])), ops.unsqueeze(r0, _i64([0])), last, made)
+        self.runs = []
+        for run in range(runs):
+            b0 = ops.minimum(ops.multiply(per_run, _i64([run])), rest)
+            b1 = ops.minimum(ops.multiply(per_run, _i64([run + 1])), rest)
+            blocks = ops.range(ops.squeeze(b0, _i64([0])), ops.squeeze(b1, _i64([0])), ops.constant(np.int64(1)),
+                               "i64")
+            first_row = ops.multiply(ops.add(ops.unsqueeze(blocks, _i64([1])), _i64([1])), _i64([bq]))  # [m, 1]
+            qpos = ops.add(first_row, _i64(np.arange(bq)).output(0))                                   # [m, bq]
+            kabs = ops.add(ops.subtract(first_row, _i64([keep])), _i64(np.arange(self.kspan)).output(0))  # [m, ks]
+            kidx = ops.minimum(ops.maximum(kabs, _i64([0])), last)
+            rows = (ops.multiply(ops.add(b0, _i64([1])), _i64([bq])), ops.multiply(ops.add(b1, _i64([1])), _i64([bq])))
+            self.runs.append((rows, kidx, self._mask(mask, qpos, kabs, last, made)))
+            made += [b0, b1, blocks, first_row, qpos, kabs, kidx, *rows]
+        made += [nb, self.pad, self.rows0, rest, per_run, last, r0]
+
+    def _mask(self, mask: ov.Output, qpos: ov.Node, kabs: ov.Node, last: ov.Node,
+              made: list[ov.Node]) -> ov.Output:
+        """The model's mask at rows ``qpos`` [m, bq] and keys ``kabs`` [m, kspan] (absolute positions; keys
+        outside ``[0, n_b)`` masked): ``[m, 1, G * bq, kspan]`` (rows repeated per query head of a KV head)."""
+        def leaf(output: ov.Output, into: list[ov.Node]) -> ov.Output | None:
+            return _gathered_leaf(output, qpos, kabs, into)
+        rebuilt = rebuild_on_leaves(mask, leaf)
+        if rebuilt is None:
+            raise PassInvariantError(f"BlockedFirstPrompt: the mask '{mask.get_node().get_friendly_name()}' is not "
+                                     "made of ops the mask walk knows")
+        built, nodes = rebuilt
+        made += nodes
+        valid = ops.logical_and(ops.greater_equal(kabs, _i64([0])), ops.less_equal(kabs, last))   # [m, kspan]
+        valid = ops.unsqueeze(valid, _i64([1, 2]))                                                 # [m,1,1,ks]
+        if built.get_element_type() == ov.Type.boolean:
+            out = ops.logical_and(built, valid)
+        else:
+            lowest = ops.constant(np.array(np.finfo(np.float32).min, np.float32))
+            out = ops.select(valid, built, ops.convert_like(lowest, built))
+        made += [valid, out]
+        # [m, 1, r, ks] with r = bq (or 1: rows broadcast): to the layout's rows
+        rows = ops.broadcast(out, ops.concat([_dim(qpos, 0), _i64([1]), _dim(qpos, 1), _dim(kabs, 1)], 0),
+                             broadcast_spec="BIDIRECTIONAL")
+        made.append(rows)
+        if self.groups == 1:
+            return rows.output(0)
+        tiled = ops.broadcast(ops.unsqueeze(rows, _i64([2])), _i64([1, 1, self.groups, 1, 1]),
+                              broadcast_spec="BIDIRECTIONAL")
+        # explicit sizes: off the fast path a -1 would take the 0 of an empty tensor
+        flat = ops.reshape(tiled, ops.concat([_dim(qpos, 0), _i64([1]), ops.multiply(_dim(qpos, 1), _i64([self.groups])),
+                                              _dim(kabs, 1)], 0), False)
+        made += [tiled, flat]
+        return flat.output(0)
+
+
+def _gathered_leaf(leaf: ov.Output, qpos: ov.Node, kabs: ov.Node, made: list[ov.Node]) -> ov.Output | None:
+    """A mask leaf at rows ``qpos`` [m, bq] (axis -2) and keys ``kabs`` [m, kspan] (axis -1), batch 1: ``[m, 1, bq |
+    1, kspan | 1]``. An axis that is 1 is read as it is (a broadcast axis: also one that is 1 at run time, through
+    indices clamped to the leaf's own length); axes before the last two are read at index 0 (batch 1, one mask
+    per head)."""
+    shape = leaf.get_partial_shape()
+    if shape.rank.is_dynamic:
+        return None
+    rank = shape.rank.get_length()
+    if rank == 0:
+        return leaf
+    x = leaf
+    if rank == 1:
+        x = ops.unsqueeze(x, _i64([0])).output(0)
+        made.append(x.get_node())
+    for _ in range(max(rank - 2, 0)):                      # [.., r, c] -> [r, c]
+        node = ops.gather(x, ops.constant(np.int64(0)), ops.constant(np.int64(0)))
+        made.append(node)
+        x = node.output(0)
+    rows_one = shape.rank.get_length() < 2 or (shape[-2].is_static and shape[-2].get_length() == 1)
+    cols_one = shape[-1].is_static and shape[-1].get_length() == 1
+
+    def clamped(index: ov.Node, axis: int) -> ov.Node:
+        node = ops.minimum(ops.maximum(index, _i64([0])), ops.subtract(_dim(x, axis), _i64([1])))
+        made.append(node)
+        return node
+
+    if rows_one and cols_one:
+        node = ops.unsqueeze(x, _i64([0]))                                    # [1, 1, 1]
+    elif rows_one:     # [1, c] -> [c] -> [m, kspan] -> [m, 1, kspan]
+        flat = ops.squeeze(x, _i64([0]))
+        node = ops.unsqueeze(ops.gather(flat, clamped(kabs, 1), ops.constant(np.int64(0))), _i64([1]))
+        made.append(flat)
+    else:              # [r, c] -> [m, bq, c] -> (keys per block) [m, bq, kspan]
+        node = ops.gather(x, clamped(qpos, 0), ops.constant(np.int64(0)))
+        if not cols_one:
+            made.append(node)
+            node = ops.gather(node, clamped(kabs, 1), ops.constant(np.int64(2)), 1)
+    made.append(node)
+    out = ops.unsqueeze(node, _i64([1]))                                      # [m | 1, 1, bq | 1, kspan | 1]
+    made.append(out)
+    return out.output(0)
+
+
+def _sdpa(inputs: list[ov.Output]) -> ov.Node:
+    # opset13's Python helper takes no sink input; the factory builds the op from its inputs (5 or 6)
+    return NodeFactory("opset13").create("ScaledDotProductAttention", inputs, {"causal": False})
+
+
+class BlockedFirstPrompt(Rule, ModelPass):
+    """Give the SDPAs ``plan.layers`` names a blocked first prompt and born-trimmed caches (module docstring).
+    ``self.changed`` lists the SDPAs changed; ``self.refused`` why the plan left the others."""
+
+    NAME = "BlockedFirstPrompt"
+    REANALYSES = False
+    ONLY_WITH = OptionChoice("first_prompt", FirstPrompt.BLOCKED)
+    DESCRIPTION = ("a first prompt fed whole runs the trimmable sliding layers' attention in query blocks and their "
+                   "caches are born trimmed")
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> BlockedFirstPrompt:
+        return cls(part.data)
+
+    def __init__(self, plan: BlockedPlan) -> None:
+        ModelPass.__init__(self)
+        self.plan = plan
+        self.changed: list[str] = []
+        self.refused: dict[str, str] = dict(plan.refused)
+
+    def run_on_model(self, model: ov.Model) -> bool:
+        if not self.plan.layers:
+            return False
+        chains = find_cache_chains(model, {v for layer in self.plan.layers for v in (layer.k_cache, layer.v_cache)},
+                                   f"{self.NAME}.cache_chain")
+        sdpas = {node.get_friendly_name(): node for node in model.get_ordered_ops()
+                 if node.get_type_name() == "ScaledDotProductAttention"}
+        bands: dict[tuple, _Band] = {}
+        gates: dict[int, tuple[ov.Node, ov.Node, ov.Node]] = {}
+        fused_masks: dict[tuple, ov.Output] = {}
+        for layer in self.plan.layers:
+            sdpa = sdpas.get(layer.sdpa)
+            if sdpa is None or layer.k_cache not in chains or layer.v_cache not in chains:
+                raise PassInvariantError(f"{self.NAME}: the plan names SDPA '{layer.sdpa}' and its caches, and the "
+                                         "model has not got them")
+            knodes, vnodes = (cache_nodes(*chains[v]) for v in (layer.k_cache, layer.v_cache))
+            made: list[ov.Node] = []
+            q = sdpa.input_value(0)
+            heads, size = q.get_partial_shape()[1].get_length(), q.get_partial_shape()[3].get_length()
+            kv_heads = knodes.new.get_partial_shape()[1].get_length()
+            groups = heads // kv_heads
+            sink = sdpa.input_value(SINK_PORT) if sdpa.get_input_size() > SINK_PORT else None
+            if sdpa.get_input_size() > SCALE_PORT:
+                scale = sdpa.input_value(SCALE_PORT)
+            else:
+                scale = ops.constant(np.array(size ** -0.5, np.float32)).output(0)
+                scale = ops.convert_like(scale, q).output(0)
+            if layer.keep not in gates:
+                gates[layer.keep] = self._gate(q, knodes, layer.keep, made)
+            fast, start, n_b = gates[layer.keep]
+            n = _dim(knodes.new, 2)
+            made.append(n)
+            # the fused SDPA: the last `keep` rows on the fast path (its cache is born trimmed), every row otherwise
+            sdpa.input(0).replace_source_output(self._from(q, start, made))
+            for nodes in (knodes, vnodes):
+                nodes.concat.input(1).replace_source_output(self._from(nodes.new, start, made))
+            mask = sdpa.input_value(MASK_PORT)
+            key = (mask.get_node().get_name(), mask.get_index(), layer.keep)
+            if key not in fused_masks:
+                fused_masks[key] = self._fused_mask(mask, start, made)
+            sdpa.input(MASK_PORT).replace_source_output(fused_masks[key])
+            layout = 1 if sink is not None else groups
+            band_key = (mask.get_node().get_name(), mask.get_index(), layer.keep, layout)
+            if band_key not in bands:
+                bands[band_key] = _Band(n_b, layer.keep, self.plan.block_rows, self.plan.runs, mask, layout, made)
+            parts = self._blocked(q, knodes.new, vnodes.new, scale, sink, bands[band_key], heads, kv_heads, size,
+                                  made)
+            fused = sdpa.output(0)
+            targets = list(fused.get_target_inputs())
+            # the blocked rows at the batch of the fused ones: 1 on the fast path, 0 rows of any batch off it
+            blocked = ops.reshape(ops.concat(parts, 2), ops.concat([_dim(q, 0), _i64([heads, -1, size])], 0), False)
+            out = opset8.slice(ops.concat([blocked, fused], 2), _i64([0]), n, _i64([1]), _i64([2]))
+            made.append(blocked)
+            out.set_friendly_name(f"{layer.sdpa}/blocked_first_prompt")
+            made.append(out)
+            for target in targets:
+                target.replace_source_output(out.output(0))
+            for node in made:
+                node.get_rt_info()[RT_NODE] = layer.sdpa
+            self.changed.append(layer.sdpa)
+            log.debug("%s: %s gets a blocked first prompt (keep %d, %d query heads per KV head%s)", self.NAME,
+                      layer.sdpa, layer.keep, groups, ", sinks" if sink is not None else "")
+        model.set_rt_info(",".join(self.changed), RT_BLOCKED)
+        model.validate_nodes_and_infer_types()
+        return True
+
+    @staticmethod
+    def _gate(q: ov.Output, knodes, keep: int, made: list[ov.Node]) -> tuple[ov.Node, ov.Node, ov.Node]:
+        """fast (i64 [1]: 1 on a first prompt of batch 1 and more than ``keep`` new rows), the fused SDPA's first
+        row ``s`` and the blocked rows ``n_b``. The past is the cache's own (a ShapeOf on its Gather, which the
+        plugin's fused pattern allows)."""
+        held = _dim(knodes.chain[-1].output(0), 2)
+        n = _dim(knodes.new, 2)
+        batch = _dim(q, 0)
+        first = ops.logical_and(ops.equal(held, _i64([0])), ops.equal(batch, _i64([1])))
+        fast = ops.convert(ops.logical_and(first, ops.greater(n, _i64([keep]))), ov.Type.i64)
+        start = ops.multiply(fast, ops.subtract(n, _i64([keep])))
+        n_b = ops.multiply(fast, n)
+        made += [held, n, batch, first, fast, start, n_b]
+        return fast, start, n_b
+
+    @staticmethod
+    def _from(x: ov.Output, start: ov.Node, made: list[ov.Node]) -> ov.Output:
+        node = opset8.slice(x, start, _i64([OPEN_END]), _i64([1]), _i64([2]))
+        made.append(node)
+        return node.output(0)
+
+    @staticmethod
+    def _fused_mask(mask: ov.Output, start: ov.Node, made: list[ov.Node]) -> ov.Output:
+        """The mask's rows and key columns from ``start`` (on the fast path the past is empty, so the columns are
+        the new rows'), built from its inputs; a mask of other ops: sliced after it."""
+        def leaf(output: ov.Output, into: list[ov.Node]) -> ov.Output | None:
+            rows = narrow_axis(output, -2, start.output(0), into)
+            return None if rows is None else narrow_axis(rows, -1, start.output(0), into)
+        rebuilt = rebuild_on_leaves(mask, leaf)
+        if rebuilt is not None:
+            made += rebuilt[1]
+            return rebuilt[0]
+        rows = opset8.slice(mask, start, _i64([OPEN_END]), _i64([1]), _i64([2]))
+        cols = opset8.slice(rows, start, _i64([OPEN_END]), _i64([1]), _i64([3]))
+        made += [rows, cols]
+        return cols.output(0)
+
+    @staticmethod
+    def _blocked(q: ov.Output, k: ov.Output, v: ov.Output, scale: ov.Output, sink: ov.Output | None, band: _Band,
+                 heads: int, kv_heads: int, size: int, made: list[ov.Node]) -> list[ov.Output]:
+        """The first ``n_b`` rows of the layer's attention, padded to whole blocks: block 0, then the runs."""
+        groups = heads // kv_heads
+        bq = band.bq
+        extra = [] if sink is None else [sink]
+
+        def node(n: ov.Node) -> ov.Node:
+            made.append(n)
+            return n
+
+        qp = node(ops.pad(node(opset8.slice(q, _i64([0]), band.n_b, _i64([1]), _i64([2]))), _i64([0, 0, 0, 0]),
+                          node(ops.concat([_i64([0, 0]), band.pad, _i64([0])], 0)), "constant"))
+        kp = node(opset8.slice(k, _i64([0]), band.n_b, _i64([1]), _i64([2])))
+        vp = node(opset8.slice(v, _i64([0]), band.n_b, _i64([1]), _i64([2])))
+
+        def expand(x: ov.Node) -> ov.Node:     # [1, Hkv, L, D] -> [1, H, L, D] (sinks: one per query head)
+            if groups == 1:
+                return x
+            wide = node(ops.broadcast(node(ops.unsqueeze(x, _i64([2]))), _i64([1, 1, groups, 1, 1]),
+                                      broadcast_spec="BIDIRECTIONAL"))
+            return node(ops.reshape(wide, _i64([1, heads, -1, size]), False))
+
+        # block 0: rows [0, bq) against keys [0, bq)
+        q0 = node(opset8.slice(qp, _i64([0]), band.rows0, _i64([1]), _i64([2])))
+        k0 = node(opset8.slice(kp, _i64([0]), band.rows0, _i64([1]), _i64([2])))
+        v0 = node(opset8.slice(vp, _i64([0]), band.rows0, _i64([1]), _i64([2])))
+        if sink is None:   # [1, H, bq, D] is [1, Hkv, G*bq, D] as it lies
+            grouped = node(ops.reshape(q0, _i64([1, kv_heads, -1, size]), False))
+            out0 = node(_sdpa([grouped.output(0), k0.output(0), v0.output(0), band.mask0, scale]))
+            parts = [node(ops.reshape(out0, _i64([1, heads, -1, size]), False)).output(0)]
+        else:
+            out0 = node(_sdpa([q0.output(0), expand(k0).output(0), expand(v0).output(0), band.mask0, scale, sink]))
+            parts = [out0.output(0)]
+        after = _i64([0])
+        for (row0, row1), kidx, mask in band.runs:
+            # `after` is 0, computed from the previous run's output: the runs execute one after another
+            qr = node(opset8.slice(qp, node(ops.add(row0, after)), node(ops.add(row1, after)), _i64([1]), _i64([2])))
+            idx = node(ops.add(kidx, after))
+
+            def windows(x: ov.Node) -> ov.Node:   # [1, Hkv, m, kspan, D]
+                return node(ops.gather(x, idx, ops.constant(np.int64(2))))
+            if sink is None:
+                qb = node(ops.transpose(node(ops.reshape(qr, _i64([kv_heads, groups, -1, bq, size]), False)),
+                                        _i64([2, 0, 1, 3, 4])))
+                qb = node(ops.reshape(qb, _i64([-1, kv_heads, groups * bq, size]), False))
+                kb, vb = (node(ops.transpose(node(ops.reshape(windows(x), _i64([kv_heads, -1, band.kspan, size]),
+                                                              False)), _i64([1, 0, 2, 3]))) for x in (kp, vp))
+                out = node(_sdpa([qb.output(0), kb.output(0), vb.output(0), mask, scale]))   # [m, Hkv, G*bq, D]
+                back = node(ops.transpose(node(ops.reshape(out, _i64([-1, kv_heads, groups, bq, size]), False)),
+                                          _i64([1, 2, 0, 3, 4])))
+            else:
+                qb = node(ops.transpose(node(ops.reshape(qr, _i64([heads, -1, bq, size]), False)), _i64([1, 0, 2, 3])))
+
+                def wide(x: ov.Node) -> ov.Node:
+                    w = windows(x)
+                    if groups > 1:
+                        w = node(ops.broadcast(node(ops.unsqueeze(w, _i64([2]))), _i64([1, 1, groups, 1, 1, 1]),
+                                               broadcast_spec="BIDIRECTIONAL"))
+                    w = node(ops.reshape(w, _i64([heads, -1, band.kspan, size]), False))
+                    return node(ops.transpose(w, _i64([1, 0, 2, 3])))
+                out = node(_sdpa([qb.output(0), wide(kp).output(0), wide(vp).output(0), mask, scale, sink]))
+                back = node(ops.transpose(out, _i64([1, 0, 2, 3])))                       # [H, m, bq, D]
+            rows = node(ops.reshape(back, _i64([1, heads, -1, size]), False))
+            parts.append(rows.output(0))
+            after = node(ops.multiply(_dim(rows.output(0), 0), _i64([0])))
+        return parts
+
+
+__all__ = ["BLOCK_ROWS", "RT_BLOCKED", "RUNS", "BlockedFirstPrompt", "BlockedLayer", "BlockedPlan", "plan_blocked"]
