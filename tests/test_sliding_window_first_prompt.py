@@ -19,6 +19,7 @@ import pytest
 
 import ovpasses
 from ovpasses.app.check import count_fused_sdpa
+from ovpasses.app.render.text import summary_text
 from ovpasses.errors import InvalidOptionError
 from ovpasses.features.sliding_window import first_prompt
 from ovpasses.features.sliding_window.caches import trimmable_caches
@@ -158,3 +159,19 @@ def test_a_second_rewrite_changes_nothing():
     assert len(model.get_ops()) == ops
     applied = [r for r in first.records if r.rule == "BlockedFirstPrompt" and r.status.value == "applied"]
     assert applied and not [r for r in second.records if r.rule == "BlockedFirstPrompt"]
+
+
+@pytest.mark.parametrize("fixture", ["gemma4/tiny8", "gemma4/e2b35", "gemma3n/tiny8"])
+def test_kv_shared_models_stay_trimmable_and_say_why(fixture):
+    """All or none: a trimmable cache the rule cannot take (read by KV-shared layers, or no longer analysable after
+    the trimmable rewrite) leaves every cache as the trimmable form has it, each layer refused with the reason."""
+    model = _read(FIXTURES / fixture)
+    summary = ovpasses.rewrite(model, sliding_window="trimmable", first_prompt="blocked")
+    records = [r for r in summary.records if r.rule == "BlockedFirstPrompt"]
+    assert records and all(r.status.value == "refused" and "all are born trimmed or none" in r.reason
+                           for r in records), records
+    assert not model.has_rt_info(first_prompt.RT_BLOCKED)
+    trimmable = _read(FIXTURES / fixture)
+    ovpasses.rewrite(trimmable, sliding_window="trimmable")
+    assert len(model.get_ops()) == len(trimmable.get_ops())
+    assert "  not blocked: " in summary_text(summary)

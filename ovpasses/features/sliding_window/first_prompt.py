@@ -53,7 +53,7 @@ from openvino.utils.node_factory import NodeFactory
 
 from ovpasses.analysis.cache_chain import find_cache_chains
 from ovpasses.errors import PassInvariantError
-from ovpasses.features.sliding_window.caches import CacheRefusal, cache_nodes, trimmable_caches
+from ovpasses.features.sliding_window.caches import CacheRefusal, Refusal, cache_nodes, trimmable_caches
 from ovpasses.features.sliding_window.mask_columns import narrow_axis, rebuild_on_leaves
 from ovpasses.modes import FirstPrompt, OptionChoice
 from ovpasses.rules import Rule, RulePlan
@@ -100,7 +100,9 @@ class BlockedPlan:
 
 def plan_blocked(model: ov.Model) -> BlockedPlan:
     """Which SDPAs of ``model`` (made trimmable: :func:`trimmable_caches`) take a blocked first prompt, and why the
-    others that read a trimmable cache do not. Reads the model; changes nothing."""
+    others that read a trimmable cache do not. All or none: every trimmable cache is born trimmed or none is (the
+    trimmable form fails an inference whose sliding caches of one mask hold different lengths, and a trim cuts
+    them together). Reads the model; changes nothing."""
     if model.has_rt_info(RT_BLOCKED):
         return BlockedPlan()
     caches = trimmable_caches(model)
@@ -108,12 +110,14 @@ def plan_blocked(model: ov.Model) -> BlockedPlan:
         return BlockedPlan()
     chains = find_cache_chains(model, set(caches), "BlockedFirstPrompt.plan")
     readers: dict[str, tuple[ov.Node, dict[int, str]]] = {}
-    for vid in caches:
-        if vid not in chains:
-            continue
-        nodes = cache_nodes(*chains[vid])
+    blocker = ""
+    for vid in sorted(caches):
+        nodes = cache_nodes(*chains[vid]) if vid in chains else CacheRefusal(Refusal.NO_CACHE_CONCAT)
         if isinstance(nodes, CacheRefusal):
+            blocker = blocker or f"cache {vid}: {nodes.message}"
             continue
+        if len(nodes.readers) != 1:
+            blocker = blocker or f"cache {vid} is read by {len(nodes.readers)} SDPAs (KV-shared layers)"
         for sdpa, port in nodes.readers:
             readers.setdefault(sdpa.get_friendly_name(), (sdpa, {}))[1][port] = vid
     layers, refused = [], {}
@@ -121,8 +125,13 @@ def plan_blocked(model: ov.Model) -> BlockedPlan:
         reason = _refusal(sdpa, ports, caches, chains)
         if reason:
             refused[name] = reason
+            blocker = blocker or f"SDPA '{name}': {reason}"
         else:
             layers.append(BlockedLayer(name, ports[1], ports[2], caches[ports[1]]))
+    if blocker:   # none: the caches a trim cuts together are born trimmed together
+        refused.update({layer.sdpa: f"another trimmable cache cannot take it ({blocker}), and all are born "
+                                    "trimmed or none" for layer in layers})
+        layers = []
     return BlockedPlan(tuple(layers), refused)
 
 
