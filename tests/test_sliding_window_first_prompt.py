@@ -175,3 +175,40 @@ def test_kv_shared_models_stay_trimmable_and_say_why(fixture):
     ovpasses.rewrite(trimmable, sliding_window="trimmable")
     assert len(model.get_ops()) == len(trimmable.get_ops())
     assert "  not blocked: " in summary_text(summary)
+
+
+@pytest.mark.parametrize("family", ["gemma3", "gpt-oss"])
+def test_blocks_in_several_runs_are_exact(family, monkeypatch):
+    """The fixtures' layers are small enough for one run; at a smaller score budget per run they get four, chained
+    one after another (a 300-token prompt: 38 blocks of 8 rows)."""
+    monkeypatch.setattr(first_prompt, "RUN_SCORES", 1 << 20)
+    folder = FAMILIES[family]
+    model = _read(folder)
+    ovpasses.rewrite(model, sliding_window="trimmable", first_prompt="blocked")
+    assert {layer.runs for layer in first_prompt.plan_blocked(_trimmable(folder)).layers} == {4}
+    compiled = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
+    base, blocked = _run(_unmodified(folder), 300, 6), _run(compiled, 300, 6)
+    assert base[1] == blocked[1]
+    assert max(float(np.abs(a - b).max()) for a, b in zip(base[0], blocked[0])) <= TOLERANCE
+    assert min(blocked[2].values()) < 300
+
+
+def test_wide_windows_are_refused_with_the_reason():
+    """At W = 4,096 and 32 query heads (Mistral 7B's widths) the scores need more runs than pay."""
+    assert first_prompt.runs_for(32, 4095) > first_prompt.MAX_RUNS
+    assert first_prompt.runs_for(8, 1023) <= first_prompt.MAX_RUNS       # Gemma 3 4B
+    assert first_prompt.runs_for(64, 127) <= first_prompt.MAX_RUNS       # gpt-oss-20b
+
+
+def test_a_layer_needing_too_many_runs_leaves_the_model_trimmable(monkeypatch):
+    monkeypatch.setattr(first_prompt, "MAX_RUNS", 0)
+    plan = first_prompt.plan_blocked(_trimmable(FAMILIES["gemma3"]))
+    assert not plan.layers and plan.refused
+    assert all("would need 1 runs" in reason or "all are born trimmed or none" in reason
+               for reason in plan.refused.values()), plan.refused
+
+
+def _trimmable(folder: Path) -> ov.Model:
+    model = _read(folder)
+    ovpasses.rewrite(model, sliding_window="trimmable")
+    return model

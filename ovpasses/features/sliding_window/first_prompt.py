@@ -63,8 +63,16 @@ log = logging.getLogger(__name__)
 RT_BLOCKED = "ovpasses_blocked_first_prompt"   # on the model: the SDPAs made so (comma-separated friendly names)
 RT_NODE = "ovpasses_blocked_first_prompt"       # on each node the pass makes: the SDPA it serves
 BLOCK_ROWS = 256     # query rows per block, at most (at most W): a block's scores are rows x (keep + rows)
-RUNS = 8             # the blocks in this many SDPAs, one after another (fewer: more memory per run; more: more
-                     # nodes that run on empty tensors every decode step)
+# The blocks run in a layer's SDPAs one after another, as many runs as keep one run's scores (query heads x
+# rows x keys, f32, materialized: the CPU plugin decomposes an SDPA outside its fused kernel) under
+# RUN_SCORES at a 16k prompt: fewer runs hold more memory per run (the plugin's dynamic memory is not shared
+# between them: record 2026-11-27-blocked-first-prompt.md), more runs are more nodes (each costs the compiled
+# model about 0.5 MiB per layer and runs on empty tensors every decode step). A layer that would need more than
+# MAX_RUNS is refused: at W = 4,096 and 32 query heads (Mistral 7B widths) the prototype held 2-4x the
+# unmodified model's context memory.
+RUN_SCORES = 64 << 20
+REFERENCE_PROMPT = 16384
+MAX_RUNS = 32
 OPEN_END = np.iinfo(np.int32).max
 MASK_PORT, SCALE_PORT, SINK_PORT = 3, 4, 5
 
@@ -86,6 +94,7 @@ class BlockedLayer:
     k_cache: str
     v_cache: str
     keep: int
+    runs: int
 
 
 @dataclass(frozen=True)
@@ -95,7 +104,6 @@ class BlockedPlan:
     layers: tuple[BlockedLayer, ...] = ()
     refused: dict[str, str] = field(default_factory=dict)
     block_rows: int = BLOCK_ROWS
-    runs: int = RUNS
 
 
 def plan_blocked(model: ov.Model) -> BlockedPlan:
@@ -127,12 +135,19 @@ def plan_blocked(model: ov.Model) -> BlockedPlan:
             refused[name] = reason
             blocker = blocker or f"SDPA '{name}': {reason}"
         else:
-            layers.append(BlockedLayer(name, ports[1], ports[2], caches[ports[1]]))
+            layers.append(BlockedLayer(name, ports[1], ports[2], caches[ports[1]],
+                                       runs_for(sdpa.get_input_partial_shape(0)[1].get_length(), caches[ports[1]])))
     if blocker:   # none: the caches a trim cuts together are born trimmed together
         refused.update({layer.sdpa: f"another trimmable cache cannot take it ({blocker}), and all are born "
                                     "trimmed or none" for layer in layers})
         layers = []
     return BlockedPlan(tuple(layers), refused)
+
+
+def runs_for(heads: int, keep: int, rows: int = BLOCK_ROWS) -> int:
+    """The runs of a layer of ``heads`` query heads whose cache keeps ``keep`` positions (see RUN_SCORES)."""
+    kspan = keep + min(rows, keep + 1)
+    return max(1, -(-REFERENCE_PROMPT * heads * kspan * 4 // RUN_SCORES))
 
 
 def _refusal(sdpa: ov.Node, ports: dict[int, str], caches: dict[str, int], chains) -> str:
@@ -145,6 +160,11 @@ def _refusal(sdpa: ov.Node, ports: dict[int, str], caches: dict[str, int], chain
     q = sdpa.get_input_partial_shape(0)
     if q.rank.is_dynamic or q.rank.get_length() != 4 or q[1].is_dynamic or q[3].is_dynamic:
         return "its query is not [batch, heads, rows, head size] with static heads and head size"
+    if (runs := runs_for(q[1].get_length(), caches[ports[1]])) > MAX_RUNS:
+        return (f"its window ({caches[ports[1]] + 1} keys) and {q[1].get_length()} query heads would need {runs} "
+                f"runs of blocks to hold the scores of a {REFERENCE_PROMPT:,}-token prompt under "
+                f"{RUN_SCORES >> 20} MiB a run (at most {MAX_RUNS}): the blocked attention would hold more than the "
+                "fused kernel")
     for vid in (ports[1], ports[2]):
         nodes = cache_nodes(*chains[vid])
         new = nodes.new.get_partial_shape()
@@ -337,9 +357,9 @@ class BlockedFirstPrompt(Rule, ModelPass):
                 fused_masks[key] = self._fused_mask(mask, start, made)
             sdpa.input(MASK_PORT).replace_source_output(fused_masks[key])
             layout = 1 if sink is not None else groups
-            band_key = (mask.get_node().get_name(), mask.get_index(), layer.keep, layout)
+            band_key = (mask.get_node().get_name(), mask.get_index(), layer.keep, layout, layer.runs)
             if band_key not in bands:
-                bands[band_key] = _Band(n_b, layer.keep, self.plan.block_rows, self.plan.runs, mask, layout, made)
+                bands[band_key] = _Band(n_b, layer.keep, self.plan.block_rows, layer.runs, mask, layout, made)
             blocked = self._blocked(q, knodes.new, vnodes.new, scale, sink, bands[band_key], heads, kv_heads, size,
                                     made)
             fused = sdpa.output(0)
@@ -459,4 +479,4 @@ class BlockedFirstPrompt(Rule, ModelPass):
         return node(ops.reshape(back, target, False)).output(0)
 
 
-__all__ = ["BLOCK_ROWS", "RT_BLOCKED", "RUNS", "BlockedFirstPrompt", "BlockedLayer", "BlockedPlan", "plan_blocked"]
+__all__ = ["BLOCK_ROWS", "MAX_RUNS", "RT_BLOCKED", "RUN_SCORES", "BlockedFirstPrompt", "BlockedLayer", "BlockedPlan", "plan_blocked", "runs_for"]
