@@ -184,32 +184,28 @@ class _Band:
         bq = min(rows, keep + 1)
         self.bq, self.kspan, self.groups = bq, keep + bq, groups
         self.n_b = n_b
-        nb = ops.divide(ops.add(n_b, _i64([bq - 1])), _i64([bq]))                 # ceil(n_b / bq)
-        self.pad = ops.subtract(ops.multiply(nb, _i64([bq])), n_b)
-        self.rows0 = ops.minimum(n_b, _i64([bq]))                                # block 0: bq rows, or none
-        self.first = ops.minimum(nb, _i64([1]))                                  # block 0: 1 block, or none
-        rest = ops.maximum(ops.subtract(nb, _i64([1])), _i64([0]))
-        per_run = ops.divide(ops.add(rest, _i64([runs - 1])), _i64([runs]))
+        # block 0 takes the rows a whole number of blocks leaves (1 .. bq on the fast path, 0 off it), so that
+        # the rest lies in whole blocks as it is: no padded copy of Q
+        whole = ops.divide(ops.maximum(ops.subtract(n_b, _i64([1])), _i64([0])), _i64([bq]))   # blocks after 0
+        self.rows0 = ops.subtract(n_b, ops.multiply(whole, _i64([bq])))
+        per_run = ops.divide(ops.add(whole, _i64([runs - 1])), _i64([runs]))
         last = ops.maximum(ops.subtract(n_b, _i64([1])), _i64([0]))
-        r0 = ops.range(ops.constant(np.int64(0)), ops.squeeze(self.rows0, _i64([0])), ops.constant(np.int64(1)),
-                       "i64")
-        # block 0's rows are a whole block (Q is laid out in blocks: off the fast path there is no block at all),
-        # its keys the rows it has (none off the fast path)
-        self.mask0 = self._mask(mask, ops.constant(np.arange(bq, dtype=np.int64)[None]), ops.unsqueeze(r0, _i64([0])), last, made)
+        r0 = ops.unsqueeze(ops.range(ops.constant(np.int64(0)), ops.squeeze(self.rows0, _i64([0])),
+                                     ops.constant(np.int64(1)), "i64"), _i64([0]))            # [1, rows0]
+        self.mask0 = self._mask(mask, r0, r0, last, made)
         self.runs = []
         for run in range(runs):
-            b0 = ops.minimum(ops.multiply(per_run, _i64([run])), rest)
-            b1 = ops.minimum(ops.multiply(per_run, _i64([run + 1])), rest)
+            b0 = ops.minimum(ops.multiply(per_run, _i64([run])), whole)
+            b1 = ops.minimum(ops.multiply(per_run, _i64([run + 1])), whole)
             blocks = ops.range(ops.squeeze(b0, _i64([0])), ops.squeeze(b1, _i64([0])), ops.constant(np.int64(1)),
                                "i64")
-            first_row = ops.multiply(ops.add(ops.unsqueeze(blocks, _i64([1])), _i64([1])), _i64([bq]))  # [m, 1]
+            first_row = ops.add(ops.multiply(ops.unsqueeze(blocks, _i64([1])), _i64([bq])), self.rows0)   # [m, 1]
             qpos = ops.add(first_row, _i64(np.arange(bq)).output(0))                                   # [m, bq]
             kabs = ops.add(ops.subtract(first_row, _i64([keep])), _i64(np.arange(self.kspan)).output(0))  # [m, ks]
             kidx = ops.minimum(ops.maximum(kabs, _i64([0])), last)
-            rows = (ops.add(b0, _i64([1])), ops.add(b1, _i64([1])))           # the run's blocks [b0 + 1, b1 + 1)
-            self.runs.append((rows, kidx, self._mask(mask, qpos, kabs, last, made)))
-            made += [b0, b1, blocks, first_row, qpos, kabs, kidx, *rows]
-        made += [nb, self.pad, self.rows0, self.first, rest, per_run, last, r0]
+            self.runs.append(((b0, b1), kidx, self._mask(mask, qpos, kabs, last, made)))
+            made += [b0, b1, blocks, first_row, qpos, kabs, kidx]
+        made += [whole, self.rows0, per_run, last, r0]
 
     def _mask(self, mask: ov.Output, qpos: ov.Node, kabs: ov.Node, last: ov.Node,
               made: list[ov.Node]) -> ov.Output:
@@ -360,12 +356,15 @@ class BlockedFirstPrompt(Rule, ModelPass):
             band_key = (mask.get_node().get_name(), mask.get_index(), layer.keep, layout, layer.runs)
             if band_key not in bands:
                 bands[band_key] = _Band(n_b, layer.keep, self.plan.block_rows, layer.runs, mask, layout, made)
-            blocked = self._blocked(q, knodes.new, vnodes.new, scale, sink, bands[band_key], heads, kv_heads, size,
-                                    made)
+            pieces = self._blocked(q, knodes.new, vnodes.new, scale, sink, bands[band_key], heads, kv_heads, size,
+                                   made)
             fused = sdpa.output(0)
             targets = list(fused.get_target_inputs())
-            # the blocked rows come at the batch of the fused ones: 1 on the fast path, 0 rows of any batch off it
-            out = opset8.slice(ops.concat([blocked, fused], 2), _i64([0]), n, _i64([1]), _i64([2]))
+            # the blocked rows (at the fused rows' batch: 1 on the fast path, 0 rows of any batch off it), then the
+            # fused rows the blocked ones do not give (none on the fast path, all off it): one Concat, one copy
+            fused_rows = opset8.slice(fused, _i64([0]), ops.subtract(n, n_b), _i64([1]), _i64([2]))
+            out = ops.concat([*pieces, fused_rows], 2)
+            made.append(fused_rows)
             out.set_friendly_name(f"{layer.sdpa}/blocked_first_prompt")
             made.append(out)
             for target in targets:
@@ -418,31 +417,34 @@ class BlockedFirstPrompt(Rule, ModelPass):
 
     @staticmethod
     def _blocked(q: ov.Output, k: ov.Output, v: ov.Output, scale: ov.Output, sink: ov.Output | None, band: _Band,
-                 heads: int, kv_heads: int, size: int, made: list[ov.Node]) -> ov.Output:
-        """The first ``n_b`` rows of the layer's attention, padded to whole blocks ``[1, H, blocks * bq, D]``:
-        Q laid out in blocks once, block 0 and each run an SDPA on a slice of it, the outputs laid back once.
-        Per run: a Slice of Q, a Gather and a Transpose of K and of V, the SDPA, and its wait (few nodes: each
-        runs on empty tensors every decode step, and each costs the compiled model memory)."""
+                 heads: int, kv_heads: int, size: int, made: list[ov.Node]) -> list[ov.Output]:
+        """The first ``n_b`` rows of the layer's attention, as pieces ``[B | 1, H, rows, D]`` in row order: block 0,
+        then each run's blocks. Q after block 0 is laid out in blocks once; per run a Slice of it, a Gather and a
+        Transpose of K and of V, the SDPA, its output laid back, and its wait (few nodes: each runs on empty
+        tensors every decode step, and each costs the compiled model memory)."""
         groups = heads // kv_heads
-        bq, kspan = band.bq, band.kspan
+        bq = band.bq
         extra = [] if sink is None else [sink]
 
         def node(n: ov.Node) -> ov.Node:
             made.append(n)
             return n
 
-        rows = node(opset8.slice(q, _i64([0]), band.n_b, _i64([1]), _i64([2])))
-        qp = node(ops.pad(rows, _i64([0, 0, 0, 0]), node(ops.concat([_i64([0, 0]), band.pad, _i64([0])], 0)),
-                          "constant"))
+        def shape(*parts) -> ov.Node:
+            return node(ops.concat([p if isinstance(p, ov.Node) else _i64(p) for p in parts], 0))
+
         # [Hkv, n_b, D]: batch 1 on the fast path; off it (any batch) 0 rows, read at batch index 0
         k_heads, v_heads = (node(ops.gather(node(opset8.slice(x, _i64([0]), band.n_b, _i64([1]), _i64([2]))),
                                             ops.constant(np.int64(0)), ops.constant(np.int64(0)))) for x in (k, v))
-        if sink is None:   # [1, H, nb*bq, D] -> [nb, Hkv, G*bq, D]: the K/V of a KV head serve its G query heads
-            blocks = node(ops.transpose(node(ops.reshape(qp, _i64([kv_heads, groups, -1, bq, size]), False)),
+        batch = _dim(q, 0)
+        made.append(batch)
+        rest = node(opset8.slice(q, band.rows0, band.n_b, _i64([1]), _i64([2])))        # whole blocks
+        if sink is None:   # [B, H, m*bq, D] -> [m, Hkv, G*bq, D]: the K/V of a KV head serve its G query heads
+            blocks = node(ops.transpose(node(ops.reshape(rest, _i64([kv_heads, groups, -1, bq, size]), False)),
                                         _i64([2, 0, 1, 3, 4])))
             blocks = node(ops.reshape(blocks, _i64([-1, kv_heads, groups * bq, size]), False))
-        else:              # [nb, H, bq, D]: a sink per query head
-            blocks = node(ops.transpose(node(ops.reshape(qp, _i64([heads, -1, bq, size]), False)),
+        else:              # [m, H, bq, D]: a sink per query head
+            blocks = node(ops.transpose(node(ops.reshape(rest, _i64([heads, -1, bq, size]), False)),
                                         _i64([1, 0, 2, 3])))
 
         def expand(x: ov.Node) -> ov.Node:     # [m, Hkv, L, D] -> [m, H, L, D] (with sinks)
@@ -450,33 +452,32 @@ class BlockedFirstPrompt(Rule, ModelPass):
                 return x
             wide = node(ops.broadcast(node(ops.unsqueeze(x, _i64([2]))), _i64([1, 1, groups, 1, 1]),
                                       broadcast_spec="BIDIRECTIONAL"))
-            return node(ops.reshape(wide, node(ops.concat([_dim(x, 0), _i64([heads]), _dim(x, 2), _i64([size])], 0)),
-                                    False))
+            return node(ops.reshape(wide, shape(_dim(x, 0), [heads], _dim(x, 2), [size]), False))
 
-        # block 0: rows [0, bq) against keys [0, bq)
-        q0 = node(opset8.slice(blocks, _i64([0]), band.first, _i64([1]), _i64([0])))
+        # block 0: rows [0, rows0) against keys [0, rows0); [1, H, r, D] is [1, Hkv, G*r, D] as it lies
+        q0 = node(opset8.slice(q, _i64([0]), band.rows0, _i64([1]), _i64([2])))
         k0, v0 = (node(ops.unsqueeze(node(opset8.slice(x, _i64([0]), band.rows0, _i64([1]), _i64([1]))), _i64([0])))
                   for x in (k_heads, v_heads))
-        outs = [node(_sdpa([q0.output(0), expand(k0).output(0), expand(v0).output(0), band.mask0, scale] + extra))]
+        if sink is None:
+            q0 = node(ops.reshape(q0, shape(_dim(q0, 0), [kv_heads, -1, size]), False))
+        out0 = node(_sdpa([q0.output(0), expand(k0).output(0), expand(v0).output(0), band.mask0, scale] + extra))
+        pieces = [node(ops.reshape(out0, shape(batch, [heads, -1, size]), False)).output(0)]
         after = _i64([0])
-        for (first, last), kidx, mask in band.runs:
+        for (b0, b1), kidx, mask in band.runs:
             # `after` is 0, computed from the previous run's output: the runs execute one after another
-            qr = node(opset8.slice(blocks, node(ops.add(first, after)), node(ops.add(last, after)), _i64([1]),
-                                   _i64([0])))
+            qr = node(opset8.slice(blocks, node(ops.add(b0, after)), node(ops.add(b1, after)), _i64([1]), _i64([0])))
             idx = node(ops.add(kidx, after))
             kr, vr = (node(ops.transpose(node(ops.gather(x, idx, ops.constant(np.int64(1)))), _i64([1, 0, 2, 3])))
                       for x in (k_heads, v_heads))                                # [m, Hkv, kspan, D]
             out = node(_sdpa([qr.output(0), expand(kr).output(0), expand(vr).output(0), mask, scale] + extra))
-            outs.append(out)
+            if sink is None:   # [m, Hkv, G*bq, D] -> [Hkv, G, m, bq, D]
+                back = node(ops.transpose(node(ops.reshape(out, _i64([-1, kv_heads, groups, bq, size]), False)),
+                                          _i64([1, 2, 0, 3, 4])))
+            else:              # [m, H, bq, D] -> [H, m, bq, D]
+                back = node(ops.transpose(out, _i64([1, 0, 2, 3])))
+            pieces.append(node(ops.reshape(back, shape(batch, [heads, -1, size]), False)).output(0))
             after = node(ops.multiply(_dim(out.output(0), 0), _i64([0])))
-        joined = node(ops.concat([o.output(0) for o in outs], 0))
-        target = node(ops.concat([_dim(q, 0), _i64([heads, -1, size])], 0))   # the fused rows' batch (see run_on_model)
-        if sink is None:
-            back = node(ops.transpose(node(ops.reshape(joined, _i64([-1, kv_heads, groups, bq, size]), False)),
-                                      _i64([1, 2, 0, 3, 4])))
-        else:
-            back = node(ops.transpose(joined, _i64([1, 0, 2, 3])))
-        return node(ops.reshape(back, target, False)).output(0)
+        return pieces
 
 
 __all__ = ["BLOCK_ROWS", "MAX_RUNS", "RT_BLOCKED", "RUN_SCORES", "BlockedFirstPrompt", "BlockedLayer", "BlockedPlan", "plan_blocked", "runs_for"]
