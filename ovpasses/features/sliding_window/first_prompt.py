@@ -419,9 +419,9 @@ class BlockedFirstPrompt(Rule, ModelPass):
     def _blocked(q: ov.Output, k: ov.Output, v: ov.Output, scale: ov.Output, sink: ov.Output | None, band: _Band,
                  heads: int, kv_heads: int, size: int, made: list[ov.Node]) -> list[ov.Output]:
         """The first ``n_b`` rows of the layer's attention, as pieces ``[B | 1, H, rows, D]`` in row order: block 0,
-        then each run's blocks. Q after block 0 is laid out in blocks once; per run a Slice of it, a Gather and a
-        Transpose of K and of V, the SDPA, its output laid back, and its wait (few nodes: each runs on empty
-        tensors every decode step, and each costs the compiled model memory)."""
+        then the blocks after it. Q after block 0 is laid out in blocks once and the runs' outputs laid back once;
+        per run a Slice of it, a Gather and a Transpose of K and of V, the SDPA and its wait (few nodes: each runs on
+        empty tensors every decode step, and each costs the compiled model memory)."""
         groups = heads // kv_heads
         bq = band.bq
         extra = [] if sink is None else [sink]
@@ -463,6 +463,7 @@ class BlockedFirstPrompt(Rule, ModelPass):
         out0 = node(_sdpa([q0.output(0), expand(k0).output(0), expand(v0).output(0), band.mask0, scale] + extra))
         pieces = [node(ops.reshape(out0, shape(batch, [heads, -1, size]), False)).output(0)]
         after = _i64([0])
+        outs = []
         for (b0, b1), kidx, mask in band.runs:
             # `after` is 0, computed from the previous run's output: the runs execute one after another
             qr = node(opset8.slice(blocks, node(ops.add(b0, after)), node(ops.add(b1, after)), _i64([1]), _i64([0])))
@@ -470,13 +471,15 @@ class BlockedFirstPrompt(Rule, ModelPass):
             kr, vr = (node(ops.transpose(node(ops.gather(x, idx, ops.constant(np.int64(1)))), _i64([1, 0, 2, 3])))
                       for x in (k_heads, v_heads))                                # [m, Hkv, kspan, D]
             out = node(_sdpa([qr.output(0), expand(kr).output(0), expand(vr).output(0), mask, scale] + extra))
-            if sink is None:   # [m, Hkv, G*bq, D] -> [Hkv, G, m, bq, D]
-                back = node(ops.transpose(node(ops.reshape(out, _i64([-1, kv_heads, groups, bq, size]), False)),
-                                          _i64([1, 2, 0, 3, 4])))
-            else:              # [m, H, bq, D] -> [H, m, bq, D]
-                back = node(ops.transpose(out, _i64([1, 0, 2, 3])))
-            pieces.append(node(ops.reshape(back, shape(batch, [heads, -1, size]), False)).output(0))
+            outs.append(out.output(0))
             after = node(ops.multiply(_dim(out.output(0), 0), _i64([0])))
+        joined = node(ops.concat(outs, 0))                          # the blocks in the layout Q was laid out in
+        if sink is None:   # [blocks, Hkv, G*bq, D] -> [Hkv, G, blocks, bq, D]
+            back = node(ops.transpose(node(ops.reshape(joined, _i64([-1, kv_heads, groups, bq, size]), False)),
+                                      _i64([1, 2, 0, 3, 4])))
+        else:              # [blocks, H, bq, D] -> [H, blocks, bq, D]
+            back = node(ops.transpose(joined, _i64([1, 0, 2, 3])))
+        pieces.append(node(ops.reshape(back, shape(batch, [heads, -1, size]), False)).output(0))
         return pieces
 
 
