@@ -21,11 +21,14 @@ cache holds; ``fast = P == 0 and n > keep and batch == 1``, ``s = fast * (n - ke
     After:   Slice(Q, s:) ------------------------------------------------> SDPA(Q', K, V, mask') -> fused
              Slice(new, s:) -> Concat(past, ..) -> Assign / [expand] ---------^       ^- mask's ops on
                                                                                        leaves sliced at s:
-             Q[:n_b], new K/V[:n_b] -> block 0 (rows [0, bq), keys [0, bq)) ----------> SDPA -> r0
-                                    -> R runs of blocks b >= 1: keys b*bq - keep .. b*bq + bq - 1, gathered;
-                                       Q [blocks, Hkv, G*bq, D] (K/V not expanded), or [blocks, H, bq, D] with
-                                       sinks; the mask's ops on leaves gathered at the blocks' rows and keys ---> rk
-             out = Slice(Concat(r0, r1 .. rR, fused), rows [0, n))
+             Q[:n_b], new K/V[:n_b] -> block 0: rows [0, r), keys [0, r) (r = what whole blocks of bq leave,
+                                       1 .. bq) ---------------------------------------------------> SDPA -> r0
+                                    -> blocks of bq rows after it, in R runs (one after another): a block
+                                       starting at row p reads keys p - keep .. p + bq - 1, gathered; Q laid
+                                       out [blocks, Hkv, G*bq, D] (K/V not expanded; a sink per query head
+                                       becomes a sink per row); the mask's ops on leaves gathered at the
+                                       blocks' rows and keys -------------------------------------> SDPA -> rk
+             out = Concat(r0, r1 .. rR laid back, fused rows [0, n - n_b))     (no fused row on the fast path)
 
 Off the fast path (a decode step, a chunk after a past, batch > 1) ``s = 0`` and ``n_b = 0``: the fused SDPA sees
 what it saw before and every blocked tensor has 0 rows, so the result is the unmodified model's. The blocked
@@ -70,7 +73,7 @@ BLOCK_ROWS = 256     # query rows per block, at most (at most W): a block's scor
 # model about 0.5 MiB per layer and runs on empty tensors every decode step). A layer that would need more than
 # MAX_RUNS is refused: at W = 4,096 and 32 query heads (Mistral 7B widths) the prototype held 2-4x the
 # unmodified model's context memory.
-RUN_SCORES = 64 << 20
+RUN_SCORES = 80 << 20
 REFERENCE_PROMPT = 16384
 MAX_RUNS = 32
 OPEN_END = np.iinfo(np.int32).max
@@ -352,7 +355,7 @@ class BlockedFirstPrompt(Rule, ModelPass):
             if key not in fused_masks:
                 fused_masks[key] = self._fused_mask(mask, start, made)
             sdpa.input(MASK_PORT).replace_source_output(fused_masks[key])
-            layout = 1 if sink is not None else groups
+            layout = groups
             band_key = (mask.get_node().get_name(), mask.get_index(), layer.keep, layout, layer.runs)
             if band_key not in bands:
                 bands[band_key] = _Band(n_b, layer.keep, self.plan.block_rows, layer.runs, mask, layout, made)
@@ -424,7 +427,6 @@ class BlockedFirstPrompt(Rule, ModelPass):
         empty tensors every decode step, and each costs the compiled model memory)."""
         groups = heads // kv_heads
         bq = band.bq
-        extra = [] if sink is None else [sink]
 
         def node(n: ov.Node) -> ov.Node:
             made.append(n)
@@ -439,46 +441,42 @@ class BlockedFirstPrompt(Rule, ModelPass):
         batch = _dim(q, 0)
         made.append(batch)
         rest = node(opset8.slice(q, band.rows0, band.n_b, _i64([1]), _i64([2])))        # whole blocks
-        if sink is None:   # [B, H, m*bq, D] -> [m, Hkv, G*bq, D]: the K/V of a KV head serve its G query heads
-            blocks = node(ops.transpose(node(ops.reshape(rest, _i64([kv_heads, groups, -1, bq, size]), False)),
-                                        _i64([2, 0, 1, 3, 4])))
-            blocks = node(ops.reshape(blocks, _i64([-1, kv_heads, groups * bq, size]), False))
-        else:              # [m, H, bq, D]: a sink per query head
-            blocks = node(ops.transpose(node(ops.reshape(rest, _i64([heads, -1, bq, size]), False)),
-                                        _i64([1, 0, 2, 3])))
+        # [B, H, m*bq, D] -> [m, Hkv, G*bq, D]: the K/V of a KV head serve its G query heads, not expanded
+        blocks = node(ops.transpose(node(ops.reshape(rest, _i64([kv_heads, groups, -1, bq, size]), False)),
+                                    _i64([2, 0, 1, 3, 4])))
+        blocks = node(ops.reshape(blocks, _i64([-1, kv_heads, groups * bq, size]), False))
 
-        def expand(x: ov.Node) -> ov.Node:     # [m, Hkv, L, D] -> [m, H, L, D] (with sinks)
-            if sink is None or groups == 1:
-                return x
-            wide = node(ops.broadcast(node(ops.unsqueeze(x, _i64([2]))), _i64([1, 1, groups, 1, 1]),
-                                      broadcast_spec="BIDIRECTIONAL"))
-            return node(ops.reshape(wide, shape(_dim(x, 0), [heads], _dim(x, 2), [size]), False))
+        def sinks(rows) -> list[ov.Output]:
+            """A sink per query head [1, H, 1, 1] as a sink per row of that layout [1, Hkv, G*rows, 1]."""
+            if sink is None:
+                return []
+            wide = node(ops.broadcast(node(ops.reshape(sink, _i64([1, heads, 1, 1]), False)),
+                                      shape([1, heads], rows, [1])))
+            return [node(ops.reshape(wide, shape([1, kv_heads], node(ops.multiply(rows, _i64([groups]))), [1]),
+                                     False)).output(0)]
 
         # block 0: rows [0, rows0) against keys [0, rows0); [1, H, r, D] is [1, Hkv, G*r, D] as it lies
         q0 = node(opset8.slice(q, _i64([0]), band.rows0, _i64([1]), _i64([2])))
         k0, v0 = (node(ops.unsqueeze(node(opset8.slice(x, _i64([0]), band.rows0, _i64([1]), _i64([1]))), _i64([0])))
                   for x in (k_heads, v_heads))
-        if sink is None:
-            q0 = node(ops.reshape(q0, shape(_dim(q0, 0), [kv_heads, -1, size]), False))
-        out0 = node(_sdpa([q0.output(0), expand(k0).output(0), expand(v0).output(0), band.mask0, scale] + extra))
+        q0 = node(ops.reshape(q0, shape(_dim(q0, 0), [kv_heads, -1, size]), False))
+        out0 = node(_sdpa([q0.output(0), k0.output(0), v0.output(0), band.mask0, scale] + sinks(band.rows0)))
         pieces = [node(ops.reshape(out0, shape(batch, [heads, -1, size]), False)).output(0)]
         after = _i64([0])
         outs = []
+        run_sinks = sinks(_i64([bq]))
         for (b0, b1), kidx, mask in band.runs:
             # `after` is 0, computed from the previous run's output: the runs execute one after another
             qr = node(opset8.slice(blocks, node(ops.add(b0, after)), node(ops.add(b1, after)), _i64([1]), _i64([0])))
             idx = node(ops.add(kidx, after))
             kr, vr = (node(ops.transpose(node(ops.gather(x, idx, ops.constant(np.int64(1)))), _i64([1, 0, 2, 3])))
                       for x in (k_heads, v_heads))                                # [m, Hkv, kspan, D]
-            out = node(_sdpa([qr.output(0), expand(kr).output(0), expand(vr).output(0), mask, scale] + extra))
+            out = node(_sdpa([qr.output(0), kr.output(0), vr.output(0), mask, scale] + run_sinks))
             outs.append(out.output(0))
             after = node(ops.multiply(_dim(out.output(0), 0), _i64([0])))
-        joined = node(ops.concat(outs, 0))                          # the blocks in the layout Q was laid out in
-        if sink is None:   # [blocks, Hkv, G*bq, D] -> [Hkv, G, blocks, bq, D]
-            back = node(ops.transpose(node(ops.reshape(joined, _i64([-1, kv_heads, groups, bq, size]), False)),
-                                      _i64([1, 2, 0, 3, 4])))
-        else:              # [blocks, H, bq, D] -> [H, blocks, bq, D]
-            back = node(ops.transpose(joined, _i64([1, 0, 2, 3])))
+        joined = node(ops.concat(outs, 0))                          # [blocks, Hkv, G*bq, D], as Q was laid out
+        back = node(ops.transpose(node(ops.reshape(joined, _i64([-1, kv_heads, groups, bq, size]), False)),
+                                  _i64([1, 2, 0, 3, 4])))           # [Hkv, G, blocks, bq, D]
         pieces.append(node(ops.reshape(back, shape(batch, [heads, -1, size]), False)).output(0))
         return pieces
 
