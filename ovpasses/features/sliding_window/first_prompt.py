@@ -21,14 +21,11 @@ cache holds; ``fast = P == 0 and n > keep and batch == 1``, ``s = fast * (n - ke
     After:   Slice(Q, s:) ------------------------------------------------> SDPA(Q', K, V, mask') -> fused
              Slice(new, s:) -> Concat(past, ..) -> Assign / [expand] ---------^       ^- mask's ops on
                                                                                        leaves sliced at s:
-             Q[:n_b], new K/V[:n_b] -> block 0: rows [0, r), keys [0, r) (r = what whole blocks of bq leave,
-                                       1 .. bq) ---------------------------------------------------> SDPA -> r0
-                                    -> blocks of bq rows after it, in R runs (one after another): a block
-                                       starting at row p reads keys p - keep .. p + bq - 1, gathered; Q laid
-                                       out [blocks, Hkv, G*bq, D] (K/V not expanded; a sink per query head
-                                       becomes a sink per row); the mask's ops on leaves gathered at the
-                                       blocks' rows and keys -------------------------------------> SDPA -> rk
-             out = Concat(r0, r1 .. rR laid back, fused rows [0, n - n_b))     (no fused row on the fast path)
+             Q[:n_b], new K/V[:n_b] -> block 0 (rows [0, bq), keys [0, bq)) ----------> SDPA -> r0
+                                    -> R runs of blocks b >= 1: keys b*bq - keep .. b*bq + bq - 1, gathered;
+                                       Q [blocks, Hkv, G*bq, D] (K/V not expanded), or [blocks, H, bq, D] with
+                                       sinks; the mask's ops on leaves gathered at the blocks' rows and keys ---> rk
+             out = Slice(Concat(r0, r1 .. rR, fused), rows [0, n))
 
 Off the fast path (a decode step, a chunk after a past, batch > 1) ``s = 0`` and ``n_b = 0``: the fused SDPA sees
 what it saw before and every blocked tensor has 0 rows, so the result is the unmodified model's. The blocked
@@ -187,28 +184,32 @@ class _Band:
         bq = min(rows, keep + 1)
         self.bq, self.kspan, self.groups = bq, keep + bq, groups
         self.n_b = n_b
-        # block 0 takes the rows a whole number of blocks leaves (1 .. bq on the fast path, 0 off it), so that
-        # the rest lies in whole blocks as it is: no padded copy of Q
-        whole = ops.divide(ops.maximum(ops.subtract(n_b, _i64([1])), _i64([0])), _i64([bq]))   # blocks after 0
-        self.rows0 = ops.subtract(n_b, ops.multiply(whole, _i64([bq])))
-        per_run = ops.divide(ops.add(whole, _i64([runs - 1])), _i64([runs]))
+        nb = ops.divide(ops.add(n_b, _i64([bq - 1])), _i64([bq]))                 # ceil(n_b / bq)
+        self.pad = ops.subtract(ops.multiply(nb, _i64([bq])), n_b)
+        self.rows0 = ops.minimum(n_b, _i64([bq]))                                # block 0: bq rows, or none
+        self.first = ops.minimum(nb, _i64([1]))                                  # block 0: 1 block, or none
+        rest = ops.maximum(ops.subtract(nb, _i64([1])), _i64([0]))
+        per_run = ops.divide(ops.add(rest, _i64([runs - 1])), _i64([runs]))
         last = ops.maximum(ops.subtract(n_b, _i64([1])), _i64([0]))
-        r0 = ops.unsqueeze(ops.range(ops.constant(np.int64(0)), ops.squeeze(self.rows0, _i64([0])),
-                                     ops.constant(np.int64(1)), "i64"), _i64([0]))            # [1, rows0]
-        self.mask0 = self._mask(mask, r0, r0, last, made)
+        r0 = ops.range(ops.constant(np.int64(0)), ops.squeeze(self.rows0, _i64([0])), ops.constant(np.int64(1)),
+                       "i64")
+        # block 0's rows are a whole block (Q is laid out in blocks: off the fast path there is no block at all),
+        # its keys the rows it has (none off the fast path)
+        self.mask0 = self._mask(mask, ops.constant(np.arange(bq, dtype=np.int64)[None]), ops.unsqueeze(r0, _i64([0])), last, made)
         self.runs = []
         for run in range(runs):
-            b0 = ops.minimum(ops.multiply(per_run, _i64([run])), whole)
-            b1 = ops.minimum(ops.multiply(per_run, _i64([run + 1])), whole)
+            b0 = ops.minimum(ops.multiply(per_run, _i64([run])), rest)
+            b1 = ops.minimum(ops.multiply(per_run, _i64([run + 1])), rest)
             blocks = ops.range(ops.squeeze(b0, _i64([0])), ops.squeeze(b1, _i64([0])), ops.constant(np.int64(1)),
                                "i64")
-            first_row = ops.add(ops.multiply(ops.unsqueeze(blocks, _i64([1])), _i64([bq])), self.rows0)   # [m, 1]
+            first_row = ops.multiply(ops.add(ops.unsqueeze(blocks, _i64([1])), _i64([1])), _i64([bq]))  # [m, 1]
             qpos = ops.add(first_row, _i64(np.arange(bq)).output(0))                                   # [m, bq]
             kabs = ops.add(ops.subtract(first_row, _i64([keep])), _i64(np.arange(self.kspan)).output(0))  # [m, ks]
             kidx = ops.minimum(ops.maximum(kabs, _i64([0])), last)
-            self.runs.append(((b0, b1), kidx, self._mask(mask, qpos, kabs, last, made)))
-            made += [b0, b1, blocks, first_row, qpos, kabs, kidx]
-        made += [whole, self.rows0, per_run, last, r0]
+            rows = (ops.add(b0, _i64([1])), ops.add(b1, _i64([1])))           # the run's blocks [b0 + 1, b1 + 1)
+            self.runs.append((rows, kidx, self._mask(mask, qpos, kabs, last, made)))
+            made += [b0, b1, blocks, first_row, qpos, kabs, kidx, *rows]
+        made += [nb, self.pad, self.rows0, self.first, rest, per_run, last, r0]
 
     def _mask(self, mask: ov.Output, qpos: ov.Node, kabs: ov.Node, last: ov.Node,
               made: list[ov.Node]) -> ov.Output:
@@ -355,19 +356,16 @@ class BlockedFirstPrompt(Rule, ModelPass):
             if key not in fused_masks:
                 fused_masks[key] = self._fused_mask(mask, start, made)
             sdpa.input(MASK_PORT).replace_source_output(fused_masks[key])
-            layout = groups
+            layout = 1 if sink is not None else groups
             band_key = (mask.get_node().get_name(), mask.get_index(), layer.keep, layout, layer.runs)
             if band_key not in bands:
                 bands[band_key] = _Band(n_b, layer.keep, self.plan.block_rows, layer.runs, mask, layout, made)
-            pieces = self._blocked(q, knodes.new, vnodes.new, scale, sink, bands[band_key], heads, kv_heads, size,
-                                   made)
+            blocked = self._blocked(q, knodes.new, vnodes.new, scale, sink, bands[band_key], heads, kv_heads, size,
+                                    made)
             fused = sdpa.output(0)
             targets = list(fused.get_target_inputs())
-            # the blocked rows (at the fused rows' batch: 1 on the fast path, 0 rows of any batch off it), then the
-            # fused rows the blocked ones do not give (none on the fast path, all off it): one Concat, one copy
-            fused_rows = opset8.slice(fused, _i64([0]), ops.subtract(n, n_b), _i64([1]), _i64([2]))
-            out = ops.concat([*pieces, fused_rows], 2)
-            made.append(fused_rows)
+            # the blocked rows come at the batch of the fused ones: 1 on the fast path, 0 rows of any batch off it
+            out = opset8.slice(ops.concat([blocked, fused], 2), _i64([0]), n, _i64([1]), _i64([2]))
             out.set_friendly_name(f"{layer.sdpa}/blocked_first_prompt")
             made.append(out)
             for target in targets:
@@ -420,65 +418,65 @@ class BlockedFirstPrompt(Rule, ModelPass):
 
     @staticmethod
     def _blocked(q: ov.Output, k: ov.Output, v: ov.Output, scale: ov.Output, sink: ov.Output | None, band: _Band,
-                 heads: int, kv_heads: int, size: int, made: list[ov.Node]) -> list[ov.Output]:
-        """The first ``n_b`` rows of the layer's attention, as pieces ``[B | 1, H, rows, D]`` in row order: block 0,
-        then the blocks after it. Q after block 0 is laid out in blocks once and the runs' outputs laid back once;
-        per run a Slice of it, a Gather and a Transpose of K and of V, the SDPA and its wait (few nodes: each runs on
-        empty tensors every decode step, and each costs the compiled model memory)."""
+                 heads: int, kv_heads: int, size: int, made: list[ov.Node]) -> ov.Output:
+        """The first ``n_b`` rows of the layer's attention, padded to whole blocks ``[1, H, blocks * bq, D]``:
+        Q laid out in blocks once, block 0 and each run an SDPA on a slice of it, the outputs laid back once.
+        Per run: a Slice of Q, a Gather and a Transpose of K and of V, the SDPA, and its wait (few nodes: each
+        runs on empty tensors every decode step, and each costs the compiled model memory)."""
         groups = heads // kv_heads
-        bq = band.bq
+        bq, kspan = band.bq, band.kspan
+        extra = [] if sink is None else [sink]
 
         def node(n: ov.Node) -> ov.Node:
             made.append(n)
             return n
 
-        def shape(*parts) -> ov.Node:
-            return node(ops.concat([p if isinstance(p, ov.Node) else _i64(p) for p in parts], 0))
-
+        rows = node(opset8.slice(q, _i64([0]), band.n_b, _i64([1]), _i64([2])))
+        qp = node(ops.pad(rows, _i64([0, 0, 0, 0]), node(ops.concat([_i64([0, 0]), band.pad, _i64([0])], 0)),
+                          "constant"))
         # [Hkv, n_b, D]: batch 1 on the fast path; off it (any batch) 0 rows, read at batch index 0
         k_heads, v_heads = (node(ops.gather(node(opset8.slice(x, _i64([0]), band.n_b, _i64([1]), _i64([2]))),
                                             ops.constant(np.int64(0)), ops.constant(np.int64(0)))) for x in (k, v))
-        batch = _dim(q, 0)
-        made.append(batch)
-        rest = node(opset8.slice(q, band.rows0, band.n_b, _i64([1]), _i64([2])))        # whole blocks
-        # [B, H, m*bq, D] -> [m, Hkv, G*bq, D]: the K/V of a KV head serve its G query heads, not expanded
-        blocks = node(ops.transpose(node(ops.reshape(rest, _i64([kv_heads, groups, -1, bq, size]), False)),
-                                    _i64([2, 0, 1, 3, 4])))
-        blocks = node(ops.reshape(blocks, _i64([-1, kv_heads, groups * bq, size]), False))
+        if sink is None:   # [1, H, nb*bq, D] -> [nb, Hkv, G*bq, D]: the K/V of a KV head serve its G query heads
+            blocks = node(ops.transpose(node(ops.reshape(qp, _i64([kv_heads, groups, -1, bq, size]), False)),
+                                        _i64([2, 0, 1, 3, 4])))
+            blocks = node(ops.reshape(blocks, _i64([-1, kv_heads, groups * bq, size]), False))
+        else:              # [nb, H, bq, D]: a sink per query head
+            blocks = node(ops.transpose(node(ops.reshape(qp, _i64([heads, -1, bq, size]), False)),
+                                        _i64([1, 0, 2, 3])))
 
-        def sinks(rows) -> list[ov.Output]:
-            """A sink per query head [1, H, 1, 1] as a sink per row of that layout [1, Hkv, G*rows, 1]."""
-            if sink is None:
-                return []
-            wide = node(ops.broadcast(node(ops.reshape(sink, _i64([1, heads, 1, 1]), False)),
-                                      shape([1, heads], rows, [1])))
-            return [node(ops.reshape(wide, shape([1, kv_heads], node(ops.multiply(rows, _i64([groups]))), [1]),
-                                     False)).output(0)]
+        def expand(x: ov.Node) -> ov.Node:     # [m, Hkv, L, D] -> [m, H, L, D] (with sinks)
+            if sink is None or groups == 1:
+                return x
+            wide = node(ops.broadcast(node(ops.unsqueeze(x, _i64([2]))), _i64([1, 1, groups, 1, 1]),
+                                      broadcast_spec="BIDIRECTIONAL"))
+            return node(ops.reshape(wide, node(ops.concat([_dim(x, 0), _i64([heads]), _dim(x, 2), _i64([size])], 0)),
+                                    False))
 
-        # block 0: rows [0, rows0) against keys [0, rows0); [1, H, r, D] is [1, Hkv, G*r, D] as it lies
-        q0 = node(opset8.slice(q, _i64([0]), band.rows0, _i64([1]), _i64([2])))
+        # block 0: rows [0, bq) against keys [0, bq)
+        q0 = node(opset8.slice(blocks, _i64([0]), band.first, _i64([1]), _i64([0])))
         k0, v0 = (node(ops.unsqueeze(node(opset8.slice(x, _i64([0]), band.rows0, _i64([1]), _i64([1]))), _i64([0])))
                   for x in (k_heads, v_heads))
-        q0 = node(ops.reshape(q0, shape(_dim(q0, 0), [kv_heads, -1, size]), False))
-        out0 = node(_sdpa([q0.output(0), k0.output(0), v0.output(0), band.mask0, scale] + sinks(band.rows0)))
-        pieces = [node(ops.reshape(out0, shape(batch, [heads, -1, size]), False)).output(0)]
+        outs = [node(_sdpa([q0.output(0), expand(k0).output(0), expand(v0).output(0), band.mask0, scale] + extra))]
         after = _i64([0])
-        outs = []
-        run_sinks = sinks(_i64([bq]))
-        for (b0, b1), kidx, mask in band.runs:
+        for (first, last), kidx, mask in band.runs:
             # `after` is 0, computed from the previous run's output: the runs execute one after another
-            qr = node(opset8.slice(blocks, node(ops.add(b0, after)), node(ops.add(b1, after)), _i64([1]), _i64([0])))
+            qr = node(opset8.slice(blocks, node(ops.add(first, after)), node(ops.add(last, after)), _i64([1]),
+                                   _i64([0])))
             idx = node(ops.add(kidx, after))
             kr, vr = (node(ops.transpose(node(ops.gather(x, idx, ops.constant(np.int64(1)))), _i64([1, 0, 2, 3])))
                       for x in (k_heads, v_heads))                                # [m, Hkv, kspan, D]
-            out = node(_sdpa([qr.output(0), kr.output(0), vr.output(0), mask, scale] + run_sinks))
-            outs.append(out.output(0))
+            out = node(_sdpa([qr.output(0), expand(kr).output(0), expand(vr).output(0), mask, scale] + extra))
+            outs.append(out)
             after = node(ops.multiply(_dim(out.output(0), 0), _i64([0])))
-        joined = node(ops.concat(outs, 0))                          # [blocks, Hkv, G*bq, D], as Q was laid out
-        back = node(ops.transpose(node(ops.reshape(joined, _i64([-1, kv_heads, groups, bq, size]), False)),
-                                  _i64([1, 2, 0, 3, 4])))           # [Hkv, G, blocks, bq, D]
-        pieces.append(node(ops.reshape(back, shape(batch, [heads, -1, size]), False)).output(0))
-        return pieces
+        joined = node(ops.concat([o.output(0) for o in outs], 0))
+        target = node(ops.concat([_dim(q, 0), _i64([heads, -1, size])], 0))   # the fused rows' batch (see run_on_model)
+        if sink is None:
+            back = node(ops.transpose(node(ops.reshape(joined, _i64([-1, kv_heads, groups, bq, size]), False)),
+                                      _i64([1, 2, 0, 3, 4])))
+        else:
+            back = node(ops.transpose(joined, _i64([1, 0, 2, 3])))
+        return node(ops.reshape(back, target, False)).output(0)
 
 
 __all__ = ["BLOCK_ROWS", "MAX_RUNS", "RT_BLOCKED", "RUN_SCORES", "BlockedFirstPrompt", "BlockedLayer", "BlockedPlan", "plan_blocked", "runs_for"]
