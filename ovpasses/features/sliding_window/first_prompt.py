@@ -54,7 +54,7 @@ from openvino.utils.node_factory import NodeFactory
 from ovpasses.analysis.cache_chain import find_cache_chains
 from ovpasses.errors import PassInvariantError
 from ovpasses.features.sliding_window.caches import CacheRefusal, Refusal, cache_nodes, trimmable_caches
-from ovpasses.features.sliding_window.mask_columns import narrow_axis, rebuild_on_leaves
+from ovpasses.features.sliding_window.mask_columns import narrow_axis, rebuild_on_leaves, walkable
 from ovpasses.modes import FirstPrompt, OptionChoice
 from ovpasses.rules import Rule, RulePlan
 
@@ -104,6 +104,7 @@ class BlockedPlan:
     layers: tuple[BlockedLayer, ...] = ()
     refused: dict[str, str] = field(default_factory=dict)
     block_rows: int = BLOCK_ROWS
+    slice_masks: bool = False   # the runtime's paged converter reads the window only in Select -> Slice -> SDPA
 
 
 def plan_blocked(model: ov.Model) -> BlockedPlan:
@@ -150,6 +151,21 @@ def runs_for(heads: int, keep: int, rows: int = BLOCK_ROWS) -> int:
     return max(1, -(-REFERENCE_PROMPT * heads * kspan * 4 // RUN_SCORES))
 
 
+def mask_source(mask: ov.Output) -> ov.Output:
+    """``mask`` through the Slices that keep all of it (the trimmable form's Slice for the paged converters of
+    2026.0 - 2026.2, which read the window only there): the mask whose ops the rule rebuilds."""
+    while mask.get_node().get_type_name() == "Slice":
+        node = mask.get_node()
+        bounds = [node.input_value(i).get_node() for i in (1, 2, 3)]
+        if not all(b.get_type_name() == "Constant" for b in bounds):
+            break
+        start, stop, step = (b.get_vector() for b in bounds)
+        if list(start) != [0] or list(step) != [1] or stop[0] < OPEN_END:
+            break
+        mask = node.input_value(0)
+    return mask
+
+
 def _refusal(sdpa: ov.Node, ports: dict[int, str], caches: dict[str, int], chains) -> str:
     if set(ports) != {1, 2}:
         return "its K and V are not both trimmable caches"
@@ -157,6 +173,8 @@ def _refusal(sdpa: ov.Node, ports: dict[int, str], caches: dict[str, int], chain
         return "its K and V caches keep different positions"
     if sdpa.get_input_size() <= MASK_PORT:
         return "it has no mask input (the blocked attention rebuilds the model's mask)"
+    if not walkable(mask_source(sdpa.input_value(MASK_PORT))):
+        return "its mask is not made of ops the mask walk knows (the blocked attention rebuilds the model's mask)"
     q = sdpa.get_input_partial_shape(0)
     if q.rank.is_dynamic or q.rank.get_length() != 4 or q[1].is_dynamic or q[3].is_dynamic:
         return "its query is not [batch, heads, rows, head size] with static heads and head size"
@@ -351,10 +369,14 @@ class BlockedFirstPrompt(Rule, ModelPass):
             sdpa.input(0).replace_source_output(self._from(q, start, made))
             for nodes in (knodes, vnodes):
                 nodes.concat.input(1).replace_source_output(self._from(nodes.new, start, made))
-            mask = sdpa.input_value(MASK_PORT)
+            mask = mask_source(sdpa.input_value(MASK_PORT))
             key = (mask.get_node().get_name(), mask.get_index(), layer.keep)
             if key not in fused_masks:
                 fused_masks[key] = self._fused_mask(mask, start, made)
+                if self.plan.slice_masks:   # as SlidingWindowMaskSliceInsertion leaves a mask: a second run adds none
+                    keys = opset8.slice(fused_masks[key], _i64([0]), _i64([OPEN_END]), _i64([1]), _i64([-1]))
+                    made.append(keys)
+                    fused_masks[key] = keys.output(0)
             sdpa.input(MASK_PORT).replace_source_output(fused_masks[key])
             layout = 1 if sink is not None else groups
             band_key = (mask.get_node().get_name(), mask.get_index(), layer.keep, layout, layer.runs)

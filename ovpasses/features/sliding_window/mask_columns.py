@@ -137,6 +137,27 @@ def narrow_axis(leaf: ov.Output, axis: int, start: ov.Output, made: list[ov.Node
     return _narrow_leaf(leaf, start, None, made, axis)
 
 
+def walkable(mask: ov.Output) -> bool:
+    """Whether ``mask`` is made of ops the walk knows, on leaves of static rank (what :func:`rebuild_on_leaves`
+    can rebuild). Builds nothing."""
+    if not _through(mask.get_node()):
+        return False
+    seen, stack = set(), [mask]
+    while stack:
+        output = stack.pop()
+        key = (output.get_node().get_name(), output.get_index())
+        if key in seen:
+            continue
+        seen.add(key)
+        node = output.get_node()
+        if not _through(node):
+            if output.get_partial_shape().rank.is_dynamic:
+                return False
+            continue
+        stack.extend([node.input_value(0)] if node.get_type_name() == "Broadcast" else node.input_values())
+    return True
+
+
 def rebuild_on_leaves(mask: ov.Output, leaf_rule) -> tuple[ov.Output, list[ov.Node]] | None:
     """``mask``'s elementwise ops (the walk of the module docstring) rebuilt on the outputs ``leaf_rule(leaf,
     made)`` gives for its leaves (None: the mask cannot be rebuilt so), and the nodes made; None when ``mask`` is
@@ -167,4 +188,4 @@ def rebuild_on_leaves(mask: ov.Output, leaf_rule) -> tuple[ov.Output, list[ov.No
     return built[(mask.get_node().get_name(), mask.get_index())], made
 
 
-__all__ = ["ELEMENTWISE", "NARROW_SUFFIX", "narrow_axis", "narrow_key_columns", "rebuild_on_leaves"]
+__all__ = ["ELEMENTWISE", "NARROW_SUFFIX", "narrow_axis", "narrow_key_columns", "rebuild_on_leaves", "walkable"]

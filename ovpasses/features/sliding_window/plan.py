@@ -8,6 +8,8 @@ reads are rendered at the edge (:mod:`ovpasses.app.render.text`).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ovpasses._strenum import StrEnum
 
 from ovpasses.features.sliding_window.masks import SlidingWindowMask
@@ -83,7 +85,7 @@ def blocked_part(facts, _plan) -> RulePlan | None:
     prompt runs in query blocks (:func:`~ovpasses.features.sliding_window.first_prompt.plan_blocked`)."""
     if facts.options.first_prompt is not FirstPrompt.BLOCKED:
         return None
-    blocked = plan_blocked(facts.model)
+    blocked = replace(plan_blocked(facts.model), slice_masks=facts.options.runtime.slice_sliding_window_mask)
     nodes = tuple(Planned(layer.sdpa, f"it reads sliding-window caches a trim cuts to {layer.keep} positions")
                   for layer in blocked.layers)
     nodes += tuple(Planned(name, "it reads a trimmable sliding-window cache") for name in blocked.refused)

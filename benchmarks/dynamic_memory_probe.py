@@ -1,0 +1,89 @@
+"""Do chained SDPAs outside the CPU plugin's fused kernel share memory? (issue 32; runtime notes, docs/runtimes.md)
+
+A model with one fused stateful SDPA (as every exported LLM has: the plugin then decomposes any other SDPA into
+MatMul + Softmax) and ``RUNS`` plain SDPAs over ``BLOCKS`` blocks of ``[4, 2048, 2047]`` scores, each run after
+the previous one (its slice bounds read a 0 computed from the previous run's output). Prints the request's
+context memory (its peak RSS over the RSS before it, the inputs made) as one JSON line. ``--static``: the same
+shapes static (the memory solver places them)::
+
+    python benchmarks/dynamic_memory_probe.py --runs 8 --blocks 8 [--static]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+import openvino as ov
+from openvino import opset8
+from openvino import opset13 as ops
+from openvino.op.util import Variable, VariableInfo
+
+KV_HEADS, ROWS, KEYS, SIZE = 4, 2048, 2047, 256
+
+
+def _i64(values) -> ov.Node:
+    return ops.constant(np.asarray(values, np.int64).reshape(-1))
+
+
+def _model(runs: int, blocks: int, static: bool) -> ov.Model:
+    batch = blocks if static else -1
+    q = ops.parameter([batch, KV_HEADS, ROWS, SIZE], ov.Type.f32, name="q")
+    k = ops.parameter([batch, KV_HEADS, KEYS, SIZE], ov.Type.f32, name="k")
+    mask = ops.constant(np.zeros((1, 1, ROWS, KEYS), np.float32))
+    count = ops.gather(ops.shape_of(q, "i64"), _i64([0]), _i64([0]))
+    per_run = ops.divide(ops.add(count, _i64([runs - 1])), _i64([runs]))
+    outs, after = [], _i64([0])
+    for run in range(runs):
+        begin = ops.add(ops.minimum(ops.multiply(per_run, _i64([run])), count), after)
+        end = ops.add(ops.minimum(ops.multiply(per_run, _i64([run + 1])), count), after)
+        qs, ks = (opset8.slice(x, begin, end, _i64([1]), _i64([0])) for x in (q, k))
+        out = ops.scaled_dot_product_attention(qs, ks, ks, mask, ops.constant(np.float32(0.0625)), causal=False)
+        outs.append(out)
+        after = ops.multiply(ops.gather(ops.shape_of(out, "i64"), _i64([0]), _i64([0])), _i64([0]))
+    # the fused stateful SDPA beside: ReadValue -> Gather(beam_idx) -> Concat -> Assign, as exporters write it
+    fq = ops.parameter([1, 4, -1, 64], ov.Type.f32, name="fq")
+    beam = ops.parameter([-1], ov.Type.i32, name="beam_idx")
+    sinks, caches = [], []
+    for name in ("k_cache", "v_cache"):
+        info = VariableInfo()
+        info.data_shape, info.data_type, info.variable_id = ov.PartialShape([-1, 4, -1, 64]), ov.Type.f32, name
+        variable = Variable(info)
+        init = ops.broadcast(ops.constant(np.float32(0)),
+                             ops.concat([ops.gather(ops.shape_of(fq), _i64([0]), _i64([0])), _i64([4, 0, 64])], 0))
+        cache = ops.concat([ops.gather(ops.read_value(init, variable), beam, ops.constant(np.int64(0))), fq], 2)
+        sinks.append(ops.assign(cache, variable))
+        caches.append(cache)
+    fused = ops.scaled_dot_product_attention(fq, caches[0], caches[1], causal=True)
+    return ov.Model([ops.concat(outs, 0).output(0), fused.output(0)], sinks, [q, k, fq, beam])
+
+
+def _rss(key: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) // 1024 for line in f if line.startswith(key))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=8)
+    parser.add_argument("--blocks", type=int, default=8)
+    parser.add_argument("--static", action="store_true")
+    args = parser.parse_args()
+    compiled = ov.Core().compile_model(_model(args.runs, args.blocks, args.static), "CPU")
+    kinds = sorted({op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ops()}
+                   & {"MatMul", "Softmax", "Subgraph", "ScaledDotProductAttention"})
+    request = compiled.create_infer_request()
+    rng = np.random.default_rng(0)
+    q = rng.random((args.blocks, KV_HEADS, ROWS, SIZE), np.float32)
+    k = rng.random((args.blocks, KV_HEADS, KEYS, SIZE), np.float32)
+    before = _rss("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    request.infer({"q": q, "k": k, "fq": rng.random((1, 4, 8, 64), np.float32), "beam_idx": np.zeros(1, np.int32)})
+    print(json.dumps(dict(runs=args.runs, blocks=args.blocks, static=args.static, openvino=ov.get_version(),
+                          context_mib=_rss("VmHWM") - before, kinds=kinds)))
+
+
+if __name__ == "__main__":
+    main()
