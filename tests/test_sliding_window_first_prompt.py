@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from ovpasses.features.sliding_window import first_prompt
 from ovpasses.features.sliding_window.caches import trimmable_caches
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.precision import EXACT_CPU_CONFIG
+from testkit.greedy import genai_chat
 from testkit.matrix import worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -238,3 +240,68 @@ def test_the_older_runtimes_run_the_blocked_first_prompt_exactly(version):
     counts = dict((word, int(n)) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error)", tail))
     # one skip allowed: the Gemma 3n export, which runtimes before the fixed release cannot read as it is
     assert counts.get("passed", 0) >= 20 and set(counts) <= {"passed", "skipped"} and counts.get("skipped", 0) <= 1, tail
+
+
+def _genai_folder(tmp_path: Path, family: str, blocked: bool, margin: int = 0) -> Path:
+    """A copy of the family's folder (tokenizer, chat template) with the model rewritten (or not)."""
+    folder = tmp_path / f"{family}-{'blocked' if blocked else 'full'}-{margin}"
+    shutil.copytree(FAMILIES[family], folder)
+    model = _read(FAMILIES[family])
+    if blocked:
+        ovpasses.rewrite(model, sliding_window="trimmable", first_prompt="blocked", sliding_window_margin=margin)
+    ov.save_model(model, folder / "openvino_model.xml", compress_to_fp16=False)
+    return folder
+
+
+CHAT = ("w10 w11 w12 w13 w14 w15 w16 w17 w18 w19", "w20 w21 w22 w23 w24 w25 w26", "w30 w31")
+ANSWER = 6
+
+
+@pytest.mark.parametrize("family", ["gemma3", "gpt-oss"])
+def test_genai_stateful_answers_as_the_unmodified_folder_and_paged_cannot_load_it(family, tmp_path):
+    """openvino_genai's stateful pipeline (ATTENTION_BACKEND="SDPA") feeds a prompt whole: its greedy answer to a
+    long prompt, and a three-turn chat on a folder with a margin of one answer (its chat takes each answer back out
+    of the cache), are the unmodified folder's. The paged path (ContinuousBatchingPipeline, or LLMPipeline with
+    ATTENTION_BACKEND="PA") cannot load the IR, as the guide and the rewrite's summary say; LLMPipeline's default
+    backend then falls back to the stateful path (genai 2026.4.1) and answers as the unmodified folder does."""
+    import openvino_genai as genai
+
+    def pipe(folder: Path, **kwargs):
+        return genai.LLMPipeline(str(folder), "CPU", **kwargs, **EXACT_CPU_CONFIG)
+
+    def answer(made) -> list[int]:
+        config = genai.GenerationConfig(max_new_tokens=8, do_sample=False)
+        ids = np.asarray([[4 + (7 * i) % 150 for i in range(60)]], np.int64)
+        return list(made.generate(ov.Tensor(ids), config).tokens[0])
+
+    full = _genai_folder(tmp_path, family, blocked=False)
+    blocked = _genai_folder(tmp_path, family, blocked=True)
+    expected = answer(pipe(full, ATTENTION_BACKEND="SDPA"))
+    assert answer(pipe(blocked, ATTENTION_BACKEND="SDPA")) == expected
+    assert answer(pipe(blocked)) == expected                       # the default backend's fallback
+    chats = [genai_chat(pipe(folder, ATTENTION_BACKEND="SDPA"), CHAT, ANSWER)
+             for folder in (_genai_folder(tmp_path, family, blocked=True, margin=ANSWER), full)]
+    assert chats[0] == chats[1]
+    for paged in (lambda: pipe(blocked, ATTENTION_BACKEND="PA"),
+                  lambda: genai.ContinuousBatchingPipeline(str(blocked), genai.SchedulerConfig(), "CPU",
+                                                           EXACT_CPU_CONFIG)):
+        with pytest.raises(RuntimeError, match="undeclared parameters"):
+            paged()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prompt", ["default", "long"])
+@pytest.mark.parametrize("fixture", ["gemma3/text6", "gpt-oss/tiny4"])
+def test_optimum_intel_generates_transformers_tokens_from_the_blocked_folder(fixture, prompt, tmp_path):
+    """``ovpass rewrite --sliding-window trimmable --first-prompt blocked`` on the folder; OVModelForCausalLM.generate
+    (in .venvs/export: it needs torch; it feeds the prompt whole) decodes transformers' 32 tokens from it."""
+    from test_clients import EXPORT_PYTHON, optimum_generate, rewrite_folder   # tests/ is on sys.path
+    from test_sliding_window_families import reference
+
+    if not EXPORT_PYTHON.exists():
+        pytest.skip("needs .venvs/export (bash tools/venv.sh export)")
+    folder = rewrite_folder(FIXTURES / fixture, tmp_path, "--sliding-window", "trimmable", "--first-prompt", "blocked")
+    assert ov.Core().read_model(folder / "openvino_model.xml").has_rt_info(first_prompt.RT_BLOCKED)
+    case = reference(fixture) if prompt == "default" else reference(fixture)["long_prompt"]
+    assert prompt == "default" or len(case["prompt_ids"]) > 8     # longer than a trim keeps (W = 8): the fast path
+    assert optimum_generate("OVModelForCausalLM", folder, case, tmp_path) == case["generated_ids"]

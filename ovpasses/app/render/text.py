@@ -179,9 +179,9 @@ BLOCKED_CLIENTS = {
     "ov.Core, optimum-intel, openvino_genai stateful": (
         "a first prompt longer than the caches keep, fed whole, runs the sliding layers in query blocks and their "
         "caches are born trimmed; later steps and chunks run as trimmable"),
-    "openvino_genai paged (continuous batching, OVMS)": (
+    "openvino_genai paged (continuous batching, ATTENTION_BACKEND=PA, OVMS)": (
         "cannot load this IR: openvino's PagedAttention conversion removes inputs the blocked attention reads; "
-        "rewrite without the blocked first prompt for paged clients"),
+        "rewrite without the blocked first prompt for paged clients (LLMPipeline's default falls back to stateful)"),
 }
 
 
