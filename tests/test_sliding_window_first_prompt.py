@@ -233,13 +233,14 @@ def test_the_older_runtimes_run_the_blocked_first_prompt_exactly(version):
     if not python.exists():
         pytest.skip(f"needs .venvs/ov-{version} (bash tools/venv.sh ov {version})")
     result = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)),
-                             "-k", "not older_runtimes"],
+                             "-k", "not older_runtimes and not genai"],   # genai: the newest runtime's
                             capture_output=True, text=True, cwd=ROOT, timeout=900, env=worker_env())
     tail = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr[-2000:]
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     counts = dict((word, int(n)) for n, word in re.findall(r"(\d+) (passed|failed|skipped|error)", tail))
-    # one skip allowed: the Gemma 3n export, which runtimes before the fixed release cannot read as it is
-    assert counts.get("passed", 0) >= 20 and set(counts) <= {"passed", "skipped"} and counts.get("skipped", 0) <= 1, tail
+    # skips allowed: the Gemma 3n export (runtimes before the fixed release cannot read it as it is) and the slow
+    # optimum-intel cases
+    assert counts.get("passed", 0) >= 20 and set(counts) <= {"passed", "skipped"} and counts.get("skipped", 0) <= 5, tail
 
 
 def _genai_folder(tmp_path: Path, family: str, blocked: bool, margin: int = 0) -> Path:
