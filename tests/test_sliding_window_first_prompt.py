@@ -167,6 +167,9 @@ def test_a_second_rewrite_changes_nothing():
     assert len(model.get_ops()) == ops
     applied = [r for r in first.records if r.rule == "BlockedFirstPrompt" and r.status.value == "applied"]
     assert applied and not [r for r in second.records if r.rule == "BlockedFirstPrompt"]
+    text = summary_text(first)   # what the rewrite says: the layers, where it pays, which client gets what
+    assert f"first prompt: blocked: {len(applied)} sliding layers" in text and "  pays: measured" in text
+    assert "cannot load this IR" in text
 
 
 @pytest.mark.parametrize("fixture", ["gemma4/tiny8", "gemma4/e2b35", "gemma3n/tiny8"])

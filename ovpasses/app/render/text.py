@@ -185,6 +185,11 @@ BLOCKED_CLIENTS = {
 }
 
 
+BLOCKED_PAYS = ("measured at Gemma 3 4B widths fed whole: 16k prefill 0.25x, peak RSS 0.92x, decode 0.54-0.60x of the "
+                "unmodified model; at 8k and below 3-10% more memory (faster prefill); gpt-oss-20b widths 16k prefill "
+                "0.60x, 7% more memory (benchmarks/records/2026-11-27-blocked-first-prompt.md)")
+
+
 def blocked_lines(records) -> list[str]:
     """What first_prompt="blocked" did, as lines (the rule's records of the summary)."""
     records = [r for r in records if r.rule == "BlockedFirstPrompt"]
@@ -194,6 +199,7 @@ def blocked_lines(records) -> list[str]:
              "layer takes it, or an earlier run made it so)"]
     lines += [f"  not blocked: {r.node}: {r.reason}" for r in records if r.status is Status.REFUSED]
     if applied:
+        lines.append(f"  pays: {BLOCKED_PAYS}")
         lines += [f"  {client}: {benefit}" for client, benefit in BLOCKED_CLIENTS.items()]
     return lines
 
