@@ -29,7 +29,7 @@ from ovpasses.features.unsharing.plan import UnsharedCache
 from ovpasses.plan.decisions import Action, Decision
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.report import schemas
-from ovpasses.rules import RuleRecord
+from ovpasses.rules import RuleRecord, Status
 from ovpasses.step import PassReport
 
 
@@ -185,8 +185,17 @@ class RewriteSummary:
             "sliding_window_payoff": None if pays is None else pays.to_dict(),
             "paged_heads": None if self.paged_heads is None else self.paged_heads.to_dict(),
             "eager_attention": self.eager_to_dicts(),
+            "first_prompt": self.first_prompt_to_dict(),
             "records": [r.to_dict() for r in self.records],
         }
+
+    def first_prompt_to_dict(self) -> dict:
+        """``first_prompt``: the mode, the SDPAs whose long first prompt runs in query blocks (BlockedFirstPrompt
+        applied) and why the rule left the others (refused)."""
+        records = [r for r in self.records if r.rule == "BlockedFirstPrompt"]
+        return {"mode": self.options.first_prompt.value,
+                "blocked": [r.node for r in records if r.status is Status.APPLIED],
+                "refused": {r.node: r.reason for r in records if r.status is Status.REFUSED}}
 
     def eager_to_dicts(self) -> list[dict]:
         """Per eager attention subgraph found: what it is, whether it is an SDPA now, and why not."""

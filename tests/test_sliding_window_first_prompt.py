@@ -309,3 +309,19 @@ def test_optimum_intel_generates_transformers_tokens_from_the_blocked_folder(fix
     case = reference(fixture) if prompt == "default" else reference(fixture)["long_prompt"]
     assert prompt == "default" or len(case["prompt_ids"]) > 8     # longer than a trim keeps (W = 8): the fast path
     assert optimum_generate("OVModelForCausalLM", folder, case, tmp_path) == case["generated_ids"]
+
+
+def test_inspect_says_what_the_blocked_first_prompt_would_do():
+    """``ovpass inspect --first-prompt blocked``: the layers it takes, where it pays and which client gets what, in
+    text and in the JSON report's ``first_prompt``."""
+    import json
+
+    from testkit.cli import run_main
+
+    args = (FAMILIES["gemma3"] / "openvino_model.xml", "--sliding-window", "trimmable", "--first-prompt", "blocked")
+    text = run_main("inspect", *args)
+    assert text.returncode == 0, text.stderr
+    assert "first prompt: blocked: 5 sliding layers" in text.stdout and "  pays: measured" in text.stdout
+    report = json.loads(run_main("inspect", *args, "--format", "json").stdout)
+    assert report["first_prompt"]["mode"] == "blocked" and len(report["first_prompt"]["blocked"]) == 5
+    assert report["first_prompt"]["refused"] == {}

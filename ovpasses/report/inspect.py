@@ -21,7 +21,7 @@ from ovpasses.summary import RewriteSummary
 
 SUMMARY_FIELDS = ("sliding_window_masks", "warnings", "lint", "unreadable_ops", "readable", "kv_sharing", "unshared",
                   "kept_shared", "extra_cache_bytes_per_token", "sliding_window", "sliding_window_caches", "paged_heads",
-                  "eager_attention", "sliding_window_payoff")
+                  "eager_attention", "sliding_window_payoff", "first_prompt")
 
 
 KV_BYTES_CONTEXT = 8192   # the context at which the report gives the KV-cache bytes

@@ -10,6 +10,7 @@ import networkx as nx
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.app.render.text import (
     TRIMMABLE_CLIENTS,
+    blocked_lines,
     WIDTH,
     action_text,
     eager_lines,
@@ -99,6 +100,8 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
             lines += ["  " + line for line in payoff_lines(report["sliding_window_payoff"])]
         if report["sliding_window"] == "trimmable":
             lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
+    if report.get("first_prompt", {}).get("mode") == "blocked":
+        lines += ["", *blocked_lines(report["first_prompt"])]
     shared = [v for v in report["variables"] if v["shared"]]
     if shared:
         lines += ["", "shared caches (owner: borrowers):"]

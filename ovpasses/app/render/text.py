@@ -190,15 +190,14 @@ BLOCKED_PAYS = ("measured at Gemma 3 4B widths fed whole: 16k prefill 0.25x, pea
                 "0.60x, 7% more memory (benchmarks/records/2026-11-27-blocked-first-prompt.md)")
 
 
-def blocked_lines(records) -> list[str]:
-    """What first_prompt="blocked" did, as lines (the rule's records of the summary)."""
-    records = [r for r in records if r.rule == "BlockedFirstPrompt"]
-    applied = [r for r in records if r.status is Status.APPLIED]
-    lines = [f"first prompt: blocked: {len(applied)} sliding layers run a long first prompt in query blocks, their "
-             "caches born trimmed" if applied else "first prompt: blocked: changed nothing (no trimmable sliding "
+def blocked_lines(first_prompt: dict) -> list[str]:
+    """What first_prompt="blocked" did (the reports' ``first_prompt``), as lines."""
+    blocked = first_prompt["blocked"]
+    lines = [f"first prompt: blocked: {len(blocked)} sliding layers run a long first prompt in query blocks, their "
+             "caches born trimmed" if blocked else "first prompt: blocked: changed nothing (no trimmable sliding "
              "layer takes it, or an earlier run made it so)"]
-    lines += [f"  not blocked: {r.node}: {r.reason}" for r in records if r.status is Status.REFUSED]
-    if applied:
+    lines += [f"  not blocked: {name}: {reason}" for name, reason in first_prompt["refused"].items()]
+    if blocked:
         lines.append(f"  pays: {BLOCKED_PAYS}")
         lines += [f"  {client}: {benefit}" for client, benefit in BLOCKED_CLIENTS.items()]
     return lines
@@ -292,7 +291,7 @@ def summary_text(summary: RewriteSummary) -> str:
         if trimmable and bounded.bounded:
             lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
     if summary.options.first_prompt is FirstPrompt.BLOCKED:
-        lines += blocked_lines(summary.records)
+        lines += blocked_lines(summary.first_prompt_to_dict())
     lines += paged_heads_lines(summary.paged_heads.to_dict()) if summary.paged_heads else []
     for message in summary.analysis.unhandled:
         lines.append(f"not handled: {message}")
