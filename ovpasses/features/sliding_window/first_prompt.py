@@ -9,9 +9,10 @@ one. Here, on a first prompt (the layer's cache empty, batch 1, more new tokens 
 keeps), the fused SDPA gets only the last ``keep`` rows of Q and of the new K/V, with the rows and columns of its
 mask built from the mask's inputs, so that its cache is born trimmed and it computes ``keep x keep`` pairs; the
 layer's rows come from a blocked attention over the new K/V: query blocks of ``bq`` rows, block ``b`` against its
-``keep + bq`` keys, ``O(n * W)`` pairs. Measured at Gemma 3 4B widths, 16k fed whole: prefill 0.30-0.35x of the
-unmodified model (``benchmarks/records/2026-11-27-fast-first-prompt-prototype.md`` for the prototype this form was
-built from, and the record of this form for its own figures).
+``keep + bq`` keys, ``O(n * W)`` pairs. Measured at Gemma 3 4B widths, 16k fed whole: prefill 0.25-0.26x, peak RSS
+0.92x, decode 0.54-0.60x of the unmodified model; below about 8k, and at gpt-oss widths, it holds 3-14% more
+(``benchmarks/records/2026-11-27-blocked-first-prompt.md``; the prototype it was built from:
+``benchmarks/records/2026-11-27-fast-first-prompt-prototype.md``).
 
 Per trimmable sliding SDPA (``keep`` = the positions its cache keeps, ``n`` new rows, ``P`` the positions its
 cache holds; ``fast = P == 0 and n > keep and batch == 1``, ``s = fast * (n - keep)``, ``n_b = fast * n``)::
@@ -35,8 +36,9 @@ The runs execute one after another (each run's indices wait for the previous run
 independent branches side by side, and holds their memory together); the runs' indices and masks are built once per
 mask and shared by the layers that read it.
 
-A paged client (openvino_genai continuous batching, OVMS) cannot take this form: openvino's SDPA-to-PagedAttention
-conversion leaves the blocked SDPAs reading tensors it re-lays out (the rewrite's summary says so).
+A paged client (openvino_genai continuous batching, OVMS) cannot load this form: openvino's SDPA-to-PagedAttention
+conversion removes the beam_idx and attention_mask inputs, which the blocked attention still reads (``undeclared
+parameters``; the rewrite's summary says so).
 """
 
 from __future__ import annotations
@@ -66,10 +68,10 @@ BLOCK_ROWS = 256     # query rows per block, at most (at most W): a block's scor
 # The blocks run in a layer's SDPAs one after another, as many runs as keep one run's scores (query heads x
 # rows x keys, f32, materialized: the CPU plugin decomposes an SDPA outside its fused kernel) under
 # RUN_SCORES at a 16k prompt: fewer runs hold more memory per run (the plugin's dynamic memory is not shared
-# between them: record 2026-11-27-blocked-first-prompt.md), more runs are more nodes (each costs the compiled
-# model about 0.5 MiB per layer and runs on empty tensors every decode step). A layer that would need more than
-# MAX_RUNS is refused: at W = 4,096 and 32 query heads (Mistral 7B widths) the prototype held 2-4x the
-# unmodified model's context memory.
+# between them: record 2026-11-27-blocked-first-prompt.md), more runs are more nodes (a run cost the compiled
+# model about 7 MiB over Gemma 3 4B widths' ten sliding layers, and its nodes run on empty tensors every decode
+# step). A layer that would need more than MAX_RUNS is refused: at W = 4,096 and 32 query heads (Mistral 7B
+# widths) the prototype held 2-4x the unmodified model's context memory.
 RUN_SCORES = 80 << 20
 REFERENCE_PROMPT = 16384
 MAX_RUNS = 32
@@ -213,7 +215,8 @@ class _Band:
                        "i64")
         # block 0's rows are a whole block (Q is laid out in blocks: off the fast path there is no block at all),
         # its keys the rows it has (none off the fast path)
-        self.mask0 = self._mask(mask, ops.constant(np.arange(bq, dtype=np.int64)[None]), ops.unsqueeze(r0, _i64([0])), last, made)
+        self.mask0 = self._mask(mask, ops.constant(np.arange(bq, dtype=np.int64)[None]), ops.unsqueeze(r0, _i64([0])),
+                                last, made)
         self.runs = []
         for run in range(runs):
             b0 = ops.minimum(ops.multiply(per_run, _i64([run])), rest)
@@ -258,7 +261,8 @@ class _Band:
         tiled = ops.broadcast(ops.unsqueeze(rows, _i64([2])), _i64([1, 1, self.groups, 1, 1]),
                               broadcast_spec="BIDIRECTIONAL")
         # explicit sizes: off the fast path a -1 would take the 0 of an empty tensor
-        flat = ops.reshape(tiled, ops.concat([_dim(qpos, 0), _i64([1]), ops.multiply(_dim(qpos, 1), _i64([self.groups])),
+        flat = ops.reshape(tiled, ops.concat([_dim(qpos, 0), _i64([1]),
+                                              ops.multiply(_dim(qpos, 1), _i64([self.groups])),
                                               _dim(kabs, 1)], 0), False)
         made += [tiled, flat]
         return flat.output(0)
@@ -362,7 +366,7 @@ class BlockedFirstPrompt(Rule, ModelPass):
                 scale = ops.convert_like(scale, q).output(0)
             if layer.keep not in gates:
                 gates[layer.keep] = self._gate(q, knodes, layer.keep, made)
-            fast, start, n_b = gates[layer.keep]
+            _, start, n_b = gates[layer.keep]
             n = _dim(knodes.new, 2)
             made.append(n)
             # the fused SDPA: the last `keep` rows on the fast path (its cache is born trimmed), every row otherwise
@@ -501,4 +505,5 @@ class BlockedFirstPrompt(Rule, ModelPass):
         return node(ops.reshape(back, target, False)).output(0)
 
 
-__all__ = ["BLOCK_ROWS", "MAX_RUNS", "RT_BLOCKED", "RUN_SCORES", "BlockedFirstPrompt", "BlockedLayer", "BlockedPlan", "plan_blocked", "runs_for"]
+__all__ = ["BLOCK_ROWS", "MAX_RUNS", "RT_BLOCKED", "RUN_SCORES", "BlockedFirstPrompt", "BlockedLayer", "BlockedPlan",
+           "mask_source", "plan_blocked", "runs_for"]
