@@ -55,7 +55,13 @@ from openvino.utils.node_factory import NodeFactory
 
 from ovpasses.analysis.cache_chain import find_cache_chains
 from ovpasses.errors import PassInvariantError
-from ovpasses.features.sliding_window.caches import CacheRefusal, Refusal, cache_nodes, trimmable_caches
+from ovpasses.features.sliding_window.caches import (
+    CacheNodes,
+    CacheRefusal,
+    Refusal,
+    cache_nodes,
+    trimmable_caches,
+)
 from ovpasses.features.sliding_window.mask_columns import narrow_axis, rebuild_on_leaves, walkable
 from ovpasses.modes import FirstPrompt, OptionChoice
 from ovpasses.rules import Rule, RulePlan
@@ -121,19 +127,21 @@ def plan_blocked(model: ov.Model) -> BlockedPlan:
         return BlockedPlan()
     chains = find_cache_chains(model, set(caches), "BlockedFirstPrompt.plan")
     readers: dict[str, tuple[ov.Node, dict[int, str]]] = {}
+    found: dict[str, CacheNodes] = {}
     blocker = ""
     for vid in sorted(caches):
         nodes = cache_nodes(*chains[vid]) if vid in chains else CacheRefusal(Refusal.NO_CACHE_CONCAT)
         if isinstance(nodes, CacheRefusal):
             blocker = blocker or f"cache {vid}: {nodes.message}"
             continue
+        found[vid] = nodes
         if len(nodes.readers) != 1:
             blocker = blocker or f"cache {vid} is read by {len(nodes.readers)} SDPAs (KV-shared layers)"
         for sdpa, port in nodes.readers:
             readers.setdefault(sdpa.get_friendly_name(), (sdpa, {}))[1][port] = vid
     layers, refused = [], {}
     for name, (sdpa, ports) in readers.items():
-        reason = _refusal(sdpa, ports, caches, chains)
+        reason = _refusal(sdpa, ports, caches, found)
         if reason:
             refused[name] = reason
             blocker = blocker or f"SDPA '{name}': {reason}"
@@ -168,7 +176,7 @@ def mask_source(mask: ov.Output) -> ov.Output:
     return mask
 
 
-def _refusal(sdpa: ov.Node, ports: dict[int, str], caches: dict[str, int], chains) -> str:
+def _refusal(sdpa: ov.Node, ports: dict[int, str], caches: dict[str, int], found: dict[str, CacheNodes]) -> str:
     if set(ports) != {1, 2}:
         return "its K and V are not both trimmable caches"
     if caches[ports[1]] != caches[ports[2]]:
@@ -186,7 +194,7 @@ def _refusal(sdpa: ov.Node, ports: dict[int, str], caches: dict[str, int], chain
                 f"{RUN_SCORES >> 20} MiB a run (at most {MAX_RUNS}): the blocked attention would hold more than the "
                 "fused kernel")
     for vid in (ports[1], ports[2]):
-        nodes = cache_nodes(*chains[vid])
+        nodes = found[vid]
         new = nodes.new.get_partial_shape()
         if nodes.axis != 2 or new.rank.get_length() != 4 or new[1].is_dynamic or new[3] != q[3]:
             return "its cache is not [batch, KV heads, positions, head size]"
@@ -236,14 +244,7 @@ class _Band:
               made: list[ov.Node]) -> ov.Output:
         """The model's mask at rows ``qpos`` [m, bq] and keys ``kabs`` [m, kspan] (absolute positions; keys
         outside ``[0, n_b)`` masked): ``[m, 1, G * bq, kspan]`` (rows repeated per query head of a KV head)."""
-        def leaf(output: ov.Output, into: list[ov.Node]) -> ov.Output | None:
-            return _gathered_leaf(output, qpos, kabs, into)
-        rebuilt = rebuild_on_leaves(mask, leaf)
-        if rebuilt is None:
-            raise PassInvariantError(f"BlockedFirstPrompt: the mask '{mask.get_node().get_friendly_name()}' is not "
-                                     "made of ops the mask walk knows")
-        built, nodes = rebuilt
-        made += nodes
+        built = _rebuilt(mask, lambda output, into: _gathered_leaf(output, qpos, kabs, into), made)
         valid = ops.logical_and(ops.greater_equal(kabs, _i64([0])), ops.less_equal(kabs, last))   # [m, kspan]
         valid = ops.unsqueeze(valid, _i64([1, 2]))                                                 # [m,1,1,ks]
         if built.get_element_type() == ov.Type.boolean:
@@ -266,6 +267,17 @@ class _Band:
                                               _dim(kabs, 1)], 0), False)
         made += [tiled, flat]
         return flat.output(0)
+
+
+def _rebuilt(mask: ov.Output, leaf, made: list[ov.Node]) -> ov.Output:
+    """``mask``'s ops rebuilt on ``leaf``'s outputs for its leaves (:func:`rebuild_on_leaves`); the plan took only
+    masks the walk can rebuild (:func:`walkable`: leaves of static rank, which both leaf rules take)."""
+    rebuilt = rebuild_on_leaves(mask, leaf)
+    if rebuilt is None:
+        raise PassInvariantError(f"BlockedFirstPrompt: the mask '{mask.get_node().get_friendly_name()}' is not made of "
+                                 "ops the mask walk knows")
+    made += rebuilt[1]
+    return rebuilt[0]
 
 
 def _gathered_leaf(leaf: ov.Output, qpos: ov.Node, kabs: ov.Node, made: list[ov.Node]) -> ov.Output | None:
@@ -345,7 +357,7 @@ class BlockedFirstPrompt(Rule, ModelPass):
         sdpas = {node.get_friendly_name(): node for node in model.get_ordered_ops()
                  if node.get_type_name() == "ScaledDotProductAttention"}
         bands: dict[tuple, _Band] = {}
-        gates: dict[int, tuple[ov.Node, ov.Node, ov.Node]] = {}
+        gates: dict[int, tuple[ov.Node, ov.Node]] = {}
         fused_masks: dict[tuple, ov.Output] = {}
         for layer in self.plan.layers:
             sdpa = sdpas.get(layer.sdpa)
@@ -366,7 +378,7 @@ class BlockedFirstPrompt(Rule, ModelPass):
                 scale = ops.convert_like(scale, q).output(0)
             if layer.keep not in gates:
                 gates[layer.keep] = self._gate(q, knodes, layer.keep, made)
-            _, start, n_b = gates[layer.keep]
+            start, n_b = gates[layer.keep]
             n = _dim(knodes.new, 2)
             made.append(n)
             # the fused SDPA: the last `keep` rows on the fast path (its cache is born trimmed), every row otherwise
@@ -406,9 +418,9 @@ class BlockedFirstPrompt(Rule, ModelPass):
         return True
 
     @staticmethod
-    def _gate(q: ov.Output, knodes, keep: int, made: list[ov.Node]) -> tuple[ov.Node, ov.Node, ov.Node]:
-        """fast (i64 [1]: 1 on a first prompt of batch 1 and more than ``keep`` new rows), the fused SDPA's first
-        row ``s`` and the blocked rows ``n_b``. The past is the cache's own (a ShapeOf on its Gather, which the
+    def _gate(q: ov.Output, knodes, keep: int, made: list[ov.Node]) -> tuple[ov.Node, ov.Node]:
+        """The fused SDPA's first row ``s`` and the blocked rows ``n_b`` (``fast``, i64 [1], is 1 on a first prompt
+        of batch 1 and more than ``keep`` new rows). The past is the cache's own (a ShapeOf on its Gather, which the
         plugin's fused pattern allows)."""
         held = _dim(knodes.chain[-1].output(0), 2)
         n = _dim(knodes.new, 2)
@@ -418,7 +430,7 @@ class BlockedFirstPrompt(Rule, ModelPass):
         start = ops.multiply(fast, ops.subtract(n, _i64([keep])))
         n_b = ops.multiply(fast, n)
         made += [held, n, batch, first, fast, start, n_b]
-        return fast, start, n_b
+        return start, n_b
 
     @staticmethod
     def _from(x: ov.Output, start: ov.Node, made: list[ov.Node]) -> ov.Output:
@@ -429,18 +441,11 @@ class BlockedFirstPrompt(Rule, ModelPass):
     @staticmethod
     def _fused_mask(mask: ov.Output, start: ov.Node, made: list[ov.Node]) -> ov.Output:
         """The mask's rows and key columns from ``start`` (on the fast path the past is empty, so the columns are
-        the new rows'), built from its inputs; a mask of other ops: sliced after it."""
+        the new rows'), built from its inputs."""
         def leaf(output: ov.Output, into: list[ov.Node]) -> ov.Output | None:
             rows = narrow_axis(output, -2, start.output(0), into)
             return None if rows is None else narrow_axis(rows, -1, start.output(0), into)
-        rebuilt = rebuild_on_leaves(mask, leaf)
-        if rebuilt is not None:
-            made += rebuilt[1]
-            return rebuilt[0]
-        rows = opset8.slice(mask, start, _i64([OPEN_END]), _i64([1]), _i64([2]))
-        cols = opset8.slice(rows, start, _i64([OPEN_END]), _i64([1]), _i64([3]))
-        made += [rows, cols]
-        return cols.output(0)
+        return _rebuilt(mask, leaf, made)
 
     @staticmethod
     def _blocked(q: ov.Output, k: ov.Output, v: ov.Output, scale: ov.Output, sink: ov.Output | None, band: _Band,

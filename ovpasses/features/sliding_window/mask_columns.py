@@ -71,6 +71,11 @@ def _through(node: ov.Node) -> bool:
     return node.get_attributes().get("auto_broadcast", "numpy") in ("numpy", "none")
 
 
+def _sources(node: ov.Node) -> list[ov.Output]:
+    """The inputs the walk follows from ``node`` (one it goes through): a Broadcast's data, every other op's all."""
+    return [node.input_value(0)] if node.get_type_name() == "Broadcast" else list(node.input_values())
+
+
 def _narrow_leaf(leaf: ov.Output, start: ov.Output, end: ov.Output | None,
                  made: list[ov.Node], axis: int = -1) -> ov.Output | None:
     shape = leaf.get_partial_shape()
@@ -154,7 +159,7 @@ def walkable(mask: ov.Output) -> bool:
             if output.get_partial_shape().rank.is_dynamic:
                 return False
             continue
-        stack.extend([node.input_value(0)] if node.get_type_name() == "Broadcast" else node.input_values())
+        stack.extend(_sources(node))
     return True
 
 
@@ -179,7 +184,7 @@ def rebuild_on_leaves(mask: ov.Output, leaf_rule) -> tuple[ov.Output, list[ov.No
                 return None
             built[key] = leaf
             continue
-        sources = [node.input_value(0)] if node.get_type_name() == "Broadcast" else list(node.input_values())
+        sources = _sources(node)
         if not expanded:
             stack.append((output, True))
             stack.extend((s, False) for s in sources if (s.get_node().get_name(), s.get_index()) not in built)
