@@ -22,19 +22,24 @@ cache holds; ``fast = P == 0 and n > keep and batch == 1``, ``s = fast * (n - ke
     After:   Slice(Q, s:) ------------------------------------------------> SDPA(Q', K, V, mask') -> fused
              Slice(new, s:) -> Concat(past, ..) -> Assign / [expand] ---------^       ^- mask's ops on
                                                                                        leaves sliced at s:
-             Q[:n_b], new K/V[:n_b] -> block 0 (rows [0, bq), keys [0, bq)) ----------> SDPA -> r0
-                                    -> R runs of blocks b >= 1: keys b*bq - keep .. b*bq + bq - 1, gathered;
-                                       Q [blocks, Hkv, G*bq, D] (K/V not expanded), or [blocks, H, bq, D] with
-                                       sinks; the mask's ops on leaves gathered at the blocks' rows and keys ---> rk
-             out = Slice(Concat(r0, r1 .. rR, fused), rows [0, n))
+             Q[:n_b], new K/V[:n_b] -> R runs of blocks b: rows [b*bq, b*bq + bq) against keys b*bq - keep ..
+                                       b*bq + bq - 1, gathered; rank 5, nothing transposed or expanded:
+                                       Q [Hkv, G, blocks, bq, D], K/V [Hkv, 1, blocks, kspan, D], the mask's
+                                       ops on leaves gathered at the blocks' rows and keys [1, 1, blocks, bq,
+                                       kspan]; the SDPA broadcasts them over the G query heads ------------> rk
+             out = Slice(Concat(r1 .. rR, fused), rows [0, n))
 
 Off the fast path (a decode step, a chunk after a past, batch > 1) ``s = 0`` and ``n_b = 0``: the fused SDPA sees
 what it saw before and every blocked tensor has 0 rows, so the result is the unmodified model's. The blocked
 attention's mask is the model's own (its ops rebuilt on gathered leaves, keys outside ``[0, n)`` masked), so the
 window, causality and padding come from the model: the key span only has to cover the window (``keep >= W - 1``).
-The runs execute one after another (each run's indices wait for the previous run's output: the plugin runs
-independent branches side by side, and holds their memory together); the runs' indices and masks are built once per
-mask and shared by the layers that read it.
+The runs execute one after another (each run's bounds wait for the previous run's output, the first run's for the
+layer's Q: the plugin runs independent branches side by side, and holds their memory together). The blocks' key
+indices and mask are built once per mask and shared by the layers that read it, packed in three tensors that each
+layer slices: with dynamic shapes the CPU plugin groups tensors by lifetime and holds a group for every tensor that
+lives from the first layer to the last (runtime notes): the first form (per-run masks and bounds built once for all
+layers, K/V windows transposed, masks tiled per query head) held 154 MiB more context memory at Gemma 3 4B widths,
+4k fed whole (record 2026-11-27-blocked-first-prompt-rank5.md).
 
 A paged client (openvino_genai continuous batching, OVMS) cannot load this form: openvino's SDPA-to-PagedAttention
 conversion removes the beam_idx and attention_mask inputs, which the blocked attention still reads (``undeclared
@@ -204,69 +209,46 @@ def _refusal(sdpa: ov.Node, ports: dict[int, str], caches: dict[str, int], found
 
 
 class _Band:
-    """What every layer of one mask, keep and layout shares: the blocks' sizes, the runs' bounds, the key
-    indices and the masks, built once (their memory is held while the last layer reads them)."""
+    """What every layer of one mask and keep shares, built once: the blocks' key indices ``kidx`` [nb, kspan], the
+    mask ``[1, 1, nb, bq, kspan]`` and the runs' block bounds ``[runs + 1]`` (three tensors: the plugin holds a
+    group of its dynamic memory for each tensor that lives from the first layer to the last, so the band is
+    packed, and each layer slices it)."""
 
-    def __init__(self, n_b: ov.Node, keep: int, rows: int, runs: int, mask: ov.Output, groups: int,
-                 made: list[ov.Node]) -> None:
+    def __init__(self, n_b: ov.Node, keep: int, rows: int, runs: int, mask: ov.Output, made: list[ov.Node]) -> None:
         bq = min(rows, keep + 1)
-        self.bq, self.kspan, self.groups = bq, keep + bq, groups
+        self.bq, self.kspan, self.runs = bq, keep + bq, runs
         self.n_b = n_b
         nb = ops.divide(ops.add(n_b, _i64([bq - 1])), _i64([bq]))                 # ceil(n_b / bq)
         self.pad = ops.subtract(ops.multiply(nb, _i64([bq])), n_b)
-        self.rows0 = ops.minimum(n_b, _i64([bq]))                                # block 0: bq rows, or none
-        self.first = ops.minimum(nb, _i64([1]))                                  # block 0: 1 block, or none
-        rest = ops.maximum(ops.subtract(nb, _i64([1])), _i64([0]))
-        per_run = ops.divide(ops.add(rest, _i64([runs - 1])), _i64([runs]))
+        per_run = ops.divide(ops.add(nb, _i64([runs - 1])), _i64([runs]))
+        self.bounds = ops.minimum(ops.multiply(per_run, _i64(np.arange(runs + 1))), nb)   # run r: [b_r, b_r+1)
         last = ops.maximum(ops.subtract(n_b, _i64([1])), _i64([0]))
-        r0 = ops.range(ops.constant(np.int64(0)), ops.squeeze(self.rows0, _i64([0])), ops.constant(np.int64(1)),
-                       "i64")
-        # block 0's rows are a whole block (Q is laid out in blocks: off the fast path there is no block at all),
-        # its keys the rows it has (none off the fast path)
-        self.mask0 = self._mask(mask, ops.constant(np.arange(bq, dtype=np.int64)[None]), ops.unsqueeze(r0, _i64([0])),
-                                last, made)
-        self.runs = []
-        for run in range(runs):
-            b0 = ops.minimum(ops.multiply(per_run, _i64([run])), rest)
-            b1 = ops.minimum(ops.multiply(per_run, _i64([run + 1])), rest)
-            blocks = ops.range(ops.squeeze(b0, _i64([0])), ops.squeeze(b1, _i64([0])), ops.constant(np.int64(1)),
-                               "i64")
-            first_row = ops.multiply(ops.add(ops.unsqueeze(blocks, _i64([1])), _i64([1])), _i64([bq]))  # [m, 1]
-            qpos = ops.add(first_row, _i64(np.arange(bq)).output(0))                                   # [m, bq]
-            kabs = ops.add(ops.subtract(first_row, _i64([keep])), _i64(np.arange(self.kspan)).output(0))  # [m, ks]
-            kidx = ops.minimum(ops.maximum(kabs, _i64([0])), last)
-            rows = (ops.add(b0, _i64([1])), ops.add(b1, _i64([1])))           # the run's blocks [b0 + 1, b1 + 1)
-            self.runs.append((rows, kidx, self._mask(mask, qpos, kabs, last, made)))
-            made += [b0, b1, blocks, first_row, qpos, kabs, kidx, *rows]
-        made += [nb, self.pad, self.rows0, self.first, rest, per_run, last, r0]
+        blocks = ops.range(ops.constant(np.int64(0)), ops.squeeze(nb, _i64([0])), ops.constant(np.int64(1)), "i64")
+        first_row = ops.multiply(ops.unsqueeze(blocks, _i64([1])), _i64([bq]))                    # [nb, 1]
+        qpos = ops.add(first_row, _i64(np.arange(bq)).output(0))                                   # [nb, bq]
+        kabs = ops.add(ops.subtract(first_row, _i64([keep])), _i64(np.arange(self.kspan)).output(0))  # [nb, ks]
+        self.kidx = ops.minimum(ops.maximum(kabs, _i64([0])), last)
+        self.mask = self._mask(mask, qpos, kabs, last, made)
+        made += [nb, self.pad, per_run, self.bounds, last, blocks, first_row, qpos, kabs, self.kidx]
 
     def _mask(self, mask: ov.Output, qpos: ov.Node, kabs: ov.Node, last: ov.Node,
               made: list[ov.Node]) -> ov.Output:
-        """The model's mask at rows ``qpos`` [m, bq] and keys ``kabs`` [m, kspan] (absolute positions; keys
-        outside ``[0, n_b)`` masked): ``[m, 1, G * bq, kspan]`` (rows repeated per query head of a KV head)."""
+        """The model's mask at rows ``qpos`` [nb, bq] and keys ``kabs`` [nb, kspan] (absolute positions; keys
+        outside ``[0, n_b)`` masked): ``[1, 1, nb, bq, kspan]``, which every query head broadcasts."""
         built = _rebuilt(mask, lambda output, into: _gathered_leaf(output, qpos, kabs, into), made)
-        valid = ops.logical_and(ops.greater_equal(kabs, _i64([0])), ops.less_equal(kabs, last))   # [m, kspan]
-        valid = ops.unsqueeze(valid, _i64([1, 2]))                                                 # [m,1,1,ks]
+        valid = ops.logical_and(ops.greater_equal(kabs, _i64([0])), ops.less_equal(kabs, last))   # [nb, kspan]
+        valid = ops.unsqueeze(valid, _i64([1, 2]))                                                 # [nb,1,1,ks]
         if built.get_element_type() == ov.Type.boolean:
             out = ops.logical_and(built, valid)
         else:
             lowest = ops.constant(np.array(np.finfo(np.float32).min, np.float32))
             out = ops.select(valid, built, ops.convert_like(lowest, built))
-        made += [valid, out]
-        # [m, 1, r, ks] with r = bq (or 1: rows broadcast): to the layout's rows
+        # [nb, 1, r, ks] with r = bq (or 1: rows broadcast) -> [1, 1, nb, bq, kspan]
         rows = ops.broadcast(out, ops.concat([_dim(qpos, 0), _i64([1]), _dim(qpos, 1), _dim(kabs, 1)], 0),
                              broadcast_spec="BIDIRECTIONAL")
-        made.append(rows)
-        if self.groups == 1:
-            return rows.output(0)
-        tiled = ops.broadcast(ops.unsqueeze(rows, _i64([2])), _i64([1, 1, self.groups, 1, 1]),
-                              broadcast_spec="BIDIRECTIONAL")
-        # explicit sizes: off the fast path a -1 would take the 0 of an empty tensor
-        flat = ops.reshape(tiled, ops.concat([_dim(qpos, 0), _i64([1]),
-                                              ops.multiply(_dim(qpos, 1), _i64([self.groups])),
-                                              _dim(kabs, 1)], 0), False)
-        made += [tiled, flat]
-        return flat.output(0)
+        five = ops.reshape(rows, _i64([1, 1, -1, self.bq, self.kspan]), False)
+        made += [valid, out, rows, five]
+        return five.output(0)
 
 
 def _rebuilt(mask: ov.Output, leaf, made: list[ov.Node]) -> ov.Output:
@@ -394,10 +376,9 @@ class BlockedFirstPrompt(Rule, ModelPass):
                     made.append(keys)
                     fused_masks[key] = keys.output(0)
             sdpa.input(MASK_PORT).replace_source_output(fused_masks[key])
-            layout = 1 if sink is not None else groups
-            band_key = (mask.get_node().get_name(), mask.get_index(), layer.keep, layout, layer.runs)
+            band_key = (mask.get_node().get_name(), mask.get_index(), layer.keep, layer.runs)
             if band_key not in bands:
-                bands[band_key] = _Band(n_b, layer.keep, self.plan.block_rows, layer.runs, mask, layout, made)
+                bands[band_key] = _Band(n_b, layer.keep, self.plan.block_rows, layer.runs, mask, made)
             blocked = self._blocked(q, knodes.new, vnodes.new, scale, sink, bands[band_key], heads, kv_heads, size,
                                     made)
             fused = sdpa.output(0)
@@ -450,13 +431,14 @@ class BlockedFirstPrompt(Rule, ModelPass):
     @staticmethod
     def _blocked(q: ov.Output, k: ov.Output, v: ov.Output, scale: ov.Output, sink: ov.Output | None, band: _Band,
                  heads: int, kv_heads: int, size: int, made: list[ov.Node]) -> ov.Output:
-        """The first ``n_b`` rows of the layer's attention, padded to whole blocks ``[1, H, blocks * bq, D]``:
-        Q laid out in blocks once, block 0 and each run an SDPA on a slice of it, the outputs laid back once.
-        Per run: a Slice of Q, a Gather and a Transpose of K and of V, the SDPA, and its wait (few nodes: each
-        runs on empty tensors every decode step, and each costs the compiled model memory)."""
+        """The first ``n_b`` rows of the layer's attention, padded to whole blocks ``[1, H, blocks * bq, D]``.
+        Rank 5, so that nothing is transposed, tiled or expanded: Q ``[Hkv, G, blocks, bq, D]`` (a reshape of
+        Q), a run's K/V windows ``[Hkv, 1, m, kspan, D]`` (one Gather each), the mask ``[1, 1, m, bq, kspan]``;
+        the SDPA broadcasts them over the G query heads of a KV head. Per run: a Slice of Q, of the key indices
+        and of the mask, a Gather of K and of V, the SDPA and its wait (few nodes: each runs on empty tensors
+        every decode step, and each costs the compiled model memory)."""
         groups = heads // kv_heads
-        bq, kspan = band.bq, band.kspan
-        extra = [] if sink is None else [sink]
+        bq = band.bq
 
         def node(n: ov.Node) -> ov.Node:
             made.append(n)
@@ -465,49 +447,28 @@ class BlockedFirstPrompt(Rule, ModelPass):
         rows = node(opset8.slice(q, _i64([0]), band.n_b, _i64([1]), _i64([2])))
         qp = node(ops.pad(rows, _i64([0, 0, 0, 0]), node(ops.concat([_i64([0, 0]), band.pad, _i64([0])], 0)),
                           "constant"))
-        # [Hkv, n_b, D]: batch 1 on the fast path; off it (any batch) 0 rows, read at batch index 0
-        k_heads, v_heads = (node(ops.gather(node(opset8.slice(x, _i64([0]), band.n_b, _i64([1]), _i64([2]))),
-                                            ops.constant(np.int64(0)), ops.constant(np.int64(0)))) for x in (k, v))
-        if sink is None:   # [1, H, nb*bq, D] -> [nb, Hkv, G*bq, D]: the K/V of a KV head serve its G query heads
-            blocks = node(ops.transpose(node(ops.reshape(qp, _i64([kv_heads, groups, -1, bq, size]), False)),
-                                        _i64([2, 0, 1, 3, 4])))
-            blocks = node(ops.reshape(blocks, _i64([-1, kv_heads, groups * bq, size]), False))
-        else:              # [nb, H, bq, D]: a sink per query head
-            blocks = node(ops.transpose(node(ops.reshape(qp, _i64([heads, -1, bq, size]), False)),
-                                        _i64([1, 0, 2, 3])))
-
-        def expand(x: ov.Node) -> ov.Node:     # [m, Hkv, L, D] -> [m, H, L, D] (with sinks)
-            if sink is None or groups == 1:
-                return x
-            wide = node(ops.broadcast(node(ops.unsqueeze(x, _i64([2]))), _i64([1, 1, groups, 1, 1]),
-                                      broadcast_spec="BIDIRECTIONAL"))
-            return node(ops.reshape(wide, node(ops.concat([_dim(x, 0), _i64([heads]), _dim(x, 2), _i64([size])], 0)),
-                                    False))
-
-        # block 0: rows [0, bq) against keys [0, bq)
-        q0 = node(opset8.slice(blocks, _i64([0]), band.first, _i64([1]), _i64([0])))
-        k0, v0 = (node(ops.unsqueeze(node(opset8.slice(x, _i64([0]), band.rows0, _i64([1]), _i64([1]))), _i64([0])))
-                  for x in (k_heads, v_heads))
-        outs = [node(_sdpa([q0.output(0), expand(k0).output(0), expand(v0).output(0), band.mask0, scale] + extra))]
-        after = _i64([0])
-        for (first, last), kidx, mask in band.runs:
-            # `after` is 0, computed from the previous run's output: the runs execute one after another
-            qr = node(opset8.slice(blocks, node(ops.add(first, after)), node(ops.add(last, after)), _i64([1]),
-                                   _i64([0])))
-            idx = node(ops.add(kidx, after))
-            kr, vr = (node(ops.transpose(node(ops.gather(x, idx, ops.constant(np.int64(1)))), _i64([1, 0, 2, 3])))
-                      for x in (k_heads, v_heads))                                # [m, Hkv, kspan, D]
-            out = node(_sdpa([qr.output(0), expand(kr).output(0), expand(vr).output(0), mask, scale] + extra))
+        # [1, H, nb*bq, D] -> [Hkv, G, nb, bq, D] (off the fast path, of any batch: 0 elements)
+        blocks = node(ops.reshape(qp, _i64([kv_heads, groups, -1, bq, size]), False))
+        # [Hkv, 1, n_b, D]: batch 1 on the fast path; off it (any batch) 0 rows
+        k_heads, v_heads = (node(ops.reshape(node(opset8.slice(x, _i64([0]), band.n_b, _i64([1]), _i64([2]))),
+                                             _i64([kv_heads, 1, -1, size]), False)) for x in (k, v))
+        extra = [] if sink is None else [node(ops.reshape(sink, _i64([kv_heads, groups, 1, 1, 1]), False)).output(0)]
+        # each run waits for the previous run's output (`after` is 0, computed from it), the first for the layer's Q
+        after = node(ops.multiply(node(_dim(rows, 2)), _i64([0])))
+        outs = []
+        for run in range(band.runs):
+            lo, hi = (node(ops.add(node(ops.gather(band.bounds, _i64([r]), _i64([0]))), after))
+                      for r in (run, run + 1))
+            qr = node(opset8.slice(blocks, lo, hi, _i64([1]), _i64([2])))                  # [Hkv, G, m, bq, D]
+            idx = node(opset8.slice(band.kidx, lo, hi, _i64([1]), _i64([0])))            # [m, kspan]
+            mr = node(opset8.slice(band.mask, lo, hi, _i64([1]), _i64([2])))             # [1, 1, m, bq, kspan]
+            kr, vr = (node(ops.gather(x, idx, ops.constant(np.int64(2)))) for x in (k_heads, v_heads))
+            out = node(_sdpa([qr.output(0), kr.output(0), vr.output(0), mr.output(0), scale] + extra))
             outs.append(out)
-            after = node(ops.multiply(_dim(out.output(0), 0), _i64([0])))
-        joined = node(ops.concat([o.output(0) for o in outs], 0))
-        target = node(ops.concat([_dim(q, 0), _i64([heads, -1, size])], 0))   # the fused rows' batch (see run_on_model)
-        if sink is None:
-            back = node(ops.transpose(node(ops.reshape(joined, _i64([-1, kv_heads, groups, bq, size]), False)),
-                                      _i64([1, 2, 0, 3, 4])))
-        else:
-            back = node(ops.transpose(joined, _i64([1, 0, 2, 3])))
-        return node(ops.reshape(back, target, False)).output(0)
+            after = node(ops.multiply(node(_dim(out.output(0), 2)), _i64([0])))
+        joined = node(ops.concat([o.output(0) for o in outs], 2))                       # [Hkv, G, nb, bq, D]
+        target = node(ops.concat([node(_dim(q, 0)), _i64([heads, -1, size])], 0))   # the fused rows' batch
+        return node(ops.reshape(joined, target, False)).output(0)
 
 
 __all__ = ["BLOCK_ROWS", "MAX_RUNS", "RT_BLOCKED", "RUN_SCORES", "BlockedFirstPrompt", "BlockedLayer", "BlockedPlan",
