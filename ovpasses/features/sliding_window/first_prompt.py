@@ -453,19 +453,20 @@ class BlockedFirstPrompt(Rule, ModelPass):
         k_heads, v_heads = (node(ops.reshape(node(opset8.slice(x, _i64([0]), band.n_b, _i64([1]), _i64([2]))),
                                              _i64([kv_heads, 1, -1, size]), False)) for x in (k, v))
         extra = [] if sink is None else [node(ops.reshape(sink, _i64([kv_heads, groups, 1, 1, 1]), False)).output(0)]
-        # each run waits for the previous run's output (`after` is 0, computed from it), the first for the layer's Q
-        after = node(ops.multiply(node(_dim(rows, 2)), _i64([0])))
+        # each run waits for the previous run's output, the first for the layer's Q: it reads its bounds from the
+        # band's bounds concatenated with the shape of what it waits for (four nodes, no arithmetic)
+        wait = node(ops.shape_of(rows, "i64"))
         outs = []
         for run in range(band.runs):
-            lo, hi = (node(ops.add(node(ops.gather(band.bounds, _i64([r]), _i64([0]))), after))
-                      for r in (run, run + 1))
+            bounds = node(ops.concat([band.bounds, wait], 0))
+            lo, hi = (node(ops.gather(bounds, _i64([r]), _i64([0]))) for r in (run, run + 1))
             qr = node(opset8.slice(blocks, lo, hi, _i64([1]), _i64([2])))                  # [Hkv, G, m, bq, D]
             idx = node(opset8.slice(band.kidx, lo, hi, _i64([1]), _i64([0])))            # [m, kspan]
             mr = node(opset8.slice(band.mask, lo, hi, _i64([1]), _i64([2])))             # [1, 1, m, bq, kspan]
             kr, vr = (node(ops.gather(x, idx, ops.constant(np.int64(2)))) for x in (k_heads, v_heads))
             out = node(_sdpa([qr.output(0), kr.output(0), vr.output(0), mr.output(0), scale] + extra))
             outs.append(out)
-            after = node(ops.multiply(node(_dim(out.output(0), 2)), _i64([0])))
+            wait = node(ops.shape_of(out, "i64"))
         joined = node(ops.concat([o.output(0) for o in outs], 2))                       # [Hkv, G, nb, bq, D]
         target = node(ops.concat([node(_dim(q, 0)), _i64([heads, -1, size])], 0))   # the fused rows' batch
         return node(ops.reshape(joined, target, False)).output(0)
