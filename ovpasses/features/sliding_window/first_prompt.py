@@ -488,11 +488,14 @@ class BlockedFirstPrompt(Rule, ModelPass):
         # block, then a ScatterUpdate per run (no run's output outlives it)
         out = None
         for run in range(band.runs):
+            # the run's blocks as indices (Gathers: a shape read from values is a sync point of the plugin, and one
+            # Range per run keeps the graph within its parallel shape processing)
             bounds = node(ops.concat([band.bounds, wait], 0))
-            lo, hi = (node(ops.gather(bounds, _i64([r]), _i64([0]))) for r in (run, run + 1))
-            qr = node(opset8.slice(blocks, lo, hi, _i64([1]), _i64([2])))                  # [Hkv, G, m, bq, D]
-            idx = node(opset8.slice(band.kidx, lo, hi, _i64([1]), _i64([0])))            # [m, kspan]
-            mr = node(opset8.slice(band.mask, lo, hi, _i64([1]), _i64([2])))             # [1, 1, m, bq, kspan]
+            lo, hi = (node(ops.gather(bounds, _scalar(r), _scalar(0))) for r in (run, run + 1))
+            at = node(ops.range(lo, hi, _scalar(1), "i64"))                                # [m]
+            qr = node(ops.gather(blocks, at, _scalar(2)))                                   # [Hkv, G, m, bq, D]
+            idx = node(ops.gather(band.kidx, at, _scalar(0)))                               # [m, kspan]
+            mr = node(ops.gather(band.mask, at, _scalar(2)))                                # [1, 1, m, bq, kspan]
             kr, vr = (node(ops.gather(x, idx, _scalar(2))) for x in (k_heads, v_heads))
             rows_r = node(_sdpa([qr.output(0), kr.output(0), vr.output(0), mr.output(0), scale] + extra))
             if out is None:   # run 0 starts at block 0: pad its rows to the last block
@@ -500,7 +503,6 @@ class BlockedFirstPrompt(Rule, ModelPass):
                 out = node(ops.pad(rows_r, _i64([0, 0, 0, 0, 0]),
                                    node(ops.concat([_i64([0, 0]), rest, _i64([0, 0])], 0)), "constant"))
             else:
-                at = node(opset8.slice(band.blocks, lo, hi, _i64([1]), _i64([0])))       # the run's blocks [m]
                 out = node(ops.scatter_update(out, at, rows_r, _i64([2])))
             wait = node(ops.shape_of(out, "i64"))
         target = node(ops.concat([node(_dim(q, 0)), _i64([heads, -1, size])], 0))   # the fused rows' batch
