@@ -9,9 +9,10 @@ one. Here, on a first prompt (the layer's cache empty, batch 1, more new tokens 
 keeps), the fused SDPA gets only the last ``keep`` rows of Q and of the new K/V, with the rows and columns of its
 mask built from the mask's inputs, so that its cache is born trimmed and it computes ``keep x keep`` pairs; the
 layer's rows come from a blocked attention over the new K/V: query blocks of ``bq`` rows, block ``b`` against its
-``keep + bq`` keys, ``O(n * W)`` pairs. Measured at Gemma 3 4B widths, 16k fed whole: prefill 0.25-0.26x, peak RSS
-0.92x, decode 0.54-0.60x of the unmodified model; below about 8k, and at gpt-oss widths, it holds 3-14% more
-(``benchmarks/records/2026-11-27-blocked-first-prompt.md``; the prototype it was built from:
+``keep + bq`` keys, ``O(n * W)`` pairs. Measured at Gemma 3 4B widths fed whole: 4k / 16k / 32k peak RSS 0.995x /
+0.80x / 0.64x, prefill 0.8x / 0.31x / 0.26x, decode 0.87-0.92x / 0.59x / 0.38x of the unmodified model; at gpt-oss
+widths 16k 0.98x, 4k 4% more (``benchmarks/records/2026-11-27-blocked-first-prompt-rank5.md``; the first form:
+``benchmarks/records/2026-11-27-blocked-first-prompt.md``; the prototype it was built from:
 ``benchmarks/records/2026-11-27-fast-first-prompt-prototype.md``).
 
 Per trimmable sliding SDPA (``keep`` = the positions its cache keeps, ``n`` new rows, ``P`` the positions its
