@@ -37,10 +37,10 @@ window, causality and padding come from the model: the key span only has to cove
 The runs execute one after another (each run's bounds wait for the previous run's output, the first run's for the
 layer's Q: the plugin runs independent branches side by side, and holds their memory together). The blocks' key
 indices and mask are built once per mask and shared by the layers that read it, packed in three tensors that each
-layer slices: with dynamic shapes the CPU plugin groups tensors by lifetime and holds a group for every tensor that
-lives from the first layer to the last (runtime notes): the first form (per-run masks and bounds built once for all
-layers, K/V windows transposed, masks tiled per query head) held 154 MiB more context memory at Gemma 3 4B widths,
-4k fed whole (record 2026-11-27-blocked-first-prompt-rank5.md).
+layer's runs gather from: with dynamic shapes the CPU plugin groups tensors by lifetime and holds a group for every
+tensor that lives from the first layer to the last (runtime notes): the first form (per-run masks and bounds built
+once for all layers, K/V windows transposed, masks tiled per query head) held 154 MiB more context memory at Gemma 3
+4B widths, 4k fed whole (record 2026-11-27-blocked-first-prompt-rank5.md).
 
 A paged client (openvino_genai continuous batching, OVMS) cannot load this form: openvino's SDPA-to-PagedAttention
 conversion removes the beam_idx and attention_mask inputs, which the blocked attention still reads (``undeclared
@@ -233,7 +233,7 @@ class _Band:
     """What every layer of one mask and keep shares, built once: the blocks' key indices ``kidx`` [nb, kspan], the
     mask ``[1, 1, nb, bq, kspan]`` and the runs' block bounds ``[runs + 1]`` (three tensors: the plugin holds a
     group of its dynamic memory for each tensor that lives from the first layer to the last, so the band is
-    packed, and each layer slices it)."""
+    packed, and each layer's runs gather from it)."""
 
     def __init__(self, n_b: ov.Node, keep: int, rows: int, runs: int, mask: ov.Output, made: list[ov.Node]) -> None:
         bq = min(rows, keep + 1)
@@ -245,7 +245,6 @@ class _Band:
         self.bounds = ops.minimum(ops.multiply(per_run, _i64(np.arange(runs + 1))), nb)   # run r: [b_r, b_r+1)
         last = ops.maximum(ops.subtract(n_b, _i64([1])), _i64([0]))
         blocks = ops.range(_scalar(0), ops.squeeze(nb, _i64([0])), _scalar(1), "i64")
-        self.blocks = blocks
         first_row = ops.multiply(ops.unsqueeze(blocks, _i64([1])), _i64([bq]))                    # [nb, 1]
         qpos = ops.add(first_row, _i64(np.arange(bq)).output(0))                                   # [nb, bq]
         kabs = ops.add(ops.subtract(first_row, _i64([keep])), _i64(np.arange(self.kspan)).output(0))  # [nb, ks]
@@ -463,9 +462,9 @@ class BlockedFirstPrompt(Rule, ModelPass):
         """The first ``n_b`` rows of the layer's attention, padded to whole blocks ``[1, H, blocks * bq, D]``.
         Rank 5, so that nothing is transposed, tiled or expanded: Q ``[Hkv, G, blocks, bq, D]`` (a reshape of
         Q), a run's K/V windows ``[Hkv, 1, m, kspan, D]`` (one Gather each), the mask ``[1, 1, m, bq, kspan]``;
-        the SDPA broadcasts them over the G query heads of a KV head. Per run: a Slice of Q, of the key indices
-        and of the mask, a Gather of K and of V, the SDPA and its wait (few nodes: each runs on empty tensors
-        every decode step, and each costs the compiled model memory)."""
+        the SDPA broadcasts them over the G query heads of a KV head. Per run: its bounds, a Range of its blocks,
+        Gathers of Q, the key indices, the mask, K and V, the SDPA, its write and its wait (few nodes: each runs
+        on empty tensors every decode step, and each costs the compiled model memory)."""
         groups = heads // kv_heads
         bq = band.bq
 
@@ -489,8 +488,8 @@ class BlockedFirstPrompt(Rule, ModelPass):
         # block, then a ScatterUpdate per run (no run's output outlives it)
         out = None
         for run in range(band.runs):
-            # the run's blocks as indices (Gathers: a shape read from values is a sync point of the plugin, and one
-            # Range per run keeps the graph within its parallel shape processing)
+            # the run's blocks as indices: one Range, then Gathers (a node whose output shape is read from values is
+            # a sync point of the plugin, which processes dynamic shapes sequentially below 10 nodes per sync point)
             bounds = node(ops.concat([band.bounds, wait], 0))
             lo, hi = (node(ops.gather(bounds, _scalar(r), _scalar(0))) for r in (run, run + 1))
             at = node(ops.range(lo, hi, _scalar(1), "i64"))                                # [m]
