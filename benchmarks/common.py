@@ -117,3 +117,30 @@ def stateful_feeder(request) -> Callable:
         return np.array(request.get_output_tensor(0).data[0, -1], np.float32, copy=True)
 
     return feed
+
+
+def stateful_sdpa_beside(kv_heads: int = 4, size: int = 64):
+    """A fused stateful SDPA as exporters write one (ReadValue -> Gather(beam_idx) -> Concat -> SDPA, Assign), to put
+    beside what a probe measures: the CPU plugin treats a model with one as an LLM. Returns the SDPA's output, the
+    Assigns and the Parameters (``fq`` [1, kv_heads, ?, size] and ``beam_idx``)."""
+    import numpy as np
+    import openvino as ov
+    from openvino import opset13 as ops
+    from openvino.op.util import Variable, VariableInfo
+
+    fq = ops.parameter([1, kv_heads, -1, size], ov.Type.f32, name="fq")
+    beam = ops.parameter([-1], ov.Type.i32, name="beam_idx")
+    first = ops.gather(ops.shape_of(fq), ops.constant(np.int64([0])), ops.constant(np.int64([0])))
+    sinks, caches = [], []
+    for name in ("k_cache", "v_cache"):
+        info = VariableInfo()
+        info.data_shape, info.data_type = ov.PartialShape([-1, kv_heads, -1, size]), ov.Type.f32
+        info.variable_id = name
+        variable = Variable(info)
+        init = ops.broadcast(ops.constant(np.float32(0)),
+                             ops.concat([first, ops.constant(np.int64([kv_heads, 0, size]))], 0))
+        cache = ops.concat([ops.gather(ops.read_value(init, variable), beam, ops.constant(np.int64(0))), fq], 2)
+        sinks.append(ops.assign(cache, variable))
+        caches.append(cache)
+    fused = ops.scaled_dot_product_attention(fq, caches[0], caches[1], causal=True)
+    return fused.output(0), sinks, [fq, beam]

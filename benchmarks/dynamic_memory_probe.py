@@ -18,7 +18,8 @@ import numpy as np
 import openvino as ov
 from openvino import opset8
 from openvino import opset13 as ops
-from openvino.op.util import Variable, VariableInfo
+
+from common import stateful_sdpa_beside  # noqa: E402  (sibling module)
 
 KV_HEADS, ROWS, KEYS, SIZE = 4, 2048, 2047, 256
 
@@ -42,21 +43,8 @@ def _model(runs: int, blocks: int, static: bool) -> ov.Model:
         out = ops.scaled_dot_product_attention(qs, ks, ks, mask, ops.constant(np.float32(0.0625)), causal=False)
         outs.append(out)
         after = ops.multiply(ops.gather(ops.shape_of(out, "i64"), _i64([0]), _i64([0])), _i64([0]))
-    # the fused stateful SDPA beside: ReadValue -> Gather(beam_idx) -> Concat -> Assign, as exporters write it
-    fq = ops.parameter([1, 4, -1, 64], ov.Type.f32, name="fq")
-    beam = ops.parameter([-1], ov.Type.i32, name="beam_idx")
-    sinks, caches = [], []
-    for name in ("k_cache", "v_cache"):
-        info = VariableInfo()
-        info.data_shape, info.data_type, info.variable_id = ov.PartialShape([-1, 4, -1, 64]), ov.Type.f32, name
-        variable = Variable(info)
-        init = ops.broadcast(ops.constant(np.float32(0)),
-                             ops.concat([ops.gather(ops.shape_of(fq), _i64([0]), _i64([0])), _i64([4, 0, 64])], 0))
-        cache = ops.concat([ops.gather(ops.read_value(init, variable), beam, ops.constant(np.int64(0))), fq], 2)
-        sinks.append(ops.assign(cache, variable))
-        caches.append(cache)
-    fused = ops.scaled_dot_product_attention(fq, caches[0], caches[1], causal=True)
-    return ov.Model([ops.concat(outs, 0).output(0), fused.output(0)], sinks, [q, k, fq, beam])
+    fused, sinks, extra = stateful_sdpa_beside()   # the plugin treats the model as an LLM
+    return ov.Model([ops.concat(outs, 0).output(0), fused], sinks, [q, k] + extra)
 
 
 def _rss(key: str) -> int:

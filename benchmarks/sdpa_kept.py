@@ -15,7 +15,8 @@ import json
 import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
-from openvino.op.util import Variable, VariableInfo
+
+from common import stateful_sdpa_beside  # noqa: E402  (sibling module)
 
 
 def _i64(values) -> ov.Node:
@@ -23,20 +24,8 @@ def _i64(values) -> ov.Node:
 
 
 def _with_stateful(outputs: list, params: list) -> ov.Model:
-    fq = ops.parameter([1, 4, -1, 64], ov.Type.f32, name="fq")
-    beam = ops.parameter([-1], ov.Type.i32, name="beam_idx")
-    sinks, caches = [], []
-    for name in ("k_cache", "v_cache"):
-        info = VariableInfo()
-        info.data_shape, info.data_type, info.variable_id = ov.PartialShape([-1, 4, -1, 64]), ov.Type.f32, name
-        variable = Variable(info)
-        init = ops.broadcast(ops.constant(np.float32(0)),
-                             ops.concat([ops.gather(ops.shape_of(fq), _i64([0]), _i64([0])), _i64([4, 0, 64])], 0))
-        cache = ops.concat([ops.gather(ops.read_value(init, variable), beam, ops.constant(np.int64(0))), fq], 2)
-        sinks.append(ops.assign(cache, variable))
-        caches.append(cache)
-    fused = ops.scaled_dot_product_attention(fq, caches[0], caches[1], causal=True)
-    return ov.Model(outputs + [fused.output(0)], sinks, params + [fq, beam])
+    fused, sinks, extra = stateful_sdpa_beside()
+    return ov.Model(outputs + [fused], sinks, params + extra)
 
 
 def _plain(mask: str, scale: bool, causal: bool) -> ov.Model:
