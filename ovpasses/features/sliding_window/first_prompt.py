@@ -239,7 +239,7 @@ class _Band:
         bq = min(rows, keep + 1)
         self.bq, self.kspan, self.runs = bq, keep + bq, runs
         self.n_b = n_b
-        nb = ops.divide(ops.add(n_b, _i64([bq - 1])), _i64([bq]))                 # ceil(n_b / bq)
+        self.nb = nb = ops.divide(ops.add(n_b, _i64([bq - 1])), _i64([bq]))     # ceil(n_b / bq)
         self.pad = ops.subtract(ops.multiply(nb, _i64([bq])), n_b)
         per_run = ops.divide(ops.add(nb, _i64([runs - 1])), _i64([runs]))
         self.bounds = ops.minimum(ops.multiply(per_run, _i64(np.arange(runs + 1))), nb)   # run r: [b_r, b_r+1)
@@ -499,7 +499,7 @@ class BlockedFirstPrompt(Rule, ModelPass):
             kr, vr = (node(ops.gather(x, idx, _scalar(2))) for x in (k_heads, v_heads))
             rows_r = node(_sdpa([qr.output(0), kr.output(0), vr.output(0), mr.output(0), scale] + extra))
             if out is None:   # run 0 starts at block 0: pad its rows to the last block
-                rest = node(ops.subtract(node(ops.gather(band.bounds, _i64([band.runs]), _i64([0]))), hi))
+                rest = node(ops.subtract(band.nb, hi))
                 out = node(ops.pad(rows_r, _i64([0, 0, 0, 0, 0]),
                                    node(ops.concat([_i64([0, 0]), rest, _i64([0, 0])], 0)), "constant"))
             else:
