@@ -4,9 +4,10 @@ A model with one fused stateful SDPA (as every exported LLM has: the plugin then
 MatMul + Softmax) and ``RUNS`` plain SDPAs over ``BLOCKS`` blocks of ``[4, 2048, 2047]`` scores, each run after
 the previous one (its slice bounds read a 0 computed from the previous run's output). Prints the request's
 context memory (its peak RSS over the RSS before it, the inputs made) as one JSON line. ``--static``: the same
-shapes static (the memory solver places them)::
+shapes static (the memory solver places them). ``--if``: each run's SDPA inside an If taken every time (its
+else body passes Q through), as a form would gate its runs off a decode step::
 
-    python benchmarks/dynamic_memory_probe.py --runs 8 --blocks 8 [--static]
+    python benchmarks/dynamic_memory_probe.py --runs 8 --blocks 8 [--static | --if]
 """
 
 from __future__ import annotations
@@ -28,7 +29,23 @@ def _i64(values) -> ov.Node:
     return ops.constant(np.asarray(values, np.int64).reshape(-1))
 
 
-def _model(runs: int, blocks: int, static: bool) -> ov.Model:
+def _gated(qs: ov.Node, ks: ov.Node, mask: ov.Node) -> ov.Output:
+    """``SDPA(qs, ks, ks, mask)`` inside an If whose condition is true whenever ``qs`` has rows."""
+    shape = [-1, KV_HEADS, ROWS, SIZE]
+    tq, tk, eq = (ops.parameter(s, ov.Type.f32) for s in (shape, [-1, KV_HEADS, KEYS, SIZE], shape))
+    then_out = ops.result(ops.scaled_dot_product_attention(tq, tk, tk, mask, ops.constant(np.float32(0.0625)),
+                                                           causal=False))
+    else_out = ops.result(eq)
+    rows = ops.gather(ops.shape_of(qs, "i64"), _i64([0]), _i64([0]))
+    gate = opset8.if_op(ops.squeeze(ops.greater(rows, _i64([0])), _i64([0])).output(0))
+    gate.set_then_body(ov.Model([then_out], [tq, tk], "run"))
+    gate.set_else_body(ov.Model([else_out], [eq], "none"))
+    gate.set_input(qs.output(0), tq, eq)
+    gate.set_input(ks.output(0), tk, None)
+    return gate.set_output(then_out, else_out)
+
+
+def _model(runs: int, blocks: int, static: bool, gated: bool = False) -> ov.Model:
     batch = blocks if static else -1
     q = ops.parameter([batch, KV_HEADS, ROWS, SIZE], ov.Type.f32, name="q")
     k = ops.parameter([batch, KV_HEADS, KEYS, SIZE], ov.Type.f32, name="k")
@@ -40,7 +57,10 @@ def _model(runs: int, blocks: int, static: bool) -> ov.Model:
         begin = ops.add(ops.minimum(ops.multiply(per_run, _i64([run])), count), after)
         end = ops.add(ops.minimum(ops.multiply(per_run, _i64([run + 1])), count), after)
         qs, ks = (opset8.slice(x, begin, end, _i64([1]), _i64([0])) for x in (q, k))
-        out = ops.scaled_dot_product_attention(qs, ks, ks, mask, ops.constant(np.float32(0.0625)), causal=False)
+        if gated:
+            out = _gated(qs, ks, mask).get_node()
+        else:
+            out = ops.scaled_dot_product_attention(qs, ks, ks, mask, ops.constant(np.float32(0.0625)), causal=False)
         outs.append(out)
         after = ops.multiply(ops.gather(ops.shape_of(out, "i64"), _i64([0]), _i64([0])), _i64([0]))
     fused, sinks, extra = stateful_sdpa_beside()   # the plugin treats the model as an LLM
@@ -57,8 +77,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--static", action="store_true")
+    parser.add_argument("--if", dest="gated", action="store_true", help="each run inside an If")
     args = parser.parse_args()
-    compiled = ov.Core().compile_model(_model(args.runs, args.blocks, args.static), "CPU")
+    compiled = ov.Core().compile_model(_model(args.runs, args.blocks, args.static, args.gated), "CPU")
     kinds = sorted({op.get_rt_info()["layerType"].astype(str) for op in compiled.get_runtime_model().get_ops()}
                    & {"MatMul", "Softmax", "Subgraph", "ScaledDotProductAttention"})
     request = compiled.create_infer_request()
@@ -69,7 +90,8 @@ def main() -> None:
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     request.infer({"q": q, "k": k, "fq": rng.random((1, 4, 8, 64), np.float32), "beam_idx": np.zeros(1, np.int32)})
-    print(json.dumps(dict(runs=args.runs, blocks=args.blocks, static=args.static, openvino=ov.get_version(),
+    print(json.dumps(dict(runs=args.runs, blocks=args.blocks, static=args.static, gated=args.gated,
+                          openvino=ov.get_version(),
                           context_mib=_rss("VmHWM") - before, kinds=kinds)))
 
 

@@ -5,6 +5,7 @@ stateful by optimum-intel for the sliding-window benchmarks (issue 32). The mode
     .venvs/export/bin/python benchmarks/export_widths.py --preset gemma3-4b --out out/gemma3-4b-widths
     .venvs/export/bin/python benchmarks/export_widths.py --preset gpt-oss-20b --out out/gpt-oss-20b-widths
     .venvs/export/bin/python benchmarks/export_widths.py --preset mistral-7b --out out/mistral-7b-widths
+    .venvs/export/bin/python benchmarks/export_widths.py --preset gemma2-2b --out out/gemma2-2b-widths
 
 Presets (the attention is the family's; the rest is cut down so that a 2-core machine measures it):
 
@@ -33,6 +34,8 @@ PRESETS = {
     "gpt-oss-20b": dict(kind="gpt_oss", hidden_size=2880, num_attention_heads=64, num_key_value_heads=8, head_dim=64,
                         sliding_window=128, num_hidden_layers=8, intermediate_size=256, vocab_size=2048,
                         num_local_experts=4, num_experts_per_tok=2),
+    "gemma2-2b": dict(kind="gemma2", hidden_size=2304, num_attention_heads=8, num_key_value_heads=4, head_dim=256,
+                      sliding_window=4096, num_hidden_layers=8, intermediate_size=1024, vocab_size=2048),
     "mistral-7b": dict(kind="mistral", hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                        sliding_window=4096, num_hidden_layers=4, intermediate_size=1024, vocab_size=2048),
 }
@@ -52,6 +55,13 @@ def build(preset: str):
                                   **s)
         config.architectures = ["Gemma3ForCausalLM"]
         return Gemma3ForCausalLM(config).eval(), config
+    if kind == "gemma2":    # Gemma 2 2B's attention: every other layer sliding (W = 4,096), soft-capping as the model
+        from transformers import Gemma2Config, Gemma2ForCausalLM
+        types = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+        config = Gemma2Config(layer_types=types, query_pre_attn_scalar=s["head_dim"], max_position_embeddings=65536,
+                              attn_logit_softcapping=50.0, final_logit_softcapping=30.0, **s)
+        config.architectures = ["Gemma2ForCausalLM"]
+        return Gemma2ForCausalLM(config).eval(), config
     if kind == "mistral":   # transformers 5.5.4's MistralConfig has no layer_types: the window is every layer's
         from transformers import MistralConfig, MistralForCausalLM
         config = MistralConfig(max_position_embeddings=65536, **s)
@@ -69,14 +79,14 @@ def build(preset: str):
 
 
 def lift_transformers_bound() -> None:
-    """optimum-intel 2.2.0's ``Gemma3TextOpenVINOConfig`` inherits MAX_TRANSFORMERS_VERSION 5.0 from
-    ``GemmaOpenVINOConfig`` and refuses transformers 5.5.4 for that alone (as ``tools/export_gemma4.py`` says of
-    Gemma 4's config); lift the inherited bound of that class only."""
+    """optimum-intel 2.2.0's ``Gemma3TextOpenVINOConfig`` and ``Gemma2OpenVINOConfig`` inherit MAX_TRANSFORMERS_VERSION
+    5.0 from ``GemmaOpenVINOConfig`` and refuse transformers 5.5.4 for that alone (as ``tools/export_gemma4.py``
+    says of Gemma 4's config); lift the inherited bound of those classes only."""
     from optimum.exporters.openvino import model_configs
 
-    cls = model_configs.Gemma3TextOpenVINOConfig
-    if "MAX_TRANSFORMERS_VERSION" not in cls.__dict__:
-        cls.MAX_TRANSFORMERS_VERSION = None
+    for cls in (model_configs.Gemma3TextOpenVINOConfig, model_configs.Gemma2OpenVINOConfig):
+        if "MAX_TRANSFORMERS_VERSION" not in cls.__dict__:
+            cls.MAX_TRANSFORMERS_VERSION = None
 
 
 def main(argv=None) -> int:

@@ -11,7 +11,9 @@ mask built from the mask's inputs, so that its cache is born trimmed and it comp
 layer's rows come from a blocked attention over the new K/V: query blocks of ``bq`` rows, block ``b`` against its
 ``keep + bq`` keys, ``O(n * W)`` pairs. Measured at Gemma 3 4B widths fed whole: 4k / 16k / 32k peak RSS 0.995x /
 0.80x / 0.64x, prefill 0.8x / 0.31x / 0.26x, decode 0.87-0.92x / 0.59x / 0.38x of the unmodified model; at gpt-oss
-widths 16k 0.98x, 4k 4% more (``benchmarks/records/2026-11-27-blocked-first-prompt-rank5.md``; the first form:
+widths 16k 0.98x, 4k 4% more; below 4k it does not pay (2k: 3-4% more, decode 6-9% slower: the runs' nodes)
+(``benchmarks/records/2026-11-27-blocked-first-prompt-rank5.md``,
+``benchmarks/records/2026-11-27-blocked-wide-windows.md``; the first form:
 ``benchmarks/records/2026-11-27-blocked-first-prompt.md``; the prototype it was built from:
 ``benchmarks/records/2026-11-27-fast-first-prompt-prototype.md``).
 
@@ -84,10 +86,13 @@ BLOCK_ROWS = 256     # query rows per block, at most (at most W): a block's scor
 # between them: record 2026-11-27-blocked-first-prompt.md), more runs are more nodes (a run cost the compiled
 # model about 7 MiB over Gemma 3 4B widths' ten sliding layers, and its nodes run on empty tensors every decode
 # step). A layer that would need more than MAX_RUNS is refused: at W = 4,096 and 32 query heads (Mistral 7B
-# widths) the prototype held 2-4x the unmodified model's context memory.
+# widths) the prototype held 2-4x the unmodified model's context memory, and at Gemma 2 2B widths (W = 4,096, 8
+# query heads: 28 runs) the form held 1.19x / 1.12x the unmodified model's peak RSS at 4k / 8k fed whole and
+# decoded 1.2x slower (a run's nodes cost a decode step 20-40 us; record
+# 2026-11-27-blocked-wide-windows.md). The layers taken so far need 8 (Gemma 3 4B) and 13 (gpt-oss-20b).
 RUN_SCORES = 80 << 20
 REFERENCE_PROMPT = 16384
-MAX_RUNS = 32
+MAX_RUNS = 16
 OPEN_END = np.iinfo(np.int32).max
 MASK_PORT, SCALE_PORT, SINK_PORT = 3, 4, 5
 
@@ -218,7 +223,8 @@ def _refusal(sdpa: ov.Node, ports: dict[int, str], caches: dict[str, int], found
         return (f"its window ({caches[ports[1]] + 1} keys) and {q[1].get_length()} query heads would need {runs} "
                 f"runs of blocks to hold the scores of a {REFERENCE_PROMPT:,}-token prompt under "
                 f"{RUN_SCORES >> 20} MiB a run (at most {MAX_RUNS}): the blocked attention would hold more than the "
-                "fused kernel")
+                "fused kernel below 16k and its runs would slow every decode step (Gemma 2 2B widths, 28 runs: "
+                "1.19x / 1.12x peak memory at 4k / 8k, decode 1.2x)")
     for vid in (ports[1], ports[2]):
         nodes = found[vid]
         new = nodes.new.get_partial_shape()
