@@ -61,6 +61,7 @@ from ovpasses.passes import (
     TrimmableSlidingWindowKVCache,
     UnfusedSDPAExpandRewrite,
     BlockedFirstPrompt,
+    SDPAReleasePoints,
 )
 from ovpasses.features.paged_heads.plan import PagedHeadsAction
 from ovpasses.plan import targets
@@ -101,6 +102,7 @@ STEPS: tuple[Step, ...] = (
     Step(TrimmableSlidingWindowKVCache, sliding_window.trimming_part),    # sliding_window="trimmable" only
     Step(UnfusedSDPAExpandRewrite, unfused_expands.expand_part),          # the expands of the SDPAs left unfused
     Step(BlockedFirstPrompt, sliding_window.blocked_part),                # first_prompt="blocked" only
+    Step(SDPAReleasePoints, sliding_window.release_part),                 # sliding_window="trimmable" only
     Step(ErfInvConstantFolding, old_runtimes.lowering_part(ErfInvConstantFolding)),         # targets that cannot read ErfInv
     Step(ConvertOneHot16ToOneHot1, old_runtimes.lowering_part(ConvertOneHot16ToOneHot1)),   # ... OneHot-16
 )

@@ -26,6 +26,7 @@ from ovpasses.app.render.text import summary_text
 from ovpasses.errors import InvalidOptionError
 from ovpasses.features.sliding_window import first_prompt
 from ovpasses.features.sliding_window.caches import trimmable_caches
+from ovpasses.features.sliding_window.release_points import RT_RELEASE
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.precision import EXACT_CPU_CONFIG
 from testkit.greedy import genai_chat
@@ -117,6 +118,25 @@ def test_every_family_keeps_its_fused_layers():
         ovpasses.rewrite(trimmable, sliding_window="trimmable")
         expected = count_fused_sdpa(ov.Core().compile_model(trimmable, "CPU"))
         assert count_fused_sdpa(ov.Core().compile_model(_blocked(folder)[0], "CPU")) == expected, family
+
+
+@pytest.mark.parametrize("family", ["gemma3", "gpt-oss", "gemma2", "cohere2"])
+def test_every_other_sdpa_ends_in_a_release_point(family):
+    """Each full-attention layer's SDPA feeds only a Slice of all its rows whose stop is read from its shape (a sync
+    point of the CPU plugin: SDPAReleasePoints), so what was alive across the blocked runs ends with the layer; the
+    blocked layers end in a Slice of their own."""
+    model = _blocked(FAMILIES[family])[0]
+    blocked = set(model.get_rt_info(first_prompt.RT_BLOCKED).astype(str).split(","))
+    others = [n for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"
+              and n.get_friendly_name() not in blocked and first_prompt.RT_NODE not in n.get_rt_info()]
+    assert others and blocked
+    for sdpa in others:
+        consumers = sorted((t.get_node() for t in sdpa.output(0).get_target_inputs()), key=lambda n: n.get_type_name())
+        assert [c.get_type_name() for c in consumers] == ["ShapeOf", "Slice"], sdpa.get_friendly_name()
+        shape, cut = consumers
+        assert cut.get_rt_info()[RT_RELEASE].astype(str) == sdpa.get_friendly_name()
+        stop = cut.input_value(2).get_node()      # the stop: the rows of the SDPA's own shape
+        assert stop.get_type_name() == "Gather" and stop.input_value(0).get_node().get_name() == shape.get_name()
 
 
 @pytest.mark.parametrize("length,pad", [(300, 0), (40, 3), (300, 11)])

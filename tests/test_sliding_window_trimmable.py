@@ -22,6 +22,7 @@ import pytest
 import ovpasses
 from ovpasses.app.check import count_fused_sdpa
 from ovpasses.errors import OvpassesError
+from ovpasses.features.sliding_window.release_points import RT_RELEASE
 from ovpasses.features.sliding_window.sliding_window_cache_trimmable import RT_NODE, trimmable_caches
 from ovpasses.plan.decisions import Action
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
@@ -137,6 +138,20 @@ def test_the_cache_chains_are_untouched_and_the_plan_says_trimmable():
         assert RT_NODE not in assign.get_rt_info()
     readers = {n for n, d in summary.decisions.items() if d.action == Action.TRIMMABLE}
     assert len(readers) == 6   # tiny8's 3 sliding layers and the 3 that borrow their caches
+
+
+def test_every_sdpa_ends_in_a_release_point():
+    """SDPAReleasePoints: each SDPA left in the model feeds a Slice of all its rows whose stop is read from its own
+    shape (a sync point of the CPU plugin: what crossed earlier sync points is freed with the layer), and the
+    IR's outputs are unchanged (the token tests above run through it)."""
+    model = _model(TINY8, "trimmable")
+    sdpas = [n for n in model.get_ordered_ops() if n.get_type_name() == "ScaledDotProductAttention"]
+    assert sdpas
+    for sdpa in sdpas:
+        cuts = [t.get_node() for t in sdpa.output(0).get_target_inputs() if t.get_node().get_type_name() == "Slice"]
+        assert len(cuts) == 1 and cuts[0].get_rt_info()[RT_RELEASE].astype(str) == sdpa.get_friendly_name()
+        assert {t.get_node().get_type_name() for t in sdpa.output(0).get_target_inputs()} == {"Slice", "ShapeOf"}
+    assert not [n for n in _model(TINY8, "full").get_ops() if RT_RELEASE in n.get_rt_info()]
 
 
 def test_trimmable_caches_survive_the_ir(tmp_path):

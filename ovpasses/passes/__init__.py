@@ -11,6 +11,7 @@ from ovpasses.features.unsharing.shared_kv_cache_unsharing import SharedKVCacheU
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.features.sliding_window.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
 from ovpasses.features.sliding_window.first_prompt import BlockedFirstPrompt
+from ovpasses.features.sliding_window.release_points import SDPAReleasePoints
 from ovpasses.features.sliding_window.sliding_window_cache_trimmable import TrimmableSlidingWindowKVCache
 from ovpasses.features.sliding_window.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
 from ovpasses.features.unfused_expands.unfused_sdpa_expands import UnfusedSDPAExpandRewrite
@@ -30,6 +31,7 @@ PIPELINE_ORDER: tuple[type, ...] = (
     TrimmableSlidingWindowKVCache,
     UnfusedSDPAExpandRewrite,
     BlockedFirstPrompt,
+    SDPAReleasePoints,
     ErfInvConstantFolding,
     ConvertOneHot16ToOneHot1,
 )
@@ -37,6 +39,7 @@ PIPELINE_ORDER: tuple[type, ...] = (
 __all__ = [
     "AttentionHeadPadding",
     "BlockedFirstPrompt",
+    "SDPAReleasePoints",
     "ConvertOneHot16ToOneHot1",
     "DisableStatefulSDPAFusion",
     "EagerAttentionToSDPA",

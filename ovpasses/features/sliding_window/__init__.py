@@ -14,10 +14,15 @@ program trims it.
 * ``sliding_window_mask_slice.py``, ``sliding_window_cache_bounding.py``, ``sliding_window_cache_trimmable.py``:
   the passes, :class:`SlidingWindowMaskSliceInsertion`, :class:`SlidingWindowKVCacheBounding`,
   :class:`TrimmableSlidingWindowKVCache`;
+* ``first_prompt.py``: ``first_prompt="blocked"``, a long first prompt fed whole in query blocks,
+  :class:`BlockedFirstPrompt`;
+* ``release_points.py``: with ``sliding_window="trimmable"``, a sync point of the CPU plugin after each SDPA so that
+  what crossed earlier sync points is freed with its layer, :class:`SDPAReleasePoints`;
 * ``trim.py``: the program-side helper of ``sliding_window="trimmable"``, :class:`SlidingWindowTrimmer`.
 
 The KV-memory arithmetic its reports use stays shared (``ovpasses.analysis.kv_memory``). Its steps' wiring is
-``plan.mask_slice_part``, ``plan.bounding_part`` and ``plan.trimming_part``; its report lines are the
+``plan.mask_slice_part``, ``plan.bounding_part``, ``plan.trimming_part``, ``plan.blocked_part`` and
+``plan.release_part``; its report lines are the
 application's (``ovpasses.app.render.text``). Guides: ``docs/guides/sliding-window-bounded.md``,
 ``docs/guides/sliding-window-trimmable.md``.
 """

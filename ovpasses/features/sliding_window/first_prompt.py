@@ -44,6 +44,10 @@ tensor that lives from the first layer to the last (runtime notes): the first fo
 once for all layers, K/V windows transposed, masks tiled per query head) held 154 MiB more context memory at Gemma 3
 4B widths, 4k fed whole (record 2026-11-27-blocked-first-prompt-rank5.md).
 
+Each blocked layer's output ends in a Slice with a computed stop, a sync point of the CPU plugin; every other SDPA
+(the full-attention layers) gets one from :mod:`~ovpasses.features.sliding_window.release_points` (the runs are
+sync points too, and what is alive across them is kept to the next one: runtime notes).
+
 A paged client (openvino_genai continuous batching, OVMS) cannot load this form: openvino's SDPA-to-PagedAttention
 conversion removes the beam_idx and attention_mask inputs, which the blocked attention still reads (``undeclared
 parameters``; the rewrite's summary says so).

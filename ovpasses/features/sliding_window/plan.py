@@ -15,7 +15,8 @@ from ovpasses._strenum import StrEnum
 from ovpasses.features.sliding_window.masks import SlidingWindowMask
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.features.sliding_window.caches import analyze_sliding_window_caches
-from ovpasses.features.sliding_window.first_prompt import plan_blocked
+from ovpasses.features.sliding_window.first_prompt import RT_BLOCKED, RT_NODE, plan_blocked
+from ovpasses.features.sliding_window.release_points import release_candidates
 from ovpasses.modes import FirstPrompt, SlidingWindow
 from ovpasses.plan.decisions import Action
 from ovpasses.rules import Planned, RulePlan
@@ -90,3 +91,17 @@ def blocked_part(facts, _plan) -> RulePlan | None:
                   for layer in blocked.layers)
     nodes += tuple(Planned(name, "it reads a trimmable sliding-window cache") for name in blocked.refused)
     return RulePlan("BlockedFirstPrompt", nodes, blocked)
+
+
+def release_part(facts, _plan) -> RulePlan | None:
+    """sliding_window="trimmable" only, last: a release point after every SDPA but the blocked first prompt's (its
+    layers end in a sync point of their own; its runs are rank 5), on the model as the other rules left it
+    (:func:`~ovpasses.features.sliding_window.release_points.release_candidates`)."""
+    if facts.options.sliding_window is not SlidingWindow.TRIMMABLE:
+        return None
+    model = facts.model
+    skip = set(model.get_rt_info(RT_BLOCKED).astype(str).split(",")) if model.has_rt_info(RT_BLOCKED) else set()
+    skip |= {n.get_friendly_name() for n in model.get_ordered_ops() if RT_NODE in n.get_rt_info()}
+    nodes = tuple(Planned(name, "a sync point after it frees what crossed earlier sync points with its layer")
+                  for name in release_candidates(model, frozenset(skip)))
+    return RulePlan("SDPAReleasePoints", nodes)
