@@ -185,11 +185,11 @@ BLOCKED_CLIENTS = {
 }
 
 
-BLOCKED_PAYS = ("measured at Gemma 3 4B widths fed whole: 4k / 16k / 32k peak RSS 0.995x / 0.80x / 0.64x, prefill "
-                "0.8x / 0.31x / 0.26x, decode 0.87-0.92x / 0.59x / 0.38x of the unmodified model; gpt-oss-20b widths "
-                "16k / 32k peak 0.98x / 0.91x, prefill 0.59-0.61x / 0.57x, 4k 4% more memory; below 4k it does not "
-                "pay (2k: 3-4% more memory, decode 6-9% slower: keep --first-prompt fused for short prompts) "
-                "(benchmarks/records/2026-11-27-blocked-first-prompt-rank5.md, "
+BLOCKED_PAYS = ("measured fed whole at Gemma 3 4B widths: 4k / 16k / 32k peak RSS 0.992x / 0.79x / 0.63x, prefill "
+                "0.8x / 0.31x / 0.21x, decode 0.87-0.95x / 0.59x / 0.35x of the unmodified model; gpt-oss-20b widths "
+                "4k / 16k / 32k peak 0.986x / 0.90x / 0.83x, prefill 0.77x / 0.58-0.61x / 0.54x; below 4k it does not "
+                "pay (2k: 0.5-2% more memory, decode 6-9% slower: keep --first-prompt fused for short prompts) "
+                "(benchmarks/records/2026-11-27-release-points.md, "
                 "benchmarks/records/2026-11-27-blocked-wide-windows.md)")
 
 

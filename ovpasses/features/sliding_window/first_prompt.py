@@ -9,11 +9,13 @@ one. Here, on a first prompt (the layer's cache empty, batch 1, more new tokens 
 keeps), the fused SDPA gets only the last ``keep`` rows of Q and of the new K/V, with the rows and columns of its
 mask built from the mask's inputs, so that its cache is born trimmed and it computes ``keep x keep`` pairs; the
 layer's rows come from a blocked attention over the new K/V: query blocks of ``bq`` rows, block ``b`` against its
-``keep + bq`` keys, ``O(n * W)`` pairs. Measured at Gemma 3 4B widths fed whole: 4k / 16k / 32k peak RSS 0.995x /
-0.80x / 0.64x, prefill 0.8x / 0.31x / 0.26x, decode 0.87-0.92x / 0.59x / 0.38x of the unmodified model; at gpt-oss
-widths 16k 0.98x, 4k 4% more; below 4k it does not pay (2k: 3-4% more, decode 6-9% slower: the runs' nodes)
-(``benchmarks/records/2026-11-27-blocked-first-prompt-rank5.md``,
-``benchmarks/records/2026-11-27-blocked-wide-windows.md``; the first form:
+``keep + bq`` keys, ``O(n * W)`` pairs. Measured fed whole (with the release points every trimmable IR has:
+:mod:`~ovpasses.features.sliding_window.release_points`) at Gemma 3 4B widths: 4k / 16k / 32k peak RSS 0.992x /
+0.79x / 0.63x, prefill 0.8x / 0.31x / 0.21x, decode 0.87-0.95x / 0.59x / 0.35x of the unmodified model; at gpt-oss
+widths 4k / 16k / 32k 0.986x / 0.90x / 0.83x; below 4k it does not pay (2k: 0.5-2% more, decode 6-9% slower: the
+runs' nodes) (``benchmarks/records/2026-11-27-release-points.md``,
+``benchmarks/records/2026-11-27-blocked-wide-windows.md``,
+``benchmarks/records/2026-11-27-blocked-first-prompt-rank5.md``; the first form:
 ``benchmarks/records/2026-11-27-blocked-first-prompt.md``; the prototype it was built from:
 ``benchmarks/records/2026-11-27-fast-first-prompt-prototype.md``).
 

@@ -1,0 +1,56 @@
+"""A decode step of the unmodified, the trimmable and the trimmable-without-release-points forms, compiled in one
+process and stepped in turn, so that the machine's drift between processes does not enter the comparison
+(issue 32; record benchmarks/records/2026-11-27-release-points.md). Plugin defaults. Prints one JSON line: per form,
+the median decode step in ms after a ``--context``-token prompt fed whole::
+
+    python benchmarks/release_points_decode.py --model out/gemma3-4b-widths --context 2048 [--steps 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import openvino as ov
+
+import ovpasses
+from ovpasses.pipeline import PIPELINE_PASSES
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="an export folder (openvino_model.xml)")
+    parser.add_argument("--context", type=int, default=2048)
+    parser.add_argument("--steps", type=int, default=60)
+    args = parser.parse_args()
+    core = ov.Core()
+    requests = {}
+    for form in ("unmodified", "trimmable", "trimmable without release points"):
+        model = core.read_model(f"{args.model}/openvino_model.xml")
+        if form == "trimmable":
+            ovpasses.rewrite(model, sliding_window="trimmable")
+        elif form != "unmodified":
+            ovpasses.rewrite(model, sliding_window="trimmable",
+                             passes=[p for p in PIPELINE_PASSES if p != "SDPAReleasePoints"])
+        requests[form] = core.compile_model(model, "CPU").create_infer_request()
+    n = args.context
+    ids = np.random.default_rng(0).integers(4, 2000, n)[None].astype(np.int64)
+    for request in requests.values():
+        request.infer({"input_ids": ids, "attention_mask": np.ones((1, n), np.int64),
+                       "position_ids": np.arange(n)[None], "beam_idx": np.zeros(1, np.int32)})
+    times = {form: [] for form in requests}
+    for step in range(args.steps):
+        past = n + step
+        for form, request in requests.items():
+            start = time.perf_counter()
+            request.infer({"input_ids": np.array([[5]]), "attention_mask": np.ones((1, past + 1), np.int64),
+                           "position_ids": np.array([[past]]), "beam_idx": np.zeros(1, np.int32)})
+            times[form].append(time.perf_counter() - start)
+    print(json.dumps(dict(model=args.model, context=n, openvino=ov.get_version(),
+                          decode_ms={f: round(1e3 * float(np.median(t[5:])), 2) for f, t in times.items()})))
+
+
+if __name__ == "__main__":
+    main()
