@@ -1,9 +1,12 @@
 """A decode step of the unmodified, the trimmable and the trimmable-without-release-points forms, compiled in one
 process and stepped in turn, so that the machine's drift between processes does not enter the comparison
-(issue 32; record benchmarks/records/2026-11-27-release-points.md). Plugin defaults. Prints one JSON line: per form,
-the median decode step in ms after a ``--context``-token prompt fed whole::
+(issue 32; record benchmarks/records/2026-11-27-release-points.md). Plugin defaults. The forms step in turn, in
+reverse order every other step; which form was compiled first also moves a step by several percent, so run it with
+``--order`` rotated and compare rounds. Prints one JSON line: per form, the median decode step in ms after a
+``--context``-token prompt fed whole::
 
-    python benchmarks/release_points_decode.py --model out/gemma3-4b-widths --context 2048 [--steps 60]
+    python benchmarks/release_points_decode.py --model out/gemma3-4b-widths --context 2048 [--steps 60] \
+        [--order unmodified,trimmable,norelease]
 """
 
 from __future__ import annotations
@@ -24,14 +27,16 @@ def main() -> None:
     parser.add_argument("--model", required=True, help="an export folder (openvino_model.xml)")
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--order", default="unmodified,trimmable,norelease",
+                        help="the forms, in the order they are compiled (norelease: trimmable without release points)")
     args = parser.parse_args()
     core = ov.Core()
     requests = {}
-    for form in ("unmodified", "trimmable", "trimmable without release points"):
+    for form in args.order.split(","):
         model = core.read_model(f"{args.model}/openvino_model.xml")
         if form == "trimmable":
             ovpasses.rewrite(model, sliding_window="trimmable")
-        elif form != "unmodified":
+        elif form == "norelease":
             ovpasses.rewrite(model, sliding_window="trimmable",
                              passes=[p for p in PIPELINE_PASSES if p != "SDPAReleasePoints"])
         requests[form] = core.compile_model(model, "CPU").create_infer_request()
@@ -43,7 +48,7 @@ def main() -> None:
     times = {form: [] for form in requests}
     for step in range(args.steps):
         past = n + step
-        for form, request in requests.items():
+        for form, request in (requests.items() if step % 2 == 0 else reversed(list(requests.items()))):
             start = time.perf_counter()
             request.infer({"input_ids": np.array([[5]]), "attention_mask": np.ones((1, past + 1), np.int64),
                            "position_ids": np.array([[past]]), "beam_idx": np.zeros(1, np.int32)})
