@@ -23,6 +23,7 @@ import numpy as np
 import openvino as ov
 
 import ovpasses
+from ovpasses.pipeline import PIPELINE_PASSES
 from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer, _fix_mmap_threshold, chunk_bounds
 
 
@@ -63,12 +64,15 @@ def main() -> None:
     parser.add_argument("--keep-malloc", action="store_true",
                         help="trimmable: the trimmer leaves glibc's mmap threshold as it is (release_memory=False)")
     parser.add_argument("--config", default="{}", help="compile properties as JSON (default: plugin defaults)")
+    parser.add_argument("--without-pass", default="",
+                        help="the rewrite without this pass (e.g. SDPAReleasePoints: what the pass is worth)")
     args = parser.parse_args()
 
     core = ov.Core()
     model = core.read_model(f"{args.model}/openvino_model.xml")
     if args.form != "unmodified":
-        ovpasses.rewrite(model, sliding_window="trimmable",
+        passes = [p for p in PIPELINE_PASSES if p != args.without_pass] if args.without_pass else None
+        ovpasses.rewrite(model, sliding_window="trimmable", passes=passes,
                          first_prompt="blocked" if args.form == "blocked" else "fused")
     if args.drop_sinks:
         _drop_sinks(model)
@@ -111,7 +115,7 @@ def main() -> None:
             trimmer.step()
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print(json.dumps(dict(form=args.form, chunk=args.chunk, first=args.first, trim=args.trim, mmap=bool(mmap), context=n,
+    print(json.dumps(dict(form=args.form, without_pass=args.without_pass or None, chunk=args.chunk, first=args.first, trim=args.trim, mmap=bool(mmap), context=n,
                           drop_sinks=args.drop_sinks, config=json.loads(args.config),
                           before=round(before), prefill_s=round(prefill, 1), peak_prefill=round(peak_prefill),
                           peak_trim=round(peak_trim), peak_end=round(_status("VmHWM")), load=load,
