@@ -39,12 +39,12 @@ PIPELINE_ORDER: tuple[type, ...] = (
 __all__ = [
     "AttentionHeadPadding",
     "BlockedFirstPrompt",
-    "SDPAReleasePoints",
     "ConvertOneHot16ToOneHot1",
     "DisableStatefulSDPAFusion",
     "EagerAttentionToSDPA",
     "ErfInvConstantFolding",
     "KVCacheShapeOfDecomposition",
+    "SDPAReleasePoints",
     "ScaledDotProductAttentionDecomposition",
     "SharedKVCacheDetection",
     "SlidingWindowKVCacheBounding",

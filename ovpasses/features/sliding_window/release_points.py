@@ -11,9 +11,11 @@ point or the graph's end, each holding one of the plugin's memory groups, and th
 MoE's ``[experts, tokens, hidden]``) took more groups. With a sync point after every SDPA they end with their
 layer. Measured at gpt-oss-20b widths fed whole, peak RSS against the unmodified model's 3,999 / 6,188 MiB at 4k /
 8k: trimmable 4,032 / 6,286 -> 3,935 / 6,091, blocked first prompt 4,161 / 6,320 -> 3,942 / 5,876 (16k 10,814 ->
-9,924 against 11,074); Gemma 3 4B widths within 1% either way. The same
-points lower the unmodified model too (3,827 / 5,845): the effect is the plugin's, not the window's, and this mode
-takes it (record 2026-11-27-release-points.md).
+9,924 against 11,074); Gemma 3 4B widths trimmable 4k / 8k / 16k 0.990x / 0.982x / 0.962x (16k was 1.0007x). The
+same points lower the unmodified model too (3,827 / 5,845): the effect is the plugin's, not the window's, and this
+mode takes it. Their cost is a decode step: 0.0-0.5 ms at those widths, about 3 ms (6%) at Gemma 4 E2B widths (35
+SDPAs) for 0.6% of memory; a program that wants the step back leaves the pass out (``passes=``; record
+2026-11-27-release-points.md).
 
     Before:  SDPA -> out                      After:  SDPA -> Slice(axis 2, 0 .. Gather(ShapeOf(SDPA), 2)) -> out
 
