@@ -35,3 +35,9 @@ def copy_runtime_info(sources: ov.Node | Iterable[ov.Node], targets: ov.Node | I
 
 def is_sdpa(node: ov.Node) -> bool:
     return node.get_type_name() == SDPA_TYPE
+
+
+def constant_values(output: ov.Output):
+    """The values of ``output``, flattened, where a Constant makes it; else None."""
+    node = output.get_node()
+    return node.get_data().reshape(-1) if node.get_type_name() == "Constant" else None

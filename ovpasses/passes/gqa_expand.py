@@ -26,12 +26,7 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
-from ovpasses._ov import copy_runtime_info
-
-
-def _constant_values(output: ov.Output) -> np.ndarray | None:
-    node = output.get_node()
-    return node.get_data().reshape(-1) if node.get_type_name() == "Constant" else None
+from ovpasses._ov import constant_values, copy_runtime_info
 
 
 def gqa_expand(sdpa: ov.Node, port: int) -> tuple[ov.Node, ov.Node, ov.Node] | None:
@@ -91,7 +86,7 @@ def numpy_expand(sdpa: ov.Node, port: int) -> bool:
     if expand is None:
         return False
     unsqueeze, broadcast, _ = expand
-    axes = _constant_values(unsqueeze.input_value(1))
+    axes = constant_values(unsqueeze.input_value(1))
     inner, outer = unsqueeze.get_output_partial_shape(0), broadcast.get_output_partial_shape(0)
     if axes is None or axes.size != 1 or inner.rank.is_dynamic or outer.rank != inner.rank or rebuilt(expand):
         return False

@@ -68,6 +68,7 @@ from openvino import opset13 as ops
 from openvino.passes import ModelPass
 from openvino.utils.node_factory import NodeFactory
 
+from ovpasses._ov import is_sdpa
 from ovpasses.analysis.cache_chain import find_cache_chains
 from ovpasses.errors import PassInvariantError
 from ovpasses.features.sliding_window.caches import (
@@ -376,8 +377,7 @@ class BlockedFirstPrompt(Rule, ModelPass):
     def _rewrite(self, model: ov.Model) -> bool:
         chains = find_cache_chains(model, {v for layer in self.plan.layers for v in (layer.k_cache, layer.v_cache)},
                                    f"{self.NAME}.cache_chain")
-        sdpas = {node.get_friendly_name(): node for node in model.get_ordered_ops()
-                 if node.get_type_name() == "ScaledDotProductAttention"}
+        sdpas = {node.get_friendly_name(): node for node in model.get_ordered_ops() if is_sdpa(node)}
         bands: dict[tuple, _Band] = {}
         gates: dict[int, tuple[ov.Node, ov.Node]] = {}
         fused_masks: dict[tuple, ov.Output] = {}

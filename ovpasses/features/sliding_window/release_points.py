@@ -32,6 +32,7 @@ import openvino as ov
 from openvino import opset8
 from openvino.passes import ModelPass
 
+from ovpasses._ov import constant_values, is_sdpa
 from ovpasses.rules import Rule, RulePlan
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ def release_candidates(model: ov.Model, skip: frozenset[str] = frozenset()) -> l
     those whose output feeds a release point already. Reads the model; changes nothing."""
     names = []
     for node in model.get_ordered_ops():
-        if node.get_type_name() != "ScaledDotProductAttention" or node.get_friendly_name() in skip:
+        if not is_sdpa(node) or node.get_friendly_name() in skip:
             continue
         if node.get_output_partial_shape(0).rank.get_length() != 4:
             continue
@@ -56,9 +57,9 @@ def release_candidates(model: ov.Model, skip: frozenset[str] = frozenset()) -> l
     return names
 
 
-def _constant(output: ov.Output) -> list | None:
-    node = output.get_node()
-    return list(node.get_vector()) if node.get_type_name() == "Constant" else None
+def _holds(output: ov.Output, value: int) -> bool:
+    values = constant_values(output)
+    return values is not None and values.tolist() == [value]
 
 
 def is_release_point(node: ov.Node, sdpa: ov.Node) -> bool:
@@ -66,11 +67,10 @@ def is_release_point(node: ov.Node, sdpa: ov.Node) -> bool:
     output (read from the structure: node runtime info does not survive an IR written and read back)."""
     if node.get_type_name() != "Slice" or node.get_input_size() != 5 or node.input_value(0).get_node() != sdpa:
         return False
-    if _constant(node.input_value(1)) != [0] or _constant(node.input_value(3)) != [1] \
-            or _constant(node.input_value(4)) != [ROWS]:
+    if not (_holds(node.input_value(1), 0) and _holds(node.input_value(3), 1) and _holds(node.input_value(4), ROWS)):
         return False
     stop = node.input_value(2).get_node()
-    if stop.get_type_name() != "Gather" or _constant(stop.input_value(1)) != [ROWS]:
+    if stop.get_type_name() != "Gather" or not _holds(stop.input_value(1), ROWS):
         return False
     shape = stop.input_value(0).get_node()
     return shape.get_type_name() == "ShapeOf" and shape.input_value(0).get_node() == sdpa
@@ -98,7 +98,7 @@ class SDPAReleasePoints(Rule, ModelPass):
         i64 = lambda v: opset8.constant(np.array([v], np.int64))  # noqa: E731
         for node in model.get_ordered_ops():
             name = node.get_friendly_name()
-            if node.get_type_name() != "ScaledDotProductAttention" or name not in self.names:
+            if not is_sdpa(node) or name not in self.names:
                 continue
             out = node.output(0)
             targets = list(out.get_target_inputs())

@@ -69,7 +69,7 @@ from openvino import opset13 as ops
 from openvino.passes import ModelPass
 
 from ovpasses.modes import OptionChoice, SlidingWindow
-from ovpasses._ov import SDPA_TYPE, copy_runtime_info
+from ovpasses._ov import SDPA_TYPE, constant_values, copy_runtime_info
 from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
 from ovpasses.features.sliding_window.caches import (
     BOUND_SUFFIX,
@@ -342,7 +342,7 @@ def _columns_slice(node: ov.Node) -> ov.Node | None:
     if node.get_type_name() != "Slice" or node.get_input_size() != 5:
         return None
     rank = node.get_input_partial_shape(0).rank
-    values = [_constant_values(node.input_value(i)) for i in (1, 3, 4)]
+    values = [constant_values(node.input_value(i)) for i in (1, 3, 4)]
     if rank.is_dynamic or any(v is None for v in values):
         return None
     start, step, axes = values
@@ -350,6 +350,3 @@ def _columns_slice(node: ov.Node) -> ov.Node | None:
     return node if list(start) == [0] and list(step) == [1] and [a % (last + 1) for a in axes] == [last] else None
 
 
-def _constant_values(output: ov.Output) -> np.ndarray | None:
-    node = output.get_node()
-    return node.get_data().reshape(-1) if node.get_type_name() == "Constant" else None
