@@ -6,6 +6,8 @@ stateful by optimum-intel for the sliding-window benchmarks (issue 32). The mode
     .venvs/export/bin/python benchmarks/export_widths.py --preset gpt-oss-20b --out out/gpt-oss-20b-widths
     .venvs/export/bin/python benchmarks/export_widths.py --preset mistral-7b --out out/mistral-7b-widths
     .venvs/export/bin/python benchmarks/export_widths.py --preset gemma2-2b --out out/gemma2-2b-widths
+    .venvs/export/bin/python benchmarks/export_widths.py --preset command-r7b --out out/command-r7b-widths
+    .venvs/export/bin/python benchmarks/export_widths.py --preset exaone4-32b --out out/exaone4-32b-widths
 
 Presets (the attention is the family's; the rest is cut down so that a 2-core machine measures it):
 
@@ -16,6 +18,12 @@ Presets (the attention is the family's; the rest is cut down so that a 2-core ma
 * ``mistral-7b``: ``MistralForCausalLM`` as Mistral 7B v0.1 shipped it, every layer sliding: hidden 4096, 32 query
   heads x 128, 8 KV heads, window 4096, 4 layers, intermediate 1024, vocabulary 2048 (no cache keeps the whole
   context: the trimmable form reads the past length from the attention_mask).
+* ``gemma2-2b``: ``Gemma2ForCausalLM``, hidden 2304, 8 query heads x 256, 4 KV heads, window 4096, 8 layers
+  alternating sliding and full, soft-capping as the model, intermediate 1024, vocabulary 2048.
+* ``command-r7b``: ``Cohere2ForCausalLM`` (Command R7B): hidden 4096, 32 query heads x 128, 8 KV heads, window
+  4096, 4 layers 3 sliding : 1 full, logit scale 0.25, intermediate 1024, vocabulary 2048.
+* ``exaone4-32b``: ``Exaone4ForCausalLM`` (EXAONE 4.0 32B): hidden 5120, 40 query heads x 128, 8 KV heads, window
+  4096, 4 layers 3 sliding : 1 full, intermediate 1024, vocabulary 2048.
 
 Weights are f32 (``OVConfig(dtype="fp32")``, no compression), from a fixed seed; no tokenizer is converted
 (the benchmarks feed token ids). Run it with the export venv (transformers 5.5.4, optimum-intel 2.2.0).
@@ -38,6 +46,11 @@ PRESETS = {
                       sliding_window=4096, num_hidden_layers=8, intermediate_size=1024, vocab_size=2048),
     "mistral-7b": dict(kind="mistral", hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                        sliding_window=4096, num_hidden_layers=4, intermediate_size=1024, vocab_size=2048),
+    "command-r7b": dict(kind="cohere2", hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                        sliding_window=4096, num_hidden_layers=4, intermediate_size=1024, vocab_size=2048,
+                        logit_scale=0.25),
+    "exaone4-32b": dict(kind="exaone4", hidden_size=5120, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+                        sliding_window=4096, num_hidden_layers=4, intermediate_size=1024, vocab_size=2048),
 }
 
 
@@ -62,6 +75,13 @@ def build(preset: str):
                               attn_logit_softcapping=50.0, final_logit_softcapping=30.0, **s)
         config.architectures = ["Gemma2ForCausalLM"]
         return Gemma2ForCausalLM(config).eval(), config
+    if kind in ("cohere2", "exaone4"):   # 3 sliding layers to 1 full, as Command R7B and EXAONE 4.0 32B
+        import transformers
+        types = ["full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(layers)]
+        name = {"cohere2": "Cohere2", "exaone4": "Exaone4"}[kind]
+        config = getattr(transformers, f"{name}Config")(layer_types=types, max_position_embeddings=65536, **s)
+        config.architectures = [f"{name}ForCausalLM"]
+        return getattr(transformers, f"{name}ForCausalLM")(config).eval(), config
     if kind == "mistral":   # transformers 5.5.4's MistralConfig has no layer_types: the window is every layer's
         from transformers import MistralConfig, MistralForCausalLM
         config = MistralConfig(max_position_embeddings=65536, **s)
@@ -80,13 +100,13 @@ def build(preset: str):
 
 def lift_transformers_bound() -> None:
     """optimum-intel 2.2.0's ``Gemma3TextOpenVINOConfig`` and ``Gemma2OpenVINOConfig`` inherit MAX_TRANSFORMERS_VERSION
-    5.0 from ``GemmaOpenVINOConfig`` and refuse transformers 5.5.4 for that alone (as ``tools/export_gemma4.py``
-    says of Gemma 4's config); lift the inherited bound of those classes only."""
+    5.0 from ``GemmaOpenVINOConfig``, and ``Exaone4OpenVINOConfig`` declares 4.57.6: each refuses transformers 5.5.4
+    for that alone (as ``tools/export_gemma4.py`` says of Gemma 4's config); lift the bound of those classes only."""
     from optimum.exporters.openvino import model_configs
 
-    for cls in (model_configs.Gemma3TextOpenVINOConfig, model_configs.Gemma2OpenVINOConfig):
-        if "MAX_TRANSFORMERS_VERSION" not in cls.__dict__:
-            cls.MAX_TRANSFORMERS_VERSION = None
+    for cls in (model_configs.Gemma3TextOpenVINOConfig, model_configs.Gemma2OpenVINOConfig,
+                model_configs.Exaone4OpenVINOConfig):
+        cls.MAX_TRANSFORMERS_VERSION = None
 
 
 def main(argv=None) -> int:

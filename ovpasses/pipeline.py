@@ -62,6 +62,7 @@ from ovpasses.passes import (
     UnfusedSDPAExpandRewrite,
     BlockedFirstPrompt,
     SDPAReleasePoints,
+    SDPAMaskExpandElimination,
 )
 from ovpasses.features.paged_heads.plan import PagedHeadsAction
 from ovpasses.plan import targets
@@ -103,6 +104,7 @@ STEPS: tuple[Step, ...] = (
     Step(UnfusedSDPAExpandRewrite, unfused_expands.expand_part),          # the expands of the SDPAs left unfused
     Step(BlockedFirstPrompt, sliding_window.blocked_part),                # first_prompt="blocked" only
     Step(SDPAReleasePoints, sliding_window.release_part),                 # sliding_window="trimmable" only
+    Step(SDPAMaskExpandElimination, sliding_window.mask_expand_part),     # sliding_window="trimmable" only
     Step(ErfInvConstantFolding, old_runtimes.lowering_part(ErfInvConstantFolding)),         # targets that cannot read ErfInv
     Step(ConvertOneHot16ToOneHot1, old_runtimes.lowering_part(ConvertOneHot16ToOneHot1)),   # ... OneHot-16
 )

@@ -18,10 +18,13 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 import pytest
+from openvino import opset13
 
 import ovpasses
 from ovpasses.app.check import count_fused_sdpa
 from ovpasses.errors import OvpassesError
+from ovpasses._ov import constant_values
+from ovpasses.features.sliding_window.mask_expand import SUFFIX as MASK_EXPAND_SUFFIX, expand_candidates
 from ovpasses.features.sliding_window.release_points import RT_RELEASE
 from ovpasses.features.sliding_window.sliding_window_cache_trimmable import RT_NODE, trimmable_caches
 from ovpasses.plan.decisions import Action
@@ -33,6 +36,7 @@ from testkit.matrix import grid_cell, worker_env
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
 TINY8, E2B35 = FIXTURES / "tiny8", FIXTURES / "e2b35"
+GEMMA3_TEXT6 = ROOT / "tests" / "fixtures" / "gemma3" / "text6"
 SLIDING_TINY8 = sorted(f"past_key_values.{layer}.{kind}present.{layer}.{kind}" for layer in (0, 1, 2)
                        for kind in ("key", "value"))
 OLDER_RUNTIMES = ("2025.2.0", "2025.4.1", "2026.0.0")   # run through workers where their venvs exist
@@ -152,6 +156,34 @@ def test_every_sdpa_ends_in_a_release_point():
         assert len(cuts) == 1 and cuts[0].get_rt_info()[RT_RELEASE].astype(str) == sdpa.get_friendly_name()
         assert {t.get_node().get_type_name() for t in sdpa.output(0).get_target_inputs()} == {"Slice", "ShapeOf"}
     assert not [n for n in _model(TINY8, "full").get_ops() if RT_RELEASE in n.get_rt_info()]
+
+
+def test_full_layers_mask_keeps_its_conditions_shape(tmp_path):
+    """SDPAMaskExpandElimination: the full-attention layers' mask (only SDPAs read it) no longer expands its
+    condition to [batch, 1, rows, keys] (a Broadcast to ones stays, for the paged converter's pattern); a second
+    run and the IR read back find nothing more to take; a mask that another op reads is left. The IR's outputs are
+    unchanged (the token tests above run through it)."""
+    model = _model(TINY8, "trimmable")
+    masks = [n for n in model.get_ordered_ops() if n.get_friendly_name().endswith(MASK_EXPAND_SUFFIX)]
+    assert len(masks) == 1
+    assert constant_values(masks[0].input_value(1)).tolist() == [1, 1, 1, 1]
+    readers = {t.get_node().get_type_name() for t in masks[0].output(0).get_target_inputs()}
+    assert readers == {"Select"}
+    assert expand_candidates(model) == []
+    ov.save_model(model, tmp_path / "m.xml", compress_to_fp16=False)
+    assert expand_candidates(ov.Core().read_model(tmp_path / "m.xml")) == []
+    assert not [n for n in _model(TINY8, "full").get_ops() if n.get_friendly_name().endswith(MASK_EXPAND_SUFFIX)]
+    exported = ov.Core().read_model(TINY8 / "openvino_model.xml")
+    selects = expand_candidates(exported)
+    assert len(selects) == 2                    # the sliding and the full mask, as exported
+    select = next(n for n in exported.get_ordered_ops() if n.get_friendly_name() == selects[0])
+    exported.add_results([opset13.result(select.output(0))])
+    assert expand_candidates(exported) == selects[1:]
+    # not with a blocked first prompt (there the plugin's memory groups took more at gpt-oss widths)
+    blocked = ov.Core().read_model(GEMMA3_TEXT6 / "openvino_model.xml")
+    summary = ovpasses.rewrite(blocked, sliding_window="trimmable", first_prompt="blocked")
+    assert not [p for p in summary.passes if p.name == "SDPAMaskExpandElimination" and p.changed]
+    assert len(expand_candidates(blocked)) == 1
 
 
 def test_trimmable_caches_survive_the_ir(tmp_path):

@@ -11,6 +11,7 @@ from ovpasses.features.unsharing.shared_kv_cache_unsharing import SharedKVCacheU
 from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.features.sliding_window.sliding_window_cache_bounding import SlidingWindowKVCacheBounding
 from ovpasses.features.sliding_window.first_prompt import BlockedFirstPrompt
+from ovpasses.features.sliding_window.mask_expand import SDPAMaskExpandElimination
 from ovpasses.features.sliding_window.release_points import SDPAReleasePoints
 from ovpasses.features.sliding_window.sliding_window_cache_trimmable import TrimmableSlidingWindowKVCache
 from ovpasses.features.sliding_window.sliding_window_mask_slice import SlidingWindowMaskSliceInsertion
@@ -32,6 +33,7 @@ PIPELINE_ORDER: tuple[type, ...] = (
     UnfusedSDPAExpandRewrite,
     BlockedFirstPrompt,
     SDPAReleasePoints,
+    SDPAMaskExpandElimination,
     ErfInvConstantFolding,
     ConvertOneHot16ToOneHot1,
 )
@@ -44,6 +46,7 @@ __all__ = [
     "EagerAttentionToSDPA",
     "ErfInvConstantFolding",
     "KVCacheShapeOfDecomposition",
+    "SDPAMaskExpandElimination",
     "SDPAReleasePoints",
     "ScaledDotProductAttentionDecomposition",
     "SharedKVCacheDetection",

@@ -170,9 +170,10 @@ TRIMMABLE_CLIENTS = {
         "still in the plugin's fused kernel: less KV memory and faster decode once the context passes the window"),
     "openvino_genai (stateful or paged), or a program that does not trim": (
         "nothing trims: the model computes as unmodified (same tokens, caches and kernels; the layers the plugin "
-        "does not fuse read their caches without the GQA expand's copies), and a sync point after each SDPA lets "
-        "the CPU plugin free what the layer read (a prompt fed whole at gpt-oss-20b widths, 4k / 8k: 0.98x the "
-        "unmodified peak RSS; benchmarks/records/2026-11-27-release-points.md)"),
+        "does not fuse read their caches without the GQA expand's copies), a sync point after each SDPA lets "
+        "the CPU plugin free what the layer read, and the masks are not expanded before the SDPAs (a prompt fed "
+        "whole at gpt-oss-20b widths, 4k / 8k / 16k: 0.97-0.98x the unmodified peak RSS; "
+        "benchmarks/records/2026-11-27-mask-expand.md)"),
 }
 
 

@@ -18,11 +18,13 @@ program trims it.
   :class:`BlockedFirstPrompt`;
 * ``release_points.py``: with ``sliding_window="trimmable"``, a sync point of the CPU plugin after each SDPA so that
   what crossed earlier sync points is freed with its layer, :class:`SDPAReleasePoints`;
+* ``mask_expand.py``: with ``sliding_window="trimmable"``, the masks' expand to ``[batch, 1, rows, keys]`` left to
+  the SDPAs that read them, :class:`SDPAMaskExpandElimination`;
 * ``trim.py``: the program-side helper of ``sliding_window="trimmable"``, :class:`SlidingWindowTrimmer`.
 
 The KV-memory arithmetic its reports use stays shared (``ovpasses.analysis.kv_memory``). Its steps' wiring is
 ``plan.mask_slice_part``, ``plan.bounding_part``, ``plan.trimming_part``, ``plan.blocked_part`` and
-``plan.release_part``; its report lines are the
+``plan.release_part``, ``plan.mask_expand_part``; its report lines are the
 application's (``ovpasses.app.render.text``). Guides: ``docs/guides/sliding-window-bounded.md``,
 ``docs/guides/sliding-window-trimmable.md``.
 """

@@ -16,6 +16,7 @@ from ovpasses.features.sliding_window.masks import SlidingWindowMask
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.features.sliding_window.caches import analyze_sliding_window_caches
 from ovpasses.features.sliding_window.first_prompt import RT_BLOCKED, RT_NODE, plan_blocked
+from ovpasses.features.sliding_window.mask_expand import expand_candidates
 from ovpasses.features.sliding_window.release_points import release_candidates
 from ovpasses.modes import FirstPrompt, SlidingWindow
 from ovpasses.plan.decisions import Action
@@ -105,3 +106,18 @@ def release_part(facts, _plan) -> RulePlan | None:
     nodes = tuple(Planned(name, "a sync point after it frees what crossed earlier sync points with its layer")
                   for name in release_candidates(model, frozenset(skip)))
     return RulePlan("SDPAReleasePoints", nodes)
+
+
+def mask_expand_part(facts, _plan) -> RulePlan | None:
+    """sliding_window="trimmable" only, last: the SDPA masks whose expand is left to the SDPAs
+    (:func:`~ovpasses.features.sliding_window.mask_expand.expand_candidates`), on the model as the other rules left
+    it; none where a blocked first prompt was given (there the plugin's memory groups took more at gpt-oss widths:
+    the rule's module docstring)."""
+    if facts.options.sliding_window is not SlidingWindow.TRIMMABLE:
+        return None
+    model = facts.model
+    if model.has_rt_info(RT_BLOCKED) and model.get_rt_info(RT_BLOCKED).astype(str):
+        return RulePlan("SDPAMaskExpandElimination", ())
+    nodes = tuple(Planned(name, "only SDPAs read the mask, and an SDPA broadcasts its mask itself")
+                  for name in expand_candidates(model))
+    return RulePlan("SDPAMaskExpandElimination", nodes)
