@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import openvino as ov
+from openvino.passes import ModelPass
 
 from ovpasses._strenum import StrEnum
 from ovpasses.step import PassReport, run_built
@@ -126,6 +127,21 @@ class Rule:
         refused = getattr(self, "refused", {})
         reason = next((refused[m] for m in marks if m in refused), NOT_MATCHED)
         return Status.REFUSED, reason
+
+
+class NamedNodesPass(Rule, ModelPass):
+    """A whole-model pass given its planned nodes by friendly name (``names``): it records the nodes it changed
+    (``changed``) and why it left the others (``refused``)."""
+
+    @classmethod
+    def from_plan(cls, part: RulePlan) -> NamedNodesPass:
+        return cls(part.names)
+
+    def __init__(self, names) -> None:
+        ModelPass.__init__(self)
+        self.names = frozenset(names)
+        self.changed: list[str] = []
+        self.refused: dict[str, str] = {}
 
 
 def apply_rule(model: ov.Model, rule_class: type, part: RulePlan) -> tuple[Rule, PassReport, list[RuleRecord]]:

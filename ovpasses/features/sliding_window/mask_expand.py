@@ -32,10 +32,9 @@ import logging
 import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
-from openvino.passes import ModelPass
 
 from ovpasses._ov import constant_values, copy_runtime_info, is_sdpa
-from ovpasses.rules import Rule, RulePlan
+from ovpasses.rules import NamedNodesPass
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +99,7 @@ def expand_candidates(model: ov.Model) -> list[str]:
     return [node.get_friendly_name() for node in model.get_ordered_ops() if expand_of(node) is not None]
 
 
-class SDPAMaskExpandElimination(Rule, ModelPass):
+class SDPAMaskExpandElimination(NamedNodesPass):
     """Leave the planned masks' expand to their SDPAs (module docstring). ``self.changed`` lists the Selects."""
 
     NAME = "SDPAMaskExpandElimination"
@@ -108,15 +107,6 @@ class SDPAMaskExpandElimination(Rule, ModelPass):
     DESCRIPTION = ("the SDPA masks' expand to [batch, 1, rows, keys] is left to the SDPAs (two u8 copies of a "
                    "full layer's mask less)")
 
-    @classmethod
-    def from_plan(cls, part: RulePlan) -> SDPAMaskExpandElimination:
-        return cls(part.names)
-
-    def __init__(self, names) -> None:
-        ModelPass.__init__(self)
-        self.names = frozenset(names)
-        self.changed: list[str] = []
-        self.refused: dict[str, str] = {}
 
     def run_on_model(self, model: ov.Model) -> bool:
         for select in model.get_ordered_ops():

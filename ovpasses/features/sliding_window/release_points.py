@@ -30,10 +30,9 @@ import logging
 import numpy as np
 import openvino as ov
 from openvino import opset8
-from openvino.passes import ModelPass
 
 from ovpasses._ov import constant_values, is_sdpa
-from ovpasses.rules import Rule, RulePlan
+from ovpasses.rules import NamedNodesPass
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +75,7 @@ def is_release_point(node: ov.Node, sdpa: ov.Node) -> bool:
     return shape.get_type_name() == "ShapeOf" and shape.input_value(0).get_node() == sdpa
 
 
-class SDPAReleasePoints(Rule, ModelPass):
+class SDPAReleasePoints(NamedNodesPass):
     """Put a release point after each planned SDPA (module docstring). ``self.changed`` lists the SDPAs."""
 
     NAME = "SDPAReleasePoints"
@@ -84,15 +83,6 @@ class SDPAReleasePoints(Rule, ModelPass):
     DESCRIPTION = ("a sync point after each SDPA (a Slice of all its rows), so the CPU plugin frees what crossed "
                    "earlier sync points with the layer")
 
-    @classmethod
-    def from_plan(cls, part: RulePlan) -> SDPAReleasePoints:
-        return cls(part.names)
-
-    def __init__(self, names) -> None:
-        ModelPass.__init__(self)
-        self.names = frozenset(names)
-        self.changed: list[str] = []
-        self.refused: dict[str, str] = {}
 
     def run_on_model(self, model: ov.Model) -> bool:
         i64 = lambda v: opset8.constant(np.array([v], np.int64))  # noqa: E731

@@ -22,11 +22,10 @@ from __future__ import annotations
 import logging
 
 import openvino as ov
-from openvino.passes import ModelPass
 
 from ovpasses._ov import is_sdpa
 from ovpasses.passes.gqa_expand import elide_single_head_expand, gqa_expand, numpy_expand, rebuilt
-from ovpasses.rules import Rule, RulePlan
+from ovpasses.rules import NamedNodesPass
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +38,7 @@ def _readers(node: ov.Node) -> set[ov.Node]:
     return {target.get_node() for target in node.output(0).get_target_inputs()}
 
 
-class UnfusedSDPAExpandRewrite(Rule, ModelPass):
+class UnfusedSDPAExpandRewrite(NamedNodesPass):
     """For each planned SDPA (friendly names), its K and V expands elided or rebuilt
     (:mod:`ovpasses.passes.gqa_expand`). ``changed`` lists the SDPAs done; ``refused`` the others, with why."""
 
@@ -48,15 +47,8 @@ class UnfusedSDPAExpandRewrite(Rule, ModelPass):
     DESCRIPTION = ("the GQA expand in front of each SDPA the plugin does not fuse, elided (one KV head) or "
                    "broadcast once")
 
-    @classmethod
-    def from_plan(cls, part: RulePlan) -> UnfusedSDPAExpandRewrite:
-        return cls(part.names)
-
     def __init__(self, names) -> None:
-        ModelPass.__init__(self)
-        self.names = frozenset(names)
-        self.changed: list[str] = []
-        self.refused: dict[str, str] = {}
+        super().__init__(names)
         self.inputs = 0   # SDPA inputs changed
 
     def run_on_model(self, model: ov.Model) -> bool:
