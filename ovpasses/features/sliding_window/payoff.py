@@ -46,6 +46,7 @@ _E2B = "benchmarks/records/2026-11-25-sliding-window-real-widths.md"
 _NATIVE = "benchmarks/records/2026-11-26-bounded-vs-native.md"
 _NATIVE_2 = "benchmarks/records/2026-11-26-bounded-vs-native-2.md"
 _NATIVE_3 = "benchmarks/records/2026-11-26-gpt-oss-prefill.md"
+_FAMILIES = "benchmarks/records/2026-11-27-cohere2-exaone4-widths.md"
 MEASURED: tuple[Measured, ...] = (
     Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 2048, "chunks of 1,000", 0.49, _E2B),
     Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 8192, "chunks of 1,000", 0.10, _E2B),
@@ -64,6 +65,9 @@ MEASURED: tuple[Measured, ...] = (
     # with UnfusedSDPAExpandRewrite (the rows above are before it)
     Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 16384, "chunks of 1,000", 0.16, _NATIVE_3),
     Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 32768, "chunks of 1,000", 0.13, _NATIVE_3),
+    # windows of 4,096 (3 sliding layers to 1 full), the helper against the unmodified model fed the same chunks
+    Measured(SlidingWindow.TRIMMABLE, "Command R7B", True, 16384, "chunks of 1,000", 0.55, _FAMILIES),
+    Measured(SlidingWindow.TRIMMABLE, "EXAONE 4 32B", True, 16384, "chunks of 1,000", 0.93, _FAMILIES),
 )
 
 
