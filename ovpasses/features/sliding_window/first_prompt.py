@@ -78,7 +78,7 @@ from ovpasses.features.sliding_window.caches import (
     cache_nodes,
     trimmable_caches,
 )
-from ovpasses.features.sliding_window.mask_columns import narrow_axis, rebuild_on_leaves, walkable
+from ovpasses.features.sliding_window.mask_columns import narrow_axis, rebuild_on_leaves, slice_keeps_all, walkable
 from ovpasses.modes import FirstPrompt, OptionChoice
 from ovpasses.rules import Rule, RulePlan
 
@@ -202,15 +202,8 @@ def runs_for(heads: int, keep: int, rows: int = BLOCK_ROWS) -> int:
 def mask_source(mask: ov.Output) -> ov.Output:
     """``mask`` through the Slices that keep all of it (the trimmable form's Slice for the paged converters of
     2026.0 - 2026.2, which read the window only there): the mask whose ops the rule rebuilds."""
-    while mask.get_node().get_type_name() == "Slice":
-        node = mask.get_node()
-        bounds = [node.input_value(i).get_node() for i in (1, 2, 3)]
-        if not all(b.get_type_name() == "Constant" for b in bounds):
-            break
-        start, stop, step = (b.get_vector() for b in bounds)
-        if list(start) != [0] or list(step) != [1] or stop[0] < OPEN_END:
-            break
-        mask = node.input_value(0)
+    while slice_keeps_all(mask.get_node()):
+        mask = mask.get_node().input_value(0)
     return mask
 
 

@@ -35,7 +35,7 @@ import openvino as ov
 from openvino import opset8
 from openvino import opset13 as ops
 
-from ovpasses._ov import copy_runtime_info
+from ovpasses._ov import constant_values, copy_runtime_info
 
 NARROW_SUFFIX = "/key_columns"
 # the open end of the columns when it enters arithmetic (_narrow_leaf multiplies it): in the i32 range, where the CPU
@@ -52,6 +52,17 @@ _BINARY = {
 _UNARY = {"BitwiseNot": ops.bitwise_not, "LogicalNot": ops.logical_not}
 # the ops the walk goes through: column j of the output reads column j of each (non-broadcast) input
 ELEMENTWISE = frozenset(_BINARY) | frozenset(_UNARY) | {"Select", "Convert", "Broadcast"}
+
+
+def slice_keeps_all(node: ov.Node) -> bool:
+    """Whether ``node`` is a Slice that keeps all of its input: constant start 0, step 1 and an open end (the
+    trimmable form's Slice of all keys, which openvino's paged converters of 2026.0 - 2026.2 read a window through)."""
+    if node.get_type_name() != "Slice":
+        return False
+    start, stop, step = (constant_values(node.input_value(i)) for i in (1, 2, 3))
+    if start is None or stop is None or step is None:
+        return False
+    return list(start) == [0] and list(step) == [1] and stop[0] >= OPEN_END
 
 
 def _i64(values) -> ov.Node:
@@ -193,4 +204,5 @@ def rebuild_on_leaves(mask: ov.Output, leaf_rule) -> tuple[ov.Output, list[ov.No
     return built[(mask.get_node().get_name(), mask.get_index())], made
 
 
-__all__ = ["ELEMENTWISE", "NARROW_SUFFIX", "narrow_axis", "narrow_key_columns", "rebuild_on_leaves", "walkable"]
+__all__ = ["ELEMENTWISE", "NARROW_SUFFIX", "narrow_axis", "narrow_key_columns", "rebuild_on_leaves",
+           "slice_keeps_all", "walkable"]

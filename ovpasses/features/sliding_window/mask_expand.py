@@ -34,43 +34,35 @@ import openvino as ov
 from openvino import opset13 as ops
 
 from ovpasses._ov import constant_values, copy_runtime_info, is_sdpa
+from ovpasses.features.sliding_window.mask_columns import slice_keeps_all
+from ovpasses.features.sliding_window.masks import MASK_PORT, sdpa_mask_readers
 from ovpasses.rules import NamedNodesPass
 
 log = logging.getLogger(__name__)
 
-MASK_PORT = 3
 SUFFIX = "/own_shape"
-OPEN_END = np.iinfo(np.int32).max
-
-
-def _sdpa_mask(target: ov.Input) -> bool:
-    return is_sdpa(target.get_node()) and target.get_index() == MASK_PORT
 
 
 def _all_keys_slice(node: ov.Node) -> bool:
-    """``Slice(mask, 0, open end, 1, last axis)``: the trimmable form's Slice for the paged converters."""
-    if node.get_type_name() != "Slice" or node.get_input_size() != 5:
+    """The trimmable form's Slice of all keys for the paged converters (on the mask's last axis)."""
+    if node.get_input_size() != 5 or not slice_keeps_all(node):
         return False
-    start, stop, step, axis = (constant_values(node.input_value(i)) for i in (1, 2, 3, 4))
-    if any(v is None for v in (start, stop, step, axis)):
-        return False
-    rank = node.get_input_partial_shape(0).rank.get_length()
-    return (start.tolist() == [0] and step.tolist() == [1] and int(stop[0]) >= OPEN_END
-            and int(axis[0]) in (-1, rank - 1))
+    axis = constant_values(node.input_value(4))
+    return axis is not None and int(axis[0]) in (-1, node.get_input_partial_shape(0).rank.get_length() - 1)
 
 
 def _only_sdpa_masks(output: ov.Output) -> bool:
+    """Whether every reader of ``output`` is an SDPA's mask, directly or through :func:`_all_keys_slice`."""
     targets = list(output.get_target_inputs())
     if not targets:
         return False
     for target in targets:
         node = target.get_node()
-        if _sdpa_mask(target):
+        if is_sdpa(node) and target.get_index() == MASK_PORT:
             continue
-        if target.get_index() == 0 and _all_keys_slice(node) and node.output(0).get_target_inputs() \
-                and all(_sdpa_mask(t) for t in node.output(0).get_target_inputs()):
-            continue
-        return False
+        sliced = node.output(0).get_target_inputs() if target.get_index() == 0 and _all_keys_slice(node) else ()
+        if not sliced or len(sdpa_mask_readers(node.output(0))) != len(sliced):
+            return False
     return True
 
 
@@ -106,7 +98,6 @@ class SDPAMaskExpandElimination(NamedNodesPass):
     REANALYSES = False   # the masks keep their values; no cache or fusion changes
     DESCRIPTION = ("the SDPA masks' expand to [batch, 1, rows, keys] is left to the SDPAs (two u8 copies of a "
                    "full layer's mask less)")
-
 
     def run_on_model(self, model: ov.Model) -> bool:
         for select in model.get_ordered_ops():

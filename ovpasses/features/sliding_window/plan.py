@@ -94,6 +94,12 @@ def blocked_part(facts, _plan) -> RulePlan | None:
     return RulePlan("BlockedFirstPrompt", nodes, blocked)
 
 
+def _blocked_sdpas(model) -> set[str]:
+    """The SDPAs BlockedFirstPrompt gave a blocked first prompt (the model's runtime info)."""
+    names = model.get_rt_info(RT_BLOCKED).astype(str) if model.has_rt_info(RT_BLOCKED) else ""
+    return {name for name in names.split(",") if name}
+
+
 def release_part(facts, _plan) -> RulePlan | None:
     """sliding_window="trimmable" only, last: a release point after every SDPA but the blocked first prompt's (its
     layers end in a sync point of their own; its runs are rank 5), on the model as the other rules left it
@@ -101,7 +107,7 @@ def release_part(facts, _plan) -> RulePlan | None:
     if facts.options.sliding_window is not SlidingWindow.TRIMMABLE:
         return None
     model = facts.model
-    skip = set(model.get_rt_info(RT_BLOCKED).astype(str).split(",")) if model.has_rt_info(RT_BLOCKED) else set()
+    skip = _blocked_sdpas(model)
     skip |= {n.get_friendly_name() for n in model.get_ordered_ops() if RT_NODE in n.get_rt_info()}
     nodes = tuple(Planned(name, "a sync point after it frees what crossed earlier sync points with its layer")
                   for name in release_candidates(model, frozenset(skip)))
@@ -116,7 +122,7 @@ def mask_expand_part(facts, _plan) -> RulePlan | None:
     if facts.options.sliding_window is not SlidingWindow.TRIMMABLE:
         return None
     model = facts.model
-    if model.has_rt_info(RT_BLOCKED) and model.get_rt_info(RT_BLOCKED).astype(str):
+    if _blocked_sdpas(model):
         return RulePlan("SDPAMaskExpandElimination", ())
     nodes = tuple(Planned(name, "only SDPAs read the mask, and an SDPA broadcasts its mask itself")
                   for name in expand_candidates(model))

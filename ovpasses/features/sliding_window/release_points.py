@@ -83,7 +83,6 @@ class SDPAReleasePoints(NamedNodesPass):
     DESCRIPTION = ("a sync point after each SDPA (a Slice of all its rows), so the CPU plugin frees what crossed "
                    "earlier sync points with the layer")
 
-
     def run_on_model(self, model: ov.Model) -> bool:
         i64 = lambda v: opset8.constant(np.array([v], np.int64))  # noqa: E731
         for node in model.get_ordered_ops():
