@@ -11,6 +11,8 @@ from collections.abc import Iterable
 import openvino as ov
 
 SDPA_TYPE = "ScaledDotProductAttention"
+# ScaledDotProductAttention-13's inputs (the specification's order; the sink is openvino's sixth input, gpt-oss)
+QUERY_PORT, KEY_PORT, VALUE_PORT, MASK_PORT, SCALE_PORT, SINK_PORT = 0, 1, 2, 3, 4, 5
 
 
 def copy_runtime_info(sources: ov.Node | Iterable[ov.Node], targets: ov.Node | Iterable[ov.Node]) -> None:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import openvino as ov
 
+from ovpasses._ov import MASK_PORT
 
-MASK_PORT = 3
 COMPARISONS = {"Greater": 1, "Less": 0}   # comparison -> the input that holds "q - window"
 MAX_MASK_NODES = 5000                     # a mask graph larger than this is not searched further
 

@@ -53,7 +53,7 @@ from typing import Literal
 import networkx as nx
 import openvino as ov
 
-from ovpasses._ov import SDPA_TYPE
+from ovpasses._ov import KEY_PORT, SDPA_TYPE, VALUE_PORT
 from ovpasses.analysis.cache_chain import variable_id
 from ovpasses.analysis.subgraphs import SUBGRAPH_OPS, body_contents, unhandled_messages
 from ovpasses.errors import UnsupportedModelError
@@ -62,7 +62,6 @@ log = logging.getLogger(__name__)
 
 Status = Literal["exclusive", "shared", "stateless"]
 
-KEY_PORT, VALUE_PORT = 1, 2
 SHAPE_ONLY = {"ShapeOf"}
 STOP = {"Assign", "Result"}
 # the friendly-name suffix of the Slice between a bounded cache's Concat and its Assign

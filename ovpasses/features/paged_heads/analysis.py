@@ -42,9 +42,9 @@ from dataclasses import dataclass, field
 
 import openvino as ov
 
-from ovpasses._ov import SDPA_TYPE
-from ovpasses.analysis.kv_sharing import KEY_PORT, VALUE_PORT, KVSharingAnalysis
-from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
+from ovpasses._ov import KEY_PORT, SDPA_TYPE, VALUE_PORT
+from ovpasses.analysis.kv_sharing import KVSharingAnalysis
+from ovpasses.analysis.cache_chain import find_cache_chains
 
 # the operations a cache's data may cross on its way to an SDPA's K or V; the padding rebuilds this path
 PATH_OPS = frozenset({"Convert", "Unsqueeze", "Broadcast", "Reshape"})

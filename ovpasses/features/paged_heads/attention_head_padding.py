@@ -59,7 +59,7 @@ from openvino import opset13 as ops
 from openvino.passes import ModelPass
 
 from ovpasses import modes
-from ovpasses._ov import SDPA_TYPE, copy_runtime_info
+from ovpasses._ov import KEY_PORT, MASK_PORT, SCALE_PORT, SDPA_TYPE, VALUE_PORT, copy_runtime_info
 from ovpasses.analysis.cache_chain import find_cache_chains
 from ovpasses.features.paged_heads.analysis import PagedHeads, padding_nodes
 from ovpasses.errors import PassInvariantError
@@ -69,7 +69,6 @@ log = logging.getLogger(__name__)
 
 RT_PADDED = "ovpasses_paged_heads"   # on each node the pass makes: "Hkv*xD*"
 SUFFIX = "/paged_heads"
-KEY_PORT, VALUE_PORT, MASK_PORT, SCALE_PORT = 1, 2, 3, 4
 
 
 def _i64(values) -> ov.Node:

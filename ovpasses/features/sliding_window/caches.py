@@ -45,15 +45,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import openvino as ov
 
-from ovpasses._ov import SDPA_TYPE
-from ovpasses.analysis.cache_chain import cache_chain_pattern, find_cache_chains, variable_id  # noqa: F401
+from ovpasses._ov import KEY_PORT, SDPA_TYPE, VALUE_PORT
+from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
 from ovpasses.analysis.kv_memory import HeldPrecision, cache_shape, held_precision
-from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, KEY_PORT, VALUE_PORT, KVSharingAnalysis
+from ovpasses.analysis.kv_sharing import BOUND_SUFFIX, KVSharingAnalysis
 from ovpasses.features.sliding_window.masks import DistanceWindowMask, SlidingWindowMask
 from ovpasses.analysis.stateful_fusion import predict_fusion
 from ovpasses.precision import EXACT_CPU_CONFIG
 
-MASK_PORT = 3
 HELD_CONTEXT = 8192   # the context at which the summary gives the KV bytes held
 
 
@@ -249,7 +248,7 @@ class CacheNodes:
 
 
 def cache_nodes(concat: ov.Node, read_value: ov.Node, new: ov.Output) -> CacheNodes | CacheRefusal:
-    """The nodes of the cache whose chain ends in ``concat`` (matched by :func:`cache_chain_pattern`), or
+    """The nodes of the cache whose chain ends in ``concat`` (matched by :func:`~ovpasses.analysis.cache_chain.cache_chain_pattern`), or
     why the bounding cannot take it. Walks the Concat's consumers once (iteratively)."""
     chain = [concat.input_value(0).get_node()]
     while chain[-1] is not read_value:

@@ -68,7 +68,7 @@ from openvino import opset13 as ops
 from openvino.passes import ModelPass
 from openvino.utils.node_factory import NodeFactory
 
-from ovpasses._ov import is_sdpa
+from ovpasses._ov import MASK_PORT, SCALE_PORT, SINK_PORT, is_sdpa
 from ovpasses.analysis.cache_chain import find_cache_chains
 from ovpasses.errors import PassInvariantError
 from ovpasses.features.sliding_window.caches import (
@@ -101,7 +101,6 @@ RUN_SCORES = 80 << 20
 REFERENCE_PROMPT = 16384
 MAX_RUNS = 16
 OPEN_END = np.iinfo(np.int32).max
-MASK_PORT, SCALE_PORT, SINK_PORT = 3, 4, 5
 
 
 # The rule's constants, shared within one rewrite (each Constant is a node the compiled model holds: sharing them

@@ -28,9 +28,7 @@ import numpy as np
 import openvino as ov
 from openvino.passes import AnyInput, Matcher, Optional, WrapType
 
-from ovpasses._ov import is_sdpa
-
-MASK_PORT = 3
+from ovpasses._ov import MASK_PORT, is_sdpa
 
 
 @dataclass(frozen=True)

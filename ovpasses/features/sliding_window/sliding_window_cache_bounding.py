@@ -73,13 +73,13 @@ from ovpasses._ov import SDPA_TYPE, constant_values, copy_runtime_info
 from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
 from ovpasses.features.sliding_window.caches import (
     BOUND_SUFFIX,
-    MASK_PORT,
     CacheNodes,
     CacheRefusal,
     SlidingWindowCaches,
     cache_nodes,
 )
 from ovpasses.errors import PassInvariantError
+from ovpasses.features.sliding_window.masks import MASK_PORT
 from ovpasses.passes.gqa_expand import elide_single_head_expand, numpy_expand
 from ovpasses.features.sliding_window.mask_columns import narrow_key_columns
 from ovpasses.rules import Rule, RulePlan

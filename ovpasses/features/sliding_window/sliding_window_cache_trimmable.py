@@ -58,9 +58,9 @@ from ovpasses.features.sliding_window.caches import (
     trimmable_key,
 )
 from ovpasses.errors import PassInvariantError
+from ovpasses.features.sliding_window.masks import MASK_PORT
 from ovpasses.modes import OptionChoice, SlidingWindow
 from ovpasses.features.sliding_window.sliding_window_cache_bounding import (
-    MASK_PORT,
     SlidingWindowKVCacheBounding,
     failing_check,
     own_length_broadcasts,

@@ -59,9 +59,9 @@ from openvino.passes import Matcher, ModelPass
 from openvino.utils.node_factory import NodeFactory
 
 from ovpasses.modes import KVSharing, OptionChoice
-from ovpasses._ov import SDPA_TYPE, copy_runtime_info
+from ovpasses._ov import KEY_PORT, SDPA_TYPE, VALUE_PORT, copy_runtime_info
 from ovpasses.analysis.cache_chain import cache_chain_pattern, variable_id
-from ovpasses.analysis.kv_sharing import KEY_PORT, SHAPE_ONLY, STOP, VALUE_PORT
+from ovpasses.analysis.kv_sharing import SHAPE_ONLY, STOP
 from ovpasses.errors import PassInvariantError
 from ovpasses.features.unsharing.plan import (  # noqa: F401 - the reasons, as the pass reports them
     NO_CACHE_CONCAT,
