@@ -24,7 +24,8 @@ import openvino as ov
 
 import ovpasses
 from ovpasses.pipeline import PIPELINE_PASSES
-from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer, _fix_mmap_threshold, chunk_bounds
+from ovpasses.features.sliding_window.trim import (SCORE_BUDGET, SlidingWindowTrimmer, _fix_mmap_threshold, chunk_bounds,
+                                                   query_heads)
 
 
 def _status(key: str) -> float:
@@ -56,6 +57,9 @@ def main() -> None:
     parser.add_argument("--context", type=int, required=True)
     parser.add_argument("--chunk", type=int, default=0, help="0: the prompt whole")
     parser.add_argument("--first", type=int, default=None, help="the first chunk's length (default: --chunk)")
+    parser.add_argument("--score-budget", type=int, default=SCORE_BUDGET >> 20,
+                        help="MiB: chunks after a past shortened to keep the single-token kernel's scores under it "
+                             "(the helper's default; the unmodified model's chunks cut the same way); 0: fixed chunks")
     parser.add_argument("--trim", action="store_true", help="trim after the prefill and every 32 decode steps")
     parser.add_argument("--decode", type=int, default=0)
     parser.add_argument("--mmap-threshold", action="store_true", help="unmodified: glibc's threshold as the trimmer's")
@@ -65,13 +69,17 @@ def main() -> None:
                         help="trimmable: the trimmer leaves glibc's mmap threshold as it is (release_memory=False)")
     parser.add_argument("--config", default="{}", help="compile properties as JSON (default: plugin defaults)")
     parser.add_argument("--without-pass", default="",
-                        help="the rewrite without this pass (e.g. SDPAReleasePoints: what the pass is worth)")
+                        help="the rewrite without these passes, comma-separated (e.g. SDPAReleasePoints: what the pass is "
+                             "worth)")
     args = parser.parse_args()
 
     core = ov.Core()
     model = core.read_model(f"{args.model}/openvino_model.xml")
     if args.form != "unmodified":
-        passes = [p for p in PIPELINE_PASSES if p != args.without_pass] if args.without_pass else None
+        left_out = set(filter(None, args.without_pass.split(",")))
+        if left_out - set(PIPELINE_PASSES):
+            parser.error(f"--without-pass: no such pass {sorted(left_out - set(PIPELINE_PASSES))}")
+        passes = [p for p in PIPELINE_PASSES if p not in left_out] if left_out else None
         ovpasses.rewrite(model, sliding_window="trimmable", passes=passes,
                          first_prompt="blocked" if args.form == "blocked" else "fused")
     if args.drop_sinks:
@@ -87,11 +95,14 @@ def main() -> None:
     inputs = {"input_ids": np.random.default_rng(0).integers(4, 2000, n)[None].astype(np.int64),
               "attention_mask": np.ones((1, n), np.int64), "position_ids": np.arange(n, dtype=np.int64)[None],
               "beam_idx": np.zeros(1, np.int32)}
+    budget = (args.score_budget << 20) or None
     start = time.time()
     if args.chunk and trimmer is not None:
-        trimmer.prefill(inputs, args.chunk, first=args.first)
+        trimmer.prefill(inputs, args.chunk, first=args.first, score_budget=budget)
     elif args.chunk:
-        bounds = chunk_bounds(n, args.chunk, args.first)
+        heads = query_heads(model)
+        bounds = chunk_bounds(n, args.chunk, args.first,
+                              score_budget=(heads, budget) if budget and heads else None)
         for begin, end in zip(bounds, bounds[1:]):
             request.infer({"input_ids": inputs["input_ids"][:, begin:end], "attention_mask": inputs["attention_mask"][:, :end],
                            "position_ids": inputs["position_ids"][:, begin:end], "beam_idx": inputs["beam_idx"]})
@@ -115,7 +126,7 @@ def main() -> None:
             trimmer.step()
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print(json.dumps(dict(form=args.form, without_pass=args.without_pass or None, chunk=args.chunk, first=args.first, trim=args.trim, mmap=bool(mmap), context=n,
+    print(json.dumps(dict(form=args.form, without_pass=args.without_pass or None, chunk=args.chunk, first=args.first, score_budget_mib=args.score_budget if args.chunk else None, trim=args.trim, mmap=bool(mmap), context=n,
                           drop_sinks=args.drop_sinks, config=json.loads(args.config),
                           before=round(before), prefill_s=round(prefill, 1), peak_prefill=round(peak_prefill),
                           peak_trim=round(peak_trim), peak_end=round(_status("VmHWM")), load=load,

@@ -30,7 +30,7 @@ from ovpasses.features.sliding_window.sliding_window_cache_trimmable import RT_N
 from ovpasses.plan.decisions import Action
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.precision import EXACT_CPU_CONFIG
-from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
+from ovpasses.features.sliding_window.trim import MIN_ROWS, SlidingWindowTrimmer, budget_rows, chunk_bounds, query_heads
 from testkit.matrix import grid_cell, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -387,6 +387,78 @@ def test_prefill_in_chunks_decodes_the_unmodified_models_tokens_from_the_whole_p
         trimmer.step()
         logits = request.get_output_tensor(0).data[0, -1].copy()
     assert tokens == expected
+
+
+@pytest.mark.parametrize("length, chunk, first, past, heads, budget", [
+    (16384, 1000, None, 0, 40, 256 << 20), (16384, 1000, 4096, 0, 8, 256 << 20), (9000, 700, None, 3000, 64, 64 << 20),
+    (5000, 100, None, 0, 40, 1), (300, 1000, None, 0, 8, 256 << 20), (20, 7, None, 0, 1, 1 << 30)])
+def test_chunk_bounds_keep_the_single_token_kernels_scores_under_the_budget(length, chunk, first, past, heads, budget):
+    """Every chunk fed after a past: heads x rows x keys f32 scores within the budget, or MIN_ROWS rows (or the
+    chunk) where the budget is smaller than that; no chunk longer than asked; the chunks cover the prompt once; a
+    first chunk into empty caches keeps its length (the tiled kernel holds no such scores)."""
+    bounds = chunk_bounds(length, chunk, first, past=past, score_budget=(heads, budget))
+    assert bounds[0] == 0 and bounds[-1] == length and all(b < e for b, e in zip(bounds, bounds[1:]))
+    first_rows = chunk if first is None else first
+    for begin, end in zip(bounds, bounds[1:]):
+        rows, asked = end - begin, first_rows if begin == 0 else chunk
+        assert rows <= asked
+        if past + begin == 0:
+            assert rows == min(asked, length)
+        elif end < length:
+            fits = heads * rows * (past + begin + rows) * 4 <= budget
+            assert fits or rows == min(asked, MIN_ROWS), (begin, rows)
+            assert heads * (rows + 1) * (past + begin + rows + 1) * 4 > budget or rows == asked, (begin, rows)
+    assert chunk_bounds(length, chunk, first) == chunk_bounds(length, chunk, first, score_budget=(1, 1 << 60))
+
+
+def test_chunk_bounds_at_exaone_widths_shrink_to_the_floor():
+    """16k at 40 query heads, 256 MiB: the chunks shrink from 1,000 rows to MIN_ROWS as the keys grow."""
+    rows = np.diff(chunk_bounds(16384, 1000, score_budget=(40, 256 << 20)))
+    assert rows[0] == 1000 and rows[1] == budget_rows(1000, 40, 1000, 256 << 20) < 1000
+    assert list(rows[:-1]) == sorted(rows[:-1], reverse=True) and rows[-2] == MIN_ROWS
+
+
+def test_query_heads_read_from_the_models_sdpas():
+    model, compiled = _compiled(TINY8, "trimmable")
+    heads = {node.get_input_partial_shape(0)[1].get_length() for node in model.get_ordered_ops()
+             if node.get_type_name() == "ScaledDotProductAttention"}
+    assert query_heads(model) == max(heads) >= 1
+    assert SlidingWindowTrimmer.for_model(model, compiled.create_infer_request()).query_heads == max(heads)
+
+
+def test_prefill_under_a_score_budget_shrinks_its_chunks_and_decodes_the_unmodified_tokens():
+    """A budget too small for the asked chunks: after the first chunk (into empty caches, as asked) each chunk is
+    MIN_ROWS rows, and the greedy tokens still equal the unmodified model's fed the prompt whole (exact config)."""
+    _, base = _compiled(TINY8, "full")
+    model, trimmable = _compiled(TINY8, "trimmable")
+    length = 600
+    prompt = _prompt(length)
+    expected, _ = _greedy(base, prompt, length, 12)
+    request = trimmable.create_infer_request()
+    trimmer = SlidingWindowTrimmer.for_model(model, request, every=4)
+    inputs = {"input_ids": np.asarray(prompt, np.int64)[None], "attention_mask": np.ones((1, length), np.int64),
+              "position_ids": np.arange(length, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)}
+    assert trimmer.prefill(inputs, 300, score_budget=1) == 4       # 300, then 128, 128, 44
+    logits, past, tokens = request.get_output_tensor(0).data[0, -1].copy(), length, []
+    for _ in range(12):
+        tokens.append(int(np.argmax(logits)))
+        request.infer({"input_ids": np.asarray([[tokens[-1]]], np.int64),
+                       "attention_mask": np.ones((1, past + 1), np.int64),
+                       "position_ids": np.asarray([[past]], np.int64), "beam_idx": np.zeros(1, np.int32)})
+        past += 1
+        trimmer.step()
+        logits = request.get_output_tensor(0).data[0, -1].copy()
+    assert tokens == expected
+    request.reset_state()
+    assert trimmer.prefill(inputs, 300, score_budget=None) == 2
+
+
+@pytest.mark.parametrize("budget", [0, -5, 2.5, True, "256M"])
+def test_prefill_refuses_a_score_budget_that_is_not_a_whole_number(budget):
+    model, compiled = _compiled(TINY8, "trimmable")
+    trimmer = SlidingWindowTrimmer.for_model(model, compiled.create_infer_request())
+    with pytest.raises(OvpassesError, match="score_budget must be a whole number of bytes"):
+        trimmer.prefill({"input_ids": np.zeros((1, 6), np.int64)}, 2, score_budget=budget)
 
 
 @pytest.mark.parametrize("chunk, first", [(0, None), (4, 0), (4, 2.5), (4, True)])

@@ -49,11 +49,13 @@ import ctypes
 import functools
 import ctypes.util
 import logging
+import math
 from collections.abc import Mapping
 
 import numpy as np
 import openvino as ov
 
+from ovpasses._ov import QUERY_PORT, is_sdpa
 from ovpasses.errors import OvpassesError
 from ovpasses.features.sliding_window.caches import trimmable_caches
 
@@ -62,6 +64,12 @@ log = logging.getLogger(__name__)
 SEQUENCE_AXIS = 2   # [batch, KV heads, sequence, head size]: the layout optimum-intel's stateful exports write
 M_MMAP_THRESHOLD = -3   # glibc mallopt parameter
 MMAP_THRESHOLD = 1 << 20
+# A chunk fed after a past runs the CPU plugin's single-token kernel, which holds its f32 scores for all the chunk's
+# rows at once: query heads x rows x keys x 4 bytes, as large as a full layer's keys (2.4 GiB for 1,000 rows at 40
+# heads and 16k keys). :meth:`SlidingWindowTrimmer.prefill` shortens such chunks to keep it under SCORE_BUDGET, at
+# least MIN_ROWS rows (record 2026-11-27-prefill-score-budget.md).
+SCORE_BUDGET = 256 << 20
+MIN_ROWS = 128
 
 
 def _fix_mmap_threshold() -> bool:
@@ -93,13 +101,14 @@ class SlidingWindowTrimmer:
     against 69.9-70.9 s and 2,421 MiB (``benchmarks/records/2026-11-26-gemma3-16k-prefill.md``)."""
 
     def __init__(self, request: ov.InferRequest, keep: Mapping[str, int], every: int = 1,
-                 axis: int = SEQUENCE_AXIS, release_memory: bool = True) -> None:
+                 axis: int = SEQUENCE_AXIS, release_memory: bool = True, query_heads: int | None = None) -> None:
         if not keep:
             raise OvpassesError("SlidingWindowTrimmer: no trimmable cache (rewrite the model with "
                                 "sliding_window='trimmable' first)")
         if not isinstance(every, int) or every < 1:
             raise OvpassesError(f"SlidingWindowTrimmer: every must be a whole number >= 1, not {every!r}")
         self.request, self.keep, self.every, self.axis = request, dict(keep), every, axis
+        self.query_heads = query_heads   # the most query heads of an SDPA: what prefill's score budget needs
         self.calls = 0
         self.trims = 0
         self._trimmed_at: dict[str, int] = {}   # variable id -> positions seen when it was last cut to its keep
@@ -111,7 +120,8 @@ class SlidingWindowTrimmer:
                   release_memory: bool = True) -> SlidingWindowTrimmer:
         """A trimmer for ``request`` of ``model`` (rewritten with ``sliding_window="trimmable"``, or read from an
         IR so written: the caches and their keep are in its runtime info); ``release_memory`` as for the class."""
-        return cls(request, trimmable_caches(model), every, release_memory=release_memory)
+        return cls(request, trimmable_caches(model), every, release_memory=release_memory,
+                   query_heads=query_heads(model))
 
     @classmethod
     def attach(cls, ov_model, every: int = 1, prefill_chunk: int | None = None) -> SlidingWindowTrimmer:
@@ -149,7 +159,8 @@ class SlidingWindowTrimmer:
         ov_model.forward = forward_and_trim
         return trimmer
 
-    def prefill(self, inputs: Mapping[str, np.ndarray], chunk: int, first: int | None = None) -> int:
+    def prefill(self, inputs: Mapping[str, np.ndarray], chunk: int, first: int | None = None,
+                score_budget: int | None = SCORE_BUDGET) -> int:
         """Feed a prompt to the request (``inputs`` as for one ``request.infer`` of the whole prompt) in chunks of
         ``chunk`` tokens, trimming after each, so that the sliding caches never hold the whole prompt. The tokens'
         inputs (``input_ids``, ``inputs_embeds``, ``token_type_ids``: axis 1; ``position_ids``: the last axis) are
@@ -164,6 +175,13 @@ class SlidingWindowTrimmer:
         way and holds more memory while it runs (Gemma 3 4B widths, 16k, chunks of 500: a first chunk of 4,096
         took 0.89-0.94x the time and 1.3x the context memory of a first chunk of 500,
         ``benchmarks/records/2026-11-27-first-chunk.md``).
+
+        ``score_budget`` (bytes; None: none): a chunk fed after a past (every chunk but a first one into empty
+        caches) is cut shorter than ``chunk`` where the single-token kernel's f32 scores, query heads x rows x keys
+        x 4 bytes with keys all the positions a full layer holds, would pass it (at least ``MIN_ROWS`` rows): the
+        chunks shrink as the context grows. Measured at EXAONE 4 32B widths (40 query heads), 16k in chunks of
+        1,000 against 250: 5,105 against 3,114 MiB peak, the same prefill time. Needs the query heads
+        (:meth:`for_model` reads them; a trimmer made directly without ``query_heads`` feeds fixed chunks).
 
         For ov.Core programs. optimum-intel: :meth:`attach` with ``prefill_chunk``. openvino_genai never runs this
         helper: its stateful path feeds the prompt whole and holds it whole (the model computes as unmodified)."""
@@ -182,7 +200,12 @@ class SlidingWindowTrimmer:
                     np.shape(value)[1] == length and length > 1:
                 raise OvpassesError(f"SlidingWindowTrimmer.prefill: input {name!r} has the prompt's length "
                                     f"({length}); it is not known how to split it")
-        bounds = chunk_bounds(length, chunk, first)
+        if score_budget is not None and (not isinstance(score_budget, int) or isinstance(score_budget, bool)
+                                         or score_budget < 1):
+            raise OvpassesError(f"SlidingWindowTrimmer.prefill: score_budget must be a whole number of bytes >= 1 "
+                                f"or None, not {score_budget!r}")
+        budget = (self.query_heads, score_budget) if self.query_heads and score_budget else None
+        bounds = chunk_bounds(length, chunk, first, past=past, score_budget=budget)
         count = 0
         for begin, end in zip(bounds, bounds[1:]):
             fed = {}
@@ -247,11 +270,43 @@ class SlidingWindowTrimmer:
         return cut
 
 
-def chunk_bounds(length: int, chunk: int, first: int | None = None) -> list[int]:
+def chunk_bounds(length: int, chunk: int, first: int | None = None, past: int = 0,
+                 score_budget: tuple[int, int] | None = None) -> list[int]:
     """The positions where a prompt of ``length`` tokens is cut: a first chunk of ``first`` (default ``chunk``)
-    tokens, then chunks of ``chunk``; ``[0, 7, 14, 20]`` for 20 tokens by 7. Consecutive pairs are the chunks."""
+    tokens, then chunks of ``chunk``; ``[0, 7, 14, 20]`` for 20 tokens by 7. Consecutive pairs are the chunks.
+
+    ``score_budget`` = ``(query heads, bytes)``: a chunk that starts after ``past + begin > 0`` positions is cut to
+    :func:`budget_rows` rows where that is fewer (the first chunk too when ``past > 0``)."""
     first = chunk if first is None else first
-    return [0, *range(min(first, length), length, chunk), length] if length else [0]
+    if score_budget is None:
+        return [0, *range(min(first, length), length, chunk), length] if length else [0]
+    heads, budget = score_budget
+    bounds = [0]
+    while bounds[-1] < length:
+        begin = bounds[-1]
+        rows = first if begin == 0 else chunk
+        if past + begin > 0:
+            rows = budget_rows(past + begin, heads, rows, budget)
+        bounds.append(min(length, begin + rows))
+    return bounds
+
+
+def budget_rows(keys_before: int, heads: int, chunk: int, budget: int) -> int:
+    """The rows, at most ``chunk`` and at least ``min(chunk, MIN_ROWS)``, of a chunk fed after ``keys_before``
+    positions whose single-token kernel scores, ``heads x rows x (keys_before + rows)`` f32, fit ``budget`` bytes."""
+    pairs = budget / (4 * heads)
+    rows = int((math.sqrt(keys_before * keys_before + 4 * pairs) - keys_before) / 2)
+    return max(min(chunk, MIN_ROWS), min(chunk, rows))
+
+
+def query_heads(model: ov.Model) -> int | None:
+    """The most query heads an SDPA of ``model`` reads (``[batch, heads, rows, size]`` queries with a static heads
+    dimension), or None where none says."""
+    heads = [node.get_input_partial_shape(QUERY_PORT)[1].get_length() for node in model.get_ordered_ops()
+             if is_sdpa(node) and node.get_input_partial_shape(QUERY_PORT).rank.is_static
+             and node.get_input_partial_shape(QUERY_PORT).rank.get_length() == 4
+             and node.get_input_partial_shape(QUERY_PORT)[1].is_static]
+    return max(heads) if heads else None
 
 
 def _chunk_generate(ov_model, chunk: int) -> None:
@@ -273,4 +328,4 @@ def _chunk_generate(ov_model, chunk: int) -> None:
     ov_model.generate = generate_chunked
 
 
-__all__ = ["SlidingWindowTrimmer", "chunk_bounds"]
+__all__ = ["SlidingWindowTrimmer", "budget_rows", "chunk_bounds", "query_heads"]
