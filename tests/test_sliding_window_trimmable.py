@@ -461,6 +461,32 @@ def test_prefill_refuses_a_score_budget_that_is_not_a_whole_number(budget):
         trimmer.prefill({"input_ids": np.zeros((1, 6), np.int64)}, 2, score_budget=budget)
 
 
+def test_pieces_of_a_forward_call_after_a_past_under_the_budget(monkeypatch):
+    """What ``attach`` feeds for one optimum-intel ``forward`` call: after a past, pieces cut by chunk_bounds with the
+    mask grown to each piece's end and the positions sliced; whole where there is no past, no budget, one token,
+    positional arguments, or an input of the call's length it does not know."""
+    from ovpasses.features.sliding_window import trim
+
+    monkeypatch.setattr(trim, "MIN_ROWS", 3)
+    ids, mask = np.zeros((1, 10), np.int64), np.ones((1, 30), np.int64)
+    call = dict(input_ids=ids, attention_mask=mask, past_key_values=((),), position_ids=np.arange(20, 30)[None],
+                cache_position=np.arange(20, 30))
+    pieces = trim._budget_pieces((), call, (1, 1))
+    assert [p["input_ids"].shape[1] for p in pieces] == [3, 3, 3, 1]
+    assert [p["attention_mask"].shape[1] for p in pieces] == [23, 26, 29, 30]
+    assert np.concatenate([p["position_ids"] for p in pieces], axis=1).tolist() == [list(range(20, 30))]
+    assert np.concatenate([p["cache_position"] for p in pieces]).tolist() == list(range(20, 30))
+    assert all(p["past_key_values"] == ((),) for p in pieces)
+    whole = [dict(call, past_key_values=None), dict(call, input_ids=ids[:, :1], attention_mask=mask[:, :21],
+                                                    position_ids=None, cache_position=None),
+             dict(call, pixel_rows=np.zeros((1, 10, 4)))]
+    for kwargs in whole:
+        assert trim._budget_pieces((), kwargs, (1, 1)) == [kwargs]
+    assert trim._budget_pieces((), call, None) == [call]
+    assert trim._budget_pieces((ids,), call, (1, 1)) == [call]
+    assert trim._budget_pieces((), call, (1, 1 << 40)) == [call]
+
+
 @pytest.mark.parametrize("chunk, first", [(0, None), (4, 0), (4, 2.5), (4, True)])
 def test_prefill_refuses_a_chunk_that_is_not_a_whole_number(chunk, first):
     model, compiled = _compiled(TINY8, "trimmable")
@@ -499,6 +525,52 @@ model.forward = spy
 tokens = model.generate(**kw)[0, 40:].tolist()
 print(json.dumps({"expected": expected, "tokens": tokens, "fed": fed[:7], "trims": trimmer.trims}))
 """
+
+
+OPTIMUM_BUDGET = """
+import functools, json, sys, torch, numpy as np
+sys.path.insert(0, sys.argv[1])
+import optimum.intel
+import ovpasses.features.sliding_window.trim as trim
+from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
+unmodified, trimmable, config = sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+trim.MIN_ROWS = 3   # the floor, lowered so that a tiny model's chunks get cut
+ids = torch.tensor([np.random.default_rng(41).integers(4, 256, 40).tolist()])
+kw = dict(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, min_new_tokens=16, do_sample=False)
+base = optimum.intel.OVModelForCausalLM.from_pretrained(unmodified, device="CPU", ov_config=config)
+expected = base.generate(**kw)[0, 40:].tolist()
+model = optimum.intel.OVModelForCausalLM.from_pretrained(trimmable, device="CPU", ov_config=config)
+fed = []
+forward = model.forward
+@functools.wraps(forward)   # generate reads forward's signature
+def spy(*args, **kwargs):   # installed before attach: sees the pieces the trimmer feeds
+    fed.append(int(kwargs["input_ids"].shape[1]))
+    return forward(*args, **kwargs)
+model.forward = spy
+trimmer = SlidingWindowTrimmer.attach(model, every=3, prefill_chunk=14, score_budget=1)
+tokens = model.generate(**kw)[0, 40:].tolist()
+print(json.dumps({"expected": expected, "tokens": tokens, "fed": fed[:11], "trims": trimmer.trims}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not EXPORT_PYTHON.exists(), reason="needs .venvs/export (bash tools/venv.sh export)")
+def test_optimum_intel_chunks_after_a_past_are_cut_under_the_score_budget(tmp_path):
+    """``attach(..., prefill_chunk=14, score_budget=1)`` with the floor at 3 rows: transformers feeds chunks of 14,
+    14 and 12; the first (no past) goes whole, each later one in pieces of 3 rows (the last piece shorter), trimmed
+    after each; the 16 tokens are the unmodified model's from the whole prompt (exact config)."""
+    import subprocess
+
+    from testkit.cli import run_main
+
+    folder = tmp_path / "trimmable"
+    assert run_main("rewrite", TINY8, "-o", folder, "--sliding-window", "trimmable").returncode == 0
+    proc = subprocess.run([str(EXPORT_PYTHON), "-c", OPTIMUM_BUDGET, str(ROOT), str(TINY8), str(folder),
+                           json.dumps(EXACT_CPU_CONFIG)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["tokens"] == result["expected"]
+    assert result["fed"] == [14, 3, 3, 3, 3, 2, 3, 3, 3, 3, 1] and result["trims"] > 0
 
 
 @pytest.mark.slow

@@ -124,7 +124,8 @@ class SlidingWindowTrimmer:
                    query_heads=query_heads(model))
 
     @classmethod
-    def attach(cls, ov_model, every: int = 1, prefill_chunk: int | None = None) -> SlidingWindowTrimmer:
+    def attach(cls, ov_model, every: int = 1, prefill_chunk: int | None = None,
+               score_budget: int | None = SCORE_BUDGET) -> SlidingWindowTrimmer:
         """Trim after ``forward`` calls of an optimum-intel ``OVModelForCausalLM`` (stateful, compiled): after each
         call that fed several tokens (a prompt), and every ``every`` calls otherwise. Wraps its ``forward``; the
         trimmer follows the request the model holds when each call ends.
@@ -135,19 +136,33 @@ class SlidingWindowTrimmer:
         set on the model's generation config; ``generate`` is wrapped only to pass ``past_key_values=None``, the
         key transformers asks for before it chunks); the logits of the prompt's last position, all that greedy or
         sampled decoding reads, are the last chunk's. A ``generation_config`` passed to ``generate`` replaces the
-        model's: set ``prefill_chunk_size`` in it. A direct ``forward`` call is not chunked."""
+        model's: set ``prefill_chunk_size`` in it. A direct ``forward`` call is not chunked.
+
+        ``score_budget`` (bytes; None: none), as for :meth:`prefill`: a ``forward`` call that feeds several tokens
+        after a past (a chunk after the first, or a later turn's prompt) is fed to the model in pieces of the rows
+        whose single-token kernel scores fit, trimmed after each; the call returns the last piece's output (its
+        logits cover the last piece's positions, the last one the call's). A call with positional arguments other
+        than ``input_ids``, or an input of the call's length it does not know how to split, is fed whole."""
         if getattr(ov_model, "request", None) is None:
             ov_model.compile()
         if not getattr(ov_model, "stateful", True) or getattr(ov_model, "request", None) is None:
             raise OvpassesError("SlidingWindowTrimmer.attach: the model is not a compiled stateful OVModelForCausalLM")
-        trimmer = cls(ov_model.request, trimmable_caches(ov_model.model), every)
+        _check_budget("SlidingWindowTrimmer.attach", score_budget)
+        trimmer = cls(ov_model.request, trimmable_caches(ov_model.model), every,
+                      query_heads=query_heads(ov_model.model))
         if prefill_chunk is not None:
             _chunk_generate(ov_model, prefill_chunk)
         forward = ov_model.forward
+        budget = (trimmer.query_heads, score_budget) if trimmer.query_heads and score_budget else None
 
         @functools.wraps(forward)   # transformers' generate reads forward's signature
         def forward_and_trim(*args, **kwargs):
-            out = forward(*args, **kwargs)
+            pieces = _budget_pieces(args, kwargs, budget)
+            for piece in pieces[:-1]:
+                forward(**piece)
+                trimmer.request = ov_model.request
+                trimmer.trim()
+            out = forward(*args, **kwargs) if len(pieces) == 1 else forward(**pieces[-1])
             trimmer.request = ov_model.request
             ids = kwargs.get("input_ids", args[0] if args else None)
             if ids is not None and len(getattr(ids, "shape", ())) == 2 and ids.shape[1] > 1:
@@ -200,10 +215,7 @@ class SlidingWindowTrimmer:
                     np.shape(value)[1] == length and length > 1:
                 raise OvpassesError(f"SlidingWindowTrimmer.prefill: input {name!r} has the prompt's length "
                                     f"({length}); it is not known how to split it")
-        if score_budget is not None and (not isinstance(score_budget, int) or isinstance(score_budget, bool)
-                                         or score_budget < 1):
-            raise OvpassesError(f"SlidingWindowTrimmer.prefill: score_budget must be a whole number of bytes >= 1 "
-                                f"or None, not {score_budget!r}")
+        _check_budget("SlidingWindowTrimmer.prefill", score_budget)
         budget = (self.query_heads, score_budget) if self.query_heads and score_budget else None
         bounds = chunk_bounds(length, chunk, first, past=past, score_budget=budget)
         count = 0
@@ -289,6 +301,44 @@ def chunk_bounds(length: int, chunk: int, first: int | None = None, past: int = 
             rows = budget_rows(past + begin, heads, rows, budget)
         bounds.append(min(length, begin + rows))
     return bounds
+
+
+def _check_budget(where: str, score_budget) -> None:
+    if score_budget is not None and (not isinstance(score_budget, int) or isinstance(score_budget, bool)
+                                     or score_budget < 1):
+        raise OvpassesError(f"{where}: score_budget must be a whole number of bytes >= 1 or None, not "
+                            f"{score_budget!r}")
+
+
+def _budget_pieces(args: tuple, kwargs: dict, budget: tuple[int, int] | None) -> list[dict]:
+    """The keyword arguments of the ``forward`` calls that feed one call's tokens under ``budget`` (:func:`chunk_bounds`
+    after the past the call's ``attention_mask`` says), or ``[kwargs]`` where the call is fed whole: no budget, no past
+    (``past_key_values`` empty: a first call into reset caches), one token, positional arguments, no 2-D
+    ``attention_mask``, or an input of the call's length other than the ones split here."""
+    ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
+    if budget is None or args or not kwargs.get("past_key_values") or ids is None or mask is None \
+            or len(getattr(ids, "shape", ())) != 2 or len(getattr(mask, "shape", ())) != 2:
+        return [kwargs]
+    length = ids.shape[1]
+    past = mask.shape[1] - length
+    split = {"input_ids", "position_ids", "token_type_ids"}
+    if length < 2 or past < 0 or any(name not in split | {"attention_mask"} and len(getattr(value, "shape", ())) >= 2
+                                     and value.shape[1] == length for name, value in kwargs.items()):
+        return [kwargs]
+    bounds = chunk_bounds(length, length, past=past, score_budget=budget)
+    if len(bounds) == 2:
+        return [kwargs]
+    pieces = []
+    for begin, end in zip(bounds, bounds[1:]):
+        piece = dict(kwargs, input_ids=ids[:, begin:end], attention_mask=mask[:, :past + end])
+        for name in ("position_ids", "token_type_ids"):
+            if kwargs.get(name) is not None:
+                piece[name] = kwargs[name][..., begin:end]
+        position = kwargs.get("cache_position")   # transformers' absolute positions of the call's tokens, 1-D
+        if position is not None and len(getattr(position, "shape", ())) == 1 and position.shape[0] == length:
+            piece["cache_position"] = position[begin:end]
+        pieces.append(piece)
+    return pieces
 
 
 def budget_rows(keys_before: int, heads: int, chunk: int, budget: int) -> int:
