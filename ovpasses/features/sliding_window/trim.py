@@ -273,8 +273,10 @@ class SlidingWindowTrimmer:
             data = np.asarray(value.data)
             index = [slice(None)] * data.ndim
             index[self.axis] = slice(length - keep, length)
-            state.state = ov.Tensor(np.ascontiguousarray(data[tuple(index)]))
+            kept = np.array(data[tuple(index)], order="C")   # a copy: the whole state is let go before it is set
             del value, data
+            state.state = ov.Tensor(kept, shared_memory=True)   # set_state copies it in; no third copy on the way
+            del kept
             if seen is not None:
                 self._trimmed_at[state.name] = seen
             cut += 1
