@@ -356,6 +356,21 @@ def test_inspect_says_a_trimmable_cache_is_held_whole_until_the_program_trims(ca
                in line for line in lines), lines
 
 
+def _decode_after_prefill(request: ov.InferRequest, trimmer: SlidingWindowTrimmer, past: int, steps: int) -> list[int]:
+    """Greedy tokens from the request's last logits after a prefill of ``past`` positions, one token a step, the
+    trimmer stepped after each."""
+    logits, tokens = request.get_output_tensor(0).data[0, -1].copy(), []
+    for _ in range(steps):
+        tokens.append(int(np.argmax(logits)))
+        request.infer({"input_ids": np.asarray([[tokens[-1]]], np.int64),
+                       "attention_mask": np.ones((1, past + 1), np.int64),
+                       "position_ids": np.asarray([[past]], np.int64), "beam_idx": np.zeros(1, np.int32)})
+        past += 1
+        trimmer.step()
+        logits = request.get_output_tensor(0).data[0, -1].copy()
+    return tokens
+
+
 @pytest.mark.parametrize("length, chunk, first, chunks", [(40, 7, None, 6), (40, 16, None, 3), (12, 5, None, 3),
                                                     (40, 7, 20, 4), (40, 7, 64, 1)],
                          ids=["40-by-7", "40-by-16", "short-12-by-5", "40-first-20-then-by-7", "40-first-64"])
@@ -377,16 +392,7 @@ def test_prefill_in_chunks_decodes_the_unmodified_models_tokens_from_the_whole_p
     held = {s.name: s.state.shape[2] for s in request.query_state()}
     assert all(held[v] == min(length, 15) for v in SLIDING_TINY8), held     # cut back after the last chunk
     assert (trimmer.trims > 0) == (length > 15)
-    logits, past, tokens = request.get_output_tensor(0).data[0, -1].copy(), length, []
-    for _ in range(30):
-        tokens.append(int(np.argmax(logits)))
-        request.infer({"input_ids": np.asarray([[tokens[-1]]], np.int64),
-                       "attention_mask": np.ones((1, past + 1), np.int64),
-                       "position_ids": np.asarray([[past]], np.int64), "beam_idx": np.zeros(1, np.int32)})
-        past += 1
-        trimmer.step()
-        logits = request.get_output_tensor(0).data[0, -1].copy()
-    assert tokens == expected
+    assert _decode_after_prefill(request, trimmer, length, 30) == expected
 
 
 @pytest.mark.parametrize("length, chunk, first, past, heads, budget", [
@@ -439,16 +445,7 @@ def test_prefill_under_a_score_budget_shrinks_its_chunks_and_decodes_the_unmodif
     inputs = {"input_ids": np.asarray(prompt, np.int64)[None], "attention_mask": np.ones((1, length), np.int64),
               "position_ids": np.arange(length, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)}
     assert trimmer.prefill(inputs, 300, score_budget=1) == 4       # 300, then 128, 128, 44
-    logits, past, tokens = request.get_output_tensor(0).data[0, -1].copy(), length, []
-    for _ in range(12):
-        tokens.append(int(np.argmax(logits)))
-        request.infer({"input_ids": np.asarray([[tokens[-1]]], np.int64),
-                       "attention_mask": np.ones((1, past + 1), np.int64),
-                       "position_ids": np.asarray([[past]], np.int64), "beam_idx": np.zeros(1, np.int32)})
-        past += 1
-        trimmer.step()
-        logits = request.get_output_tensor(0).data[0, -1].copy()
-    assert tokens == expected
+    assert _decode_after_prefill(request, trimmer, length, 12) == expected
     request.reset_state()
     assert trimmer.prefill(inputs, 300, score_budget=None) == 2
 
