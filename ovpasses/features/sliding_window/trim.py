@@ -136,7 +136,8 @@ class SlidingWindowTrimmer:
         set on the model's generation config; ``generate`` is wrapped only to pass ``past_key_values=None``, the
         key transformers asks for before it chunks); the logits of the prompt's last position, all that greedy or
         sampled decoding reads, are the last chunk's. A ``generation_config`` passed to ``generate`` replaces the
-        model's: set ``prefill_chunk_size`` in it. A direct ``forward`` call is not chunked.
+        model's: set ``prefill_chunk_size`` in it. A direct ``forward`` call is not cut into chunks of ``prefill_chunk``
+        (the score budget below still applies to it).
 
         ``score_budget`` (bytes; None: none), as for :meth:`prefill`: a ``forward`` call that feeds several tokens
         after a past (a chunk after the first, or a later turn's prompt) is fed to the model in pieces of the rows
@@ -354,10 +355,13 @@ def budget_rows(keys_before: int, heads: int, chunk: int, budget: int) -> int:
 def query_heads(model: ov.Model) -> int | None:
     """The most query heads an SDPA of ``model`` reads (``[batch, heads, rows, size]`` queries with a static heads
     dimension), or None where none says."""
-    heads = [node.get_input_partial_shape(QUERY_PORT)[1].get_length() for node in model.get_ordered_ops()
-             if is_sdpa(node) and node.get_input_partial_shape(QUERY_PORT).rank.is_static
-             and node.get_input_partial_shape(QUERY_PORT).rank.get_length() == 4
-             and node.get_input_partial_shape(QUERY_PORT)[1].is_static]
+    heads = []
+    for node in model.get_ordered_ops():
+        if not is_sdpa(node):
+            continue
+        shape = node.get_input_partial_shape(QUERY_PORT)
+        if shape.rank.is_static and shape.rank.get_length() == 4 and shape[1].is_static:
+            heads.append(shape[1].get_length())
     return max(heads) if heads else None
 
 
