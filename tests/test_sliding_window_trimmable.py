@@ -524,6 +524,21 @@ print(json.dumps({"expected": expected, "tokens": tokens, "fed": fed[:7], "trims
 """
 
 
+def _optimum_against_unmodified(tmp_path: Path, script: str) -> dict:
+    """Run ``script`` in the export venv with tiny8 unmodified and rewritten trimmable (in ``tmp_path``) and the
+    exact config as its arguments; its last stdout line, parsed (the script's generate results)."""
+    import subprocess
+
+    from testkit.cli import run_main
+
+    folder = tmp_path / "trimmable"
+    assert run_main("rewrite", TINY8, "-o", folder, "--sliding-window", "trimmable").returncode == 0
+    proc = subprocess.run([str(EXPORT_PYTHON), "-c", script, str(ROOT), str(TINY8), str(folder),
+                           json.dumps(EXACT_CPU_CONFIG)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 OPTIMUM_BUDGET = """
 import functools, json, sys, torch, numpy as np
 sys.path.insert(0, sys.argv[1])
@@ -556,16 +571,7 @@ def test_optimum_intel_chunks_after_a_past_are_cut_under_the_score_budget(tmp_pa
     """``attach(..., prefill_chunk=14, score_budget=1)`` with the floor at 3 rows: transformers feeds chunks of 14,
     14 and 12; the first (no past) goes whole, each later one in pieces of 3 rows (the last piece shorter), trimmed
     after each; the 16 tokens are the unmodified model's from the whole prompt (exact config)."""
-    import subprocess
-
-    from testkit.cli import run_main
-
-    folder = tmp_path / "trimmable"
-    assert run_main("rewrite", TINY8, "-o", folder, "--sliding-window", "trimmable").returncode == 0
-    proc = subprocess.run([str(EXPORT_PYTHON), "-c", OPTIMUM_BUDGET, str(ROOT), str(TINY8), str(folder),
-                           json.dumps(EXACT_CPU_CONFIG)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = _optimum_against_unmodified(tmp_path, OPTIMUM_BUDGET)
     assert result["tokens"] == result["expected"]
     assert result["fed"] == [14, 3, 3, 3, 3, 2, 3, 3, 3, 3, 1] and result["trims"] > 0
 
@@ -575,16 +581,7 @@ def test_optimum_intel_chunks_after_a_past_are_cut_under_the_score_budget(tmp_pa
 def test_optimum_intel_prefills_in_chunks_and_decodes_the_unmodified_tokens(tmp_path):
     """``attach(..., prefill_chunk=7)``: OVModelForCausalLM.generate feeds a 40-token prompt in chunks of 7 (transformers'
     chunked prefill), trimmed after each, and decodes the unmodified model's 24 tokens from the whole prompt."""
-    import subprocess
-
-    from testkit.cli import run_main
-
-    folder = tmp_path / "trimmable"
-    assert run_main("rewrite", TINY8, "-o", folder, "--sliding-window", "trimmable").returncode == 0
-    proc = subprocess.run([str(EXPORT_PYTHON), "-c", OPTIMUM_CHUNKED, str(ROOT), str(TINY8), str(folder),
-                           json.dumps(EXACT_CPU_CONFIG)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = _optimum_against_unmodified(tmp_path, OPTIMUM_CHUNKED)
     assert result["tokens"] == result["expected"]
     assert result["fed"] == [7, 7, 7, 7, 7, 5, 1] and result["trims"] > 0
 
