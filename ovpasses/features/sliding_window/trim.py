@@ -148,13 +148,12 @@ class SlidingWindowTrimmer:
             ov_model.compile()
         if not getattr(ov_model, "stateful", True) or getattr(ov_model, "request", None) is None:
             raise OvpassesError("SlidingWindowTrimmer.attach: the model is not a compiled stateful OVModelForCausalLM")
-        _check_budget("SlidingWindowTrimmer.attach", score_budget)
-        trimmer = cls(ov_model.request, trimmable_caches(ov_model.model), every,
-                      query_heads=query_heads(ov_model.model))
+        heads = query_heads(ov_model.model)
+        budget = _score_budget("SlidingWindowTrimmer.attach", heads, score_budget)
+        trimmer = cls(ov_model.request, trimmable_caches(ov_model.model), every, query_heads=heads)
         if prefill_chunk is not None:
             _chunk_generate(ov_model, prefill_chunk)
         forward = ov_model.forward
-        budget = (trimmer.query_heads, score_budget) if trimmer.query_heads and score_budget else None
 
         @functools.wraps(forward)   # transformers' generate reads forward's signature
         def forward_and_trim(*args, **kwargs):
@@ -216,8 +215,7 @@ class SlidingWindowTrimmer:
                     np.shape(value)[1] == length and length > 1:
                 raise OvpassesError(f"SlidingWindowTrimmer.prefill: input {name!r} has the prompt's length "
                                     f"({length}); it is not known how to split it")
-        _check_budget("SlidingWindowTrimmer.prefill", score_budget)
-        budget = (self.query_heads, score_budget) if self.query_heads and score_budget else None
+        budget = _score_budget("SlidingWindowTrimmer.prefill", self.query_heads, score_budget)
         bounds = chunk_bounds(length, chunk, first, past=past, score_budget=budget)
         count = 0
         for begin, end in zip(bounds, bounds[1:]):
@@ -306,11 +304,13 @@ def chunk_bounds(length: int, chunk: int, first: int | None = None, past: int = 
     return bounds
 
 
-def _check_budget(where: str, score_budget) -> None:
+def _score_budget(where: str, heads: int | None, score_budget: int | None) -> tuple[int, int] | None:
+    """``(query heads, bytes)`` for :func:`chunk_bounds`, or None without a budget or without the heads; refuses a
+    budget that is not a whole number of bytes."""
     if score_budget is not None and (not isinstance(score_budget, int) or isinstance(score_budget, bool)
                                      or score_budget < 1):
-        raise OvpassesError(f"{where}: score_budget must be a whole number of bytes >= 1 or None, not "
-                            f"{score_budget!r}")
+        raise OvpassesError(f"{where}: score_budget must be a whole number of bytes >= 1 or None, not {score_budget!r}")
+    return (heads, score_budget) if heads and score_budget else None
 
 
 def _budget_pieces(args: tuple, kwargs: dict, budget: tuple[int, int] | None) -> list[dict]:
