@@ -67,6 +67,9 @@ def main() -> None:
                         help="diagnostic, not exact: every SDPA's sink input dropped (is the sink what costs?)")
     parser.add_argument("--keep-malloc", action="store_true",
                         help="trimmable: the trimmer leaves glibc's mmap threshold as it is (release_memory=False)")
+    parser.add_argument("--ir", default=None,
+                        help="the form's IR folder, written beforehand (`ovpass rewrite`): loaded as a client loads it, "
+                             "not rewritten in this process (the rewrite's own heap stays out of the figures)")
     parser.add_argument("--config", default="{}", help="compile properties as JSON (default: plugin defaults)")
     parser.add_argument("--without-pass", default="",
                         help="the rewrite without these passes, comma-separated (e.g. SDPAReleasePoints: what the pass is "
@@ -74,8 +77,10 @@ def main() -> None:
     args = parser.parse_args()
 
     core = ov.Core()
-    model = core.read_model(f"{args.model}/openvino_model.xml")
-    if args.form != "unmodified":
+    model = core.read_model(f"{args.ir or args.model}/openvino_model.xml")
+    if args.ir and (args.form == "unmodified" or args.without_pass):
+        parser.error("--ir: a rewritten form's folder (--form trimmable / blocked, no --without-pass)")
+    if args.form != "unmodified" and not args.ir:
         left_out = set(filter(None, args.without_pass.split(",")))
         if left_out - set(PIPELINE_PASSES):
             parser.error(f"--without-pass: no such pass {sorted(left_out - set(PIPELINE_PASSES))}")
@@ -126,7 +131,7 @@ def main() -> None:
             trimmer.step()
     with open("/proc/loadavg") as f:
         load = f.read().split()[0]
-    print(json.dumps(dict(form=args.form, without_pass=args.without_pass or None, chunk=args.chunk, first=args.first, score_budget_mib=args.score_budget if args.chunk else None, trim=args.trim, mmap=bool(mmap), context=n,
+    print(json.dumps(dict(form=args.form, ir=args.ir, without_pass=args.without_pass or None, chunk=args.chunk, first=args.first, score_budget_mib=args.score_budget if args.chunk else None, trim=args.trim, mmap=bool(mmap), context=n,
                           drop_sinks=args.drop_sinks, config=json.loads(args.config),
                           before=round(before), prefill_s=round(prefill, 1), peak_prefill=round(peak_prefill),
                           peak_trim=round(peak_trim), peak_end=round(_status("VmHWM")), load=load,
