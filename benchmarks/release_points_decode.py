@@ -28,7 +28,8 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--order", default="unmodified,trimmable,norelease",
-                        help="the forms, in the order they are compiled (norelease: trimmable without release points)")
+                        help="the forms, in the order they are compiled (norelease: trimmable without release points; "
+                             "built: trimmable with the key columns built from the mask's inputs at every window)")
     args = parser.parse_args()
     core = ov.Core()
     requests = {}
@@ -36,6 +37,13 @@ def main() -> None:
         model = core.read_model(f"{args.model}/openvino_model.xml")
         if form == "trimmable":
             ovpasses.rewrite(model, sliding_window="trimmable")
+        elif form == "built":   # trimmable, the key columns built from the mask's inputs at every window
+            import ovpasses.features.sliding_window.sliding_window_cache_trimmable as trimmable_pass
+            saved, trimmable_pass.SLICED_FROM = trimmable_pass.SLICED_FROM, 1 << 62
+            try:
+                ovpasses.rewrite(model, sliding_window="trimmable")
+            finally:
+                trimmable_pass.SLICED_FROM = saved
         elif form == "norelease":
             ovpasses.rewrite(model, sliding_window="trimmable",
                              passes=[p for p in PIPELINE_PASSES if p != "SDPAReleasePoints"])

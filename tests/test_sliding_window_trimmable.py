@@ -276,13 +276,34 @@ def test_caches_trimmed_apart_fail_the_inference():
 FAMILIES = ["gemma2/tiny4", "gemma3/text6", "cohere2/tiny4", "exaone4/tiny4", "gpt-oss/tiny4", "mistral/allsliding"]
 
 
+@pytest.mark.parametrize("columns", ["narrowed", "sliced"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_family_stays_fused_and_decodes_the_unmodified_tokens_while_trimmed(family):
+def test_every_family_stays_fused_and_decodes_the_unmodified_tokens_while_trimmed(family, columns, monkeypatch):
     """Window 8: a 20-token prompt in chunks of 7 and 24 steps, trimmed every 3; mistral/allsliding has no full
-    cache (every cache trimmed, the past length read from the attention_mask)."""
+    cache (every cache trimmed, the past length read from the attention_mask). ``sliced``: the key columns as
+    windows of 4,096 and more beside full layers get them, a Slice of the exported mask (the threshold lowered to
+    the fixtures')."""
+    import ovpasses.features.sliding_window.sliding_window_cache_trimmable as trimmable_pass
+    from ovpasses.features.sliding_window.mask_columns import NARROW_SUFFIX
+    from ovpasses.features.sliding_window.sliding_window_cache_bounding import KEYS_SUFFIX
+
     folder = ROOT / "tests" / "fixtures" / family
     _, base = _compiled(folder, "full")
-    model, trimmable = _compiled(folder, "trimmable")
+    if columns == "sliced":
+        monkeypatch.setattr(trimmable_pass, "SLICED_FROM", 1)
+        model = _model(folder, "trimmable")
+        trimmable = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
+    else:
+        model, trimmable = _compiled(folder, "trimmable")
+    names = [n.get_friendly_name() for n in model.get_ordered_ops()]
+    keys = [n for n in model.get_ordered_ops() if n.get_friendly_name().endswith(KEYS_SUFFIX)]
+    assert keys, "the sliding layers read their key columns through the form's node"
+    built = [name for name in names if name.endswith(NARROW_SUFFIX)]
+    if columns == "sliced" and family != "mistral/allsliding":   # every layer sliding: built at every window
+        assert not built and all(k.get_type_name() == "Slice" for k in keys)
+        assert all(k.input_value(0).get_node().get_type_name() == "Select" for k in keys), "of the exported mask"
+    else:
+        assert built
     assert count_fused_sdpa(trimmable) == count_fused_sdpa(base)
     config = json.loads((folder / "config.json").read_text())
     vocab = config.get("text_config", config)["vocab_size"]
@@ -313,6 +334,28 @@ def test_second_run_changes_nothing_also_from_files(tmp_path):
     expected, _ = _greedy(base, _prompt(40), 7, 30)
     tokens, _ = _greedy(compiled, _prompt(40), 7, 30, lambda r: SlidingWindowTrimmer.for_model(reread, r, 1))
     assert tokens == expected
+
+
+def test_windows_of_4096_and_more_read_a_slice_of_the_exported_mask(monkeypatch):
+    """The measured choice (SLICED_FROM's comment): the key columns built from the mask's inputs below a window of
+    4,096 or where every layer is sliding, a Slice of the exported mask otherwise; the plan's reason says which."""
+    import ovpasses.features.sliding_window.sliding_window_cache_trimmable as trimmable_pass
+
+    assert trimmable_pass.SLICED_FROM == 4096
+    assert [trimmable_pass.narrowed_mask(w, True) for w in (8, 128, 1024, 4095, 4096, 8192)] == [True] * 4 + [False] * 2
+    # every layer sliding (Mistral): no cache keeps the whole context, built at every window
+    assert all(trimmable_pass.narrowed_mask(w, False) for w in (8, 4096, 8192))
+
+    def reasons() -> set[str]:
+        model = ov.Core().read_model(TINY8 / "openvino_model.xml")
+        summary = ovpasses.rewrite(model, sliding_window="trimmable")
+        return {r.reason for r in summary.records if r.rule == "TrimmableSlidingWindowKVCache"}
+
+    assert reasons() == {"only sliding-window attention (window 16) reads it; its readers' key columns built from "
+                         "the mask's inputs"}
+    monkeypatch.setattr(trimmable_pass, "SLICED_FROM", 16)   # tiny8's window
+    assert reasons() == {"only sliding-window attention (window 16) reads it; its readers' key columns a Slice of "
+                         "the exported mask (a window of 4,096 or more beside full-attention layers)"}
 
 
 def test_a_mask_the_walk_does_not_know_is_sliced_and_stays_exact(monkeypatch):

@@ -18,6 +18,7 @@ from ovpasses.features.sliding_window.caches import analyze_sliding_window_cache
 from ovpasses.features.sliding_window.first_prompt import RT_BLOCKED, RT_NODE, plan_blocked
 from ovpasses.features.sliding_window.mask_expand import expand_candidates
 from ovpasses.features.sliding_window.release_points import release_candidates
+from ovpasses.features.sliding_window.sliding_window_cache_trimmable import SLICED_FROM, narrowed_mask
 from ovpasses.modes import FirstPrompt, SlidingWindow
 from ovpasses.plan.decisions import Action
 from ovpasses.rules import Planned, RulePlan
@@ -61,12 +62,22 @@ def mask_slice_part(_facts, plan) -> RulePlan:
     return RulePlan("SlidingWindowMaskSliceInsertion", nodes)
 
 
-def _sliding_caches(facts, rule: str, action: Action) -> RulePlan:
-    """Last: planned (:func:`analyze_sliding_window_caches`) on the model as the other rules left it."""
+def _sliding_caches(facts, rule: str, action: Action, columns: bool = False) -> RulePlan:
+    """Last: planned (:func:`analyze_sliding_window_caches`) on the model as the other rules left it. ``columns``:
+    the reason says which key columns its readers' mask gives them (:func:`narrowed_mask`)."""
     caches = analyze_sliding_window_caches(facts.model, facts.kv, facts.masks, facts.options.sliding_window_margin,
                                            facts.distance_masks)
-    nodes = tuple(Planned(vid, f"only sliding-window attention (window {c.window}) reads it", action.value,
-                          c.readers) for vid, c in caches.bounded.items())
+
+    def reason(c) -> str:
+        said = f"only sliding-window attention (window {c.window}) reads it"
+        if columns:
+            said += ("; its readers' key columns built from the mask's inputs"
+                     if narrowed_mask(c.window, caches.reference is not None) else
+                     f"; its readers' key columns a Slice of the exported mask (a window of {SLICED_FROM:,} or more "
+                     "beside full-attention layers)")
+        return said
+
+    nodes = tuple(Planned(vid, reason(c), action.value, c.readers) for vid, c in caches.bounded.items())
     return RulePlan(rule, nodes, caches)
 
 
@@ -79,7 +90,7 @@ def bounding_part(facts, _plan) -> RulePlan | None:
 def trimming_part(facts, _plan) -> RulePlan | None:
     if facts.options.sliding_window is not SlidingWindow.TRIMMABLE:
         return None
-    return _sliding_caches(facts, "TrimmableSlidingWindowKVCache", Action.TRIMMABLE)
+    return _sliding_caches(facts, "TrimmableSlidingWindowKVCache", Action.TRIMMABLE, columns=True)
 
 
 def blocked_part(facts, _plan) -> RulePlan | None:

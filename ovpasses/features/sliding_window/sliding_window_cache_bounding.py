@@ -214,14 +214,15 @@ def failing_check(flag: ov.Node) -> ov.Node:
 
 def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, past_length: ov.Output,
                masks: dict[tuple[ov.Output, str], ov.Output], key_length: ov.Node,
-               extra_checks: tuple[ov.Node, ...] = (), columns: ov.Node | None = None) -> list[ov.Node]:
+               extra_checks: tuple[ov.Node, ...] = (), columns: ov.Node | None = None,
+               narrow: bool = True) -> list[ov.Node]:
     """Give ``sdpa`` (which reads ``nodes``' cache as K) the mask columns of its keys: the last ``key_length``
     (P+n: the positions the cache holds and the new ones). ``extra_checks`` (:func:`failing_check` nodes) are
     added to the columns' start, so that the inference runs them. ``columns``, the mask's column count
     computed without the mask (T+n), builds the columns from the mask's inputs
     (:func:`~ovpasses.features.sliding_window.mask_columns.narrow_key_columns`), so that the whole mask is
-    never computed for these readers; without it, or for a mask the walk does not know, the columns are a Slice
-    of the whole mask. Returns the nodes made."""
+    never computed for these readers; without it, with ``narrow`` False, or for a mask the walk does not know, the
+    columns are a Slice of the whole mask. Returns the nodes made."""
     if sdpa.get_input_size() <= MASK_PORT:
         raise PassInvariantError(f"{pass_name}: SDPA '{sdpa.get_friendly_name()}' has no mask; the plan "
                                  "bounds only caches read under a sliding-window mask")
@@ -238,7 +239,7 @@ def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, pa
         source, stop = columns_slice.input_value(0), columns_slice.input_value(2)
     name = f"{nodes.concat.get_friendly_name()}"
     axis = _i64([nodes.axis])
-    narrow = columns is not None
+    from_states = columns is not None
     if columns is None:
         columns = ops.gather(ops.shape_of(source, "i64"), _i64([-1]), _i64([0]))
     end = columns if stop is None else ops.minimum(ops.convert(stop, ov.Type.i64), columns)
@@ -249,7 +250,7 @@ def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, pa
     lost = ops.convert(ops.less(held, needed), ov.Type.i64)
     check = failing_check(lost)
     check.set_friendly_name(name + CHECK_SUFFIX)
-    if narrow and stop is None:
+    if from_states and stop is None:
         # the columns [T - P, T + n): from the past length and the positions held alone, both known from the
         # states before any layer runs, so that the mask is built where the exported one was (a start computed
         # from the new keys' length waits for layer 0's K projection)
@@ -258,8 +259,8 @@ def slice_mask(pass_name: str, sdpa: ov.Node, nodes: CacheNodes, window: int, pa
         start = ops.subtract(end, key_length)
     for each in (check, *extra_checks):
         start = ops.add(ops.reduce_sum(each, _i64([0]), keep_dims=False), start)
-    narrowed = narrow_key_columns(source, start.output(0), None if end is None else end.output(0)) if narrow \
-        else None
+    narrowed = narrow_key_columns(source, start.output(0), None if end is None else end.output(0)) \
+        if from_states and narrow else None
     if narrowed is None:
         # a mask the walk does not know: its columns [start, T + n) sliced out of it (end None: the narrowing
         # wanted every column from start, which the Slice needs as the mask's column count)

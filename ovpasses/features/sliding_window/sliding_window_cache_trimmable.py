@@ -19,7 +19,10 @@ rest of the model independent of how many positions the cache holds, so that a p
   (``ShapeOf(Gather)``, not a ShapeOf on the Concat) and ``n`` the new ones; with an untrimmed cache ``P = T`` and
   it is the whole mask. Those columns are built from the mask's inputs (its key index and padding sliced to
   ``[T - P, T + n)``, :mod:`~ovpasses.features.sliding_window.mask_columns`), not sliced out of the whole mask
-  after its Select: the whole ``[n, T + n]`` sliding mask is never computed. A cache trimmed below
+  after its Select: the whole ``[n, T + n]`` sliding mask is never computed. Not at windows of
+  :data:`SLICED_FROM` (4,096) positions or more beside full-attention layers: there the columns are a Slice of
+  the exported mask, which the CPU plugin was measured to hold less of (:func:`narrowed_mask`). A cache trimmed
+  below
   ``min(T, W - 1)`` fails the inference (the bounding's ``lost_positions_check``), never decodes from positions
   the mask needs.
 
@@ -72,6 +75,25 @@ from ovpasses.rules import Rule, RulePlan
 log = logging.getLogger(__name__)
 
 RT_NODE = "ovpasses_sliding_window_trimmable"         # on each node the pass makes: the variable it serves
+
+# Which key columns the sliding layers read, measured fed whole (openvino 2026.4.1, plugin defaults, peak RSS
+# against the unmodified model, 2k / 4k / 8k / 16k; benchmarks/records/2026-11-27-wide-windows-amx.md). Both forms
+# compute the same values; the CPU plugin groups its tensors by lifetime and holds each group at its largest member
+# (runtime notes), and which form it holds less of was measured, not derived. Built from the mask's inputs:
+# Gemma 3 4B widths (window 1,024), 16k 0.960x against 1.030x sliced; Mistral 7B (4,096, every layer sliding: no
+# cache keeps the whole context) 0.985x / 0.977x / 0.954x / 0.943x against 0.972x / 0.962x / 0.974x / 1.022x.
+# Sliced out of the exported mask, at windows of 4,096 beside full-attention layers: EXAONE 4 32B widths 0.992x /
+# 0.986x / 0.979x / 0.959x against 1.007x / 1.006x / 1.005x / 0.990x built; Command R7B 1.006x / 1.003x / 0.997x /
+# 1.023x against 1.010x / 1.016x / 1.026x / 1.028x; Gemma 2 2B 0.983x / 0.972x / 0.962x / 0.958x against 0.997x /
+# 0.999x / 0.986x / 0.960x. The prompt helper's chunks hold the same either way (EXAONE 4 widths, 16k: 2,900 MiB).
+SLICED_FROM = 4096
+
+
+def narrowed_mask(window: int, whole_context_cache: bool) -> bool:
+    """Whether the trimmable form builds a sliding layer's key columns from the mask's inputs (True) or slices
+    them out of the exported mask (False): sliced at a window of :data:`SLICED_FROM` or more in a model where a
+    cache keeps the whole context (full-attention layers beside the sliding ones), as measured. Pure."""
+    return window < SLICED_FROM or not whole_context_cache
 
 
 def _i64(values) -> ov.Node:
@@ -152,7 +174,8 @@ class TrimmableSlidingWindowKVCache(Rule, ModelPass):
             columns = ops.add(past_length.output(0), new)
             made = [new, key_length, columns, *checks]
             made += slice_mask(self.NAME, sdpa, nodes, window, past_length.output(0), masks, key_length, checks,
-                               columns=columns)
+                               columns=columns, narrow=narrowed_mask(max(w for _, _, w, _ in group),
+                                                                     self.plan.reference is not None))
             sliced = sdpa.input_value(MASK_PORT)
             for other, _, _, _ in group[1:]:
                 other.input(MASK_PORT).replace_source_output(sliced)
@@ -164,4 +187,5 @@ class TrimmableSlidingWindowKVCache(Rule, ModelPass):
         return True
 
 
-__all__ = ["RT_TRIMMABLE", "TrimmableSlidingWindowKVCache", "trimmable_caches", "variable_id"]
+__all__ = ["RT_TRIMMABLE", "SLICED_FROM", "TrimmableSlidingWindowKVCache", "narrowed_mask", "trimmable_caches",
+           "variable_id"]
