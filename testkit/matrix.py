@@ -65,7 +65,7 @@ def worker_env() -> dict[str, str]:
 
 REWRITE_MODES = ("rewritten", "unshared", "bounded", "unshared-bounded", "trimmable", "unshared-trimmable", "paged-pad",
                  "recovered")
-MODES = ("unmodified", *REWRITE_MODES, "decomposed")
+MODES = ("unmodified", *REWRITE_MODES, "trimmable-sliced", "decomposed")
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
 
 
@@ -73,10 +73,21 @@ def apply_mode(model: ov.Model, mode: str) -> ov.Model:
     """``model`` as the mode runs it, changed in place: ``unmodified``, ``rewritten``
     (:func:`ovpasses.rewrite`), ``unshared`` (``rewrite(kv_sharing="unshare")``), ``bounded``
     (``rewrite(sliding_window="bounded")``), ``unshared-bounded`` (both), ``trimmable`` and ``unshared-trimmable``
-    (``sliding_window="trimmable"``, nobody trimming: as a client that does not run the trimmer), ``paged-pad``
+    (``sliding_window="trimmable"``, nobody trimming: as a client that does not run the trimmer),
+    ``trimmable-sliced`` (the same with the key columns a Slice of the exported mask at any window), ``paged-pad``
     (``rewrite(paged_heads="pad")``) or ``decomposed`` (every SDPA
     decomposed)."""
-    if mode in REWRITE_MODES:
+    if mode == "trimmable-sliced":
+        # trimmable with the key columns a Slice of the exported mask at every window: the form models with
+        # windows of 4,096 beside full layers get (SLICED_FROM), at the fixtures' windows
+        import ovpasses
+        import ovpasses.features.sliding_window.sliding_window_cache_trimmable as trimmable_pass
+        saved, trimmable_pass.SLICED_FROM = trimmable_pass.SLICED_FROM, 1
+        try:
+            ovpasses.rewrite(model, sliding_window="trimmable")
+        finally:
+            trimmable_pass.SLICED_FROM = saved
+    elif mode in REWRITE_MODES:
         import ovpasses
         ovpasses.rewrite(model, kv_sharing="unshare" if mode.startswith("unshared") else "keep",
                          sliding_window="bounded" if mode.endswith("bounded") else

@@ -36,7 +36,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RUNTIMES = ["2025.2.0", "2025.4.1", "2026.0.0", "2026.1.0", "2026.2.1", "2026.3.1", "newest"]
 FIXTURES = ["tiny8", "e2b35", "tiny8u", "tiny8u:long", "a26", "a26:long", "vlm8", "gemma3n/tiny8", "tiny8e",
             "gemma3n/tiny8e"]
-MODES = ["unmodified", "rewritten", "unshared", "bounded", "trimmable", "paged-pad", "decomposed", "prepared"]
+MODES = ["unmodified", "rewritten", "unshared", "bounded", "trimmable", "trimmable-sliced", "paged-pad", "decomposed",
+         "prepared"]
 PATHS = ["core", "stateful", "paged"]
 # the workers import this checkout's ovpasses, whatever the venvs have installed
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
