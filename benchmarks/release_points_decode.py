@@ -21,6 +21,9 @@ import openvino as ov
 import ovpasses
 from ovpasses.pipeline import PIPELINE_PASSES
 
+import common  # noqa: F401,E402  (sibling module: puts the checkout on sys.path for testkit)
+from testkit.matrix import rewrite_trimmable_key_columns  # noqa: E402
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -38,12 +41,7 @@ def main() -> None:
         if form == "trimmable":
             ovpasses.rewrite(model, sliding_window="trimmable")
         elif form == "built":   # trimmable, the key columns built from the mask's inputs at every window
-            import ovpasses.features.sliding_window.sliding_window_cache_trimmable as trimmable_pass
-            saved, trimmable_pass.SLICED_FROM = trimmable_pass.SLICED_FROM, 1 << 62
-            try:
-                ovpasses.rewrite(model, sliding_window="trimmable")
-            finally:
-                trimmable_pass.SLICED_FROM = saved
+            rewrite_trimmable_key_columns(model, sliced=False)
         elif form == "norelease":
             ovpasses.rewrite(model, sliding_window="trimmable",
                              passes=[p for p in PIPELINE_PASSES if p != "SDPAReleasePoints"])

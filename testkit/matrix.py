@@ -69,6 +69,21 @@ MODES = ("unmodified", *REWRITE_MODES, "trimmable-sliced", "decomposed")
 MODEL_FILES = ("openvino_model.xml", "openvino_model.bin", "config.json", "generation_config.json")
 
 
+def rewrite_trimmable_key_columns(model: ov.Model, sliced: bool) -> None:
+    """``ovpasses.rewrite(model, sliding_window="trimmable")`` with the sliding layers' key columns a Slice of the
+    exported mask (``sliced``) or built from its inputs at every window, whatever the library chooses for the
+    model's windows (``SLICED_FROM`` moved for the rewrite, then put back)."""
+    import ovpasses
+    import ovpasses.features.sliding_window.sliding_window_cache_trimmable as trimmable_pass
+
+    saved = trimmable_pass.SLICED_FROM
+    trimmable_pass.SLICED_FROM = 1 if sliced else 1 << 62
+    try:
+        ovpasses.rewrite(model, sliding_window="trimmable")
+    finally:
+        trimmable_pass.SLICED_FROM = saved
+
+
 def apply_mode(model: ov.Model, mode: str) -> ov.Model:
     """``model`` as the mode runs it, changed in place: ``unmodified``, ``rewritten``
     (:func:`ovpasses.rewrite`), ``unshared`` (``rewrite(kv_sharing="unshare")``), ``bounded``
@@ -78,15 +93,8 @@ def apply_mode(model: ov.Model, mode: str) -> ov.Model:
     (``rewrite(paged_heads="pad")``) or ``decomposed`` (every SDPA
     decomposed)."""
     if mode == "trimmable-sliced":
-        # trimmable with the key columns a Slice of the exported mask at every window: the form models with
-        # windows of 4,096 beside full layers get (SLICED_FROM), at the fixtures' windows
-        import ovpasses
-        import ovpasses.features.sliding_window.sliding_window_cache_trimmable as trimmable_pass
-        saved, trimmable_pass.SLICED_FROM = trimmable_pass.SLICED_FROM, 1
-        try:
-            ovpasses.rewrite(model, sliding_window="trimmable")
-        finally:
-            trimmable_pass.SLICED_FROM = saved
+        # the form models with windows of 4,096 beside full layers get (SLICED_FROM), at the fixtures' windows
+        rewrite_trimmable_key_columns(model, sliced=True)
     elif mode in REWRITE_MODES:
         import ovpasses
         ovpasses.rewrite(model, kv_sharing="unshare" if mode.startswith("unshared") else "keep",

@@ -31,7 +31,7 @@ from ovpasses.plan.decisions import Action
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from ovpasses.precision import EXACT_CPU_CONFIG
 from ovpasses.features.sliding_window.trim import MIN_ROWS, SlidingWindowTrimmer, budget_rows, chunk_bounds, query_heads
-from testkit.matrix import grid_cell, worker_env
+from testkit.matrix import grid_cell, rewrite_trimmable_key_columns, worker_env
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
@@ -293,20 +293,19 @@ FAMILIES = ["gemma2/tiny4", "gemma3/text6", "cohere2/tiny4", "exaone4/tiny4", "g
 
 @pytest.mark.parametrize("columns", ["narrowed", "sliced"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_family_stays_fused_and_decodes_the_unmodified_tokens_while_trimmed(family, columns, monkeypatch):
+def test_every_family_stays_fused_and_decodes_the_unmodified_tokens_while_trimmed(family, columns):
     """Window 8: a 20-token prompt in chunks of 7 and 24 steps, trimmed every 3; mistral/allsliding has no full
     cache (every cache trimmed, the past length read from the attention_mask). ``sliced``: the key columns as
     windows of 4,096 and more beside full layers get them, a Slice of the exported mask (the threshold lowered to
     the fixtures')."""
-    import ovpasses.features.sliding_window.sliding_window_cache_trimmable as trimmable_pass
     from ovpasses.features.sliding_window.mask_columns import NARROW_SUFFIX
     from ovpasses.features.sliding_window.sliding_window_cache_bounding import KEYS_SUFFIX
 
     folder = ROOT / "tests" / "fixtures" / family
     _, base = _compiled(folder, "full")
     if columns == "sliced":
-        monkeypatch.setattr(trimmable_pass, "SLICED_FROM", 1)
-        model = _model(folder, "trimmable")
+        model = ov.Core().read_model(folder / "openvino_model.xml")
+        rewrite_trimmable_key_columns(model, sliced=True)
         trimmable = ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG)
     else:
         model, trimmable = _compiled(folder, "trimmable")
