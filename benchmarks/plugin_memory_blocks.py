@@ -45,11 +45,12 @@ class Blocks:
 
 def parse_strace(lines) -> Blocks:
     """Follow ``mmap`` / ``munmap`` / ``mremap`` of anonymous mappings of ``MIN_BLOCK`` bytes or more between the
-    ``access`` markers ``START`` and ``END`` (mappings made before the start are not counted)."""
+    ``access`` markers ``START`` and ``END`` (mappings made before the start are not counted). :class:`ValueError`
+    when the trace lacks either marker: then nothing was followed, and no figure may be read from it."""
     live: dict[int, int] = {}
     current = peak = 0
     at_peak: tuple[int, ...] = ()
-    started = False
+    started = ended = False
     for line in lines:
         if START in line:
             started = True
@@ -57,6 +58,7 @@ def parse_strace(lines) -> Blocks:
         if not started:
             continue
         if END in line:
+            ended = True
             break
         if (m := _MMAP.search(line)) and int(m.group(1)) >= MIN_BLOCK:
             live[int(m.group(2), 16)] = int(m.group(1))
@@ -71,6 +73,9 @@ def parse_strace(lines) -> Blocks:
                 current += int(m.group(3))
         if current > peak:
             peak, at_peak = current, tuple(sorted(live.values(), reverse=True))
+    if not (started and ended):
+        raise ValueError(f"the trace has no {'end' if started else 'start'} marker of the request: no block was "
+                         "followed")
     return Blocks(peak, at_peak)
 
 

@@ -40,6 +40,14 @@ def test_parse_follows_blocks_between_the_markers():
     assert blocks.sizes == (32 * MIB, 20 * MIB)
 
 
+def test_a_trace_without_both_markers_is_refused():
+    """No figure from a trace that never saw the request (strace not following the child, a marker renamed)."""
+    with pytest.raises(ValueError, match="start marker"):
+        pmb.parse_strace([_mmap(64 * MIB, 0x1000)])
+    with pytest.raises(ValueError, match="end marker"):
+        pmb.parse_strace([f'7 access("{pmb.START}", F_OK) = -1 ENOENT', _mmap(64 * MIB, 0x1000)])
+
+
 def test_difference_counts_sizes_both_ways():
     a = pmb.Blocks(0, (64 * MIB, 32 * MIB, 32 * MIB, 8 * MIB))
     b = pmb.Blocks(0, (64 * MIB, 64 * MIB, 32 * MIB, 2 * MIB))
