@@ -76,10 +76,10 @@ def main() -> None:
                              "worth)")
     args = parser.parse_args()
 
-    core = ov.Core()
-    model = core.read_model(f"{args.ir or args.model}/openvino_model.xml")
     if args.ir and (args.form == "unmodified" or args.without_pass):
         parser.error("--ir: a rewritten form's folder (--form trimmable / blocked, no --without-pass)")
+    core = ov.Core()
+    model = core.read_model(f"{args.ir or args.model}/openvino_model.xml")
     if args.form != "unmodified" and not args.ir:
         left_out = set(filter(None, args.without_pass.split(",")))
         if left_out - set(PIPELINE_PASSES):
