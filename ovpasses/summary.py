@@ -127,7 +127,11 @@ class RewriteSummary:
     def sliding_window_payoff(self) -> Payoff | None:
         """When the sliding-window mode asked for pays on this model (None: it changes no cache)."""
         caches = self.sliding_window_caches
-        return None if caches is None else payoff(caches, self.sliding_window)
+        if caches is None:
+            return None
+        # the caches unsharing would give each reader: the input's shared ones, unless this rewrite unshared
+        shared = 0 if self.kv_sharing is not KVSharing.KEEP else sum(c.shared for c in self.analysis.caches.values())
+        return payoff(caches, self.sliding_window, shared)
 
     @property
     def readable(self) -> bool:

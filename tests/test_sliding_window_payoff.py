@@ -12,7 +12,7 @@ import pytest
 
 import ovpasses
 from ovpasses.app import cli
-from ovpasses.features.sliding_window.payoff import MEASURED, Advice
+from ovpasses.features.sliding_window.payoff import MEASURED, UNSHARED_WHOLE, Advice
 from testkit.cli import unwrapped
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +28,35 @@ def test_every_measured_row_is_in_its_record():
         text = (ROOT / row.record).read_text()
         assert f"{row.decode:.2f}" in text, (row, "figure not in its record")
         assert f"{row.context:,}" in text or str(row.context) in text
+
+
+def test_every_unshared_row_is_in_its_record():
+    for row in UNSHARED_WHOLE:
+        text = (ROOT / row.record).read_text()
+        figures = ([f"{row.peak:.3f}x", f"{row.context_memory:.2f}x"] if row.peak is not None
+                   else [f"{row.peak_mib:,}", f"{row.memory_gib} GiB"])
+        assert all(f in text for f in figures) and f"{row.context:,}" in text, (row, "figure not in its record")
+
+
+def test_unsharing_is_advised_fed_whole_where_sliding_layers_read_shared_caches(capsys):
+    """e2b35 keeps 4 shared caches, whose readers the plugin leaves unfused: fed whole they hold their scores whole,
+    and --kv-sharing unshare fuses them (measured at E2B widths). Not said once unshared, nor where nothing is
+    shared (Gemma 3), nor for a mode no such row was measured for (bounded)."""
+    payoff = _summary("gemma4/e2b35", "trimmable").sliding_window_payoff
+    assert payoff.shared_caches == 4 and payoff.unshared_whole == UNSHARED_WHOLE
+    assert payoff.to_dict()["shared_caches"] == 4 and payoff.to_dict()["unshared_whole"][0]["context"] == 8192
+    unshared = ovpasses.rewrite(ov.Core().read_model(FIXTURES / "gemma4/e2b35/openvino_model.xml"),
+                                sliding_window="trimmable", kv_sharing="unshare").sliding_window_payoff
+    assert unshared.shared_caches == 0 and unshared.unshared_whole == ()
+    assert _summary("gemma3/text6", "trimmable").sliding_window_payoff.shared_caches == 0
+    assert _summary("gemma4/e2b35", "bounded").sliding_window_payoff.unshared_whole == ()
+    assert cli.main(["inspect", str(FIXTURES / "gemma4" / "e2b35"), "--sliding-window", "trimmable"]) == 0
+    text = "\n".join(unwrapped(capsys.readouterr().out))
+    assert "the layers that read the 4 shared caches run outside the CPU plugin's fused kernel" in text
+    assert "--kv-sharing unshare fuses every layer" in text and "9,470 MiB peak RSS" in text
+    assert cli.main(["inspect", str(FIXTURES / "gemma4" / "e2b35"), "--sliding-window", "trimmable",
+                     "--kv-sharing", "unshare"]) == 0
+    assert "--kv-sharing unshare fuses every layer" not in "\n".join(unwrapped(capsys.readouterr().out))
 
 
 def test_bounding_caches_the_plugin_fuses_natively_is_advised_against():

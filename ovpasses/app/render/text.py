@@ -226,7 +226,21 @@ def payoff_lines(payoff: dict) -> list[str]:
         lines.append(f"decode measured faster than native from {payoff['decode_from']:,} positions on models "
                      f"whose sliding caches stand as these do (down to {best['decode']:.2f}x at {best['context']:,}, "
                      f"{best['widths']} widths; {best['record']})")
+    if payoff.get("shared_caches") and payoff.get("unshared_whole"):
+        lines.append(f"fed whole: the layers that read the {payoff['shared_caches']} shared caches run outside the "
+                     "CPU plugin's fused kernel, which holds their scores whole (this form fed whole holds what the "
+                     "unmodified model holds); --kv-sharing unshare fuses every layer (measured fed whole with it: "
+                     + "; ".join(_unshared_whole(m) for m in payoff["unshared_whole"])
+                     + f"; {payoff['unshared_whole'][0]['record']})")
     return lines
+
+
+def _unshared_whole(row: dict) -> str:
+    where = f"{row['context']:,} positions at {row['widths']} widths"
+    if row["peak"] is not None:
+        return f"{where}: peak RSS {row['peak']:.2f}x, context memory {row['context_memory']:.2f}x of unmodified"
+    return (f"{where}: {row['peak_mib']:,} MiB peak RSS, where the unmodified model ran out of "
+            f"{row['memory_gib']} GiB")
 
 
 # rules whose refusals the summary text says in their own section (kept shared, unreadable operations, caches)

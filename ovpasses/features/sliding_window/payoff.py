@@ -55,6 +55,7 @@ _NATIVE_2 = "benchmarks/records/2026-11-26-bounded-vs-native-2.md"
 _NATIVE_3 = "benchmarks/records/2026-11-26-gpt-oss-prefill.md"
 _FAMILIES = "benchmarks/records/2026-11-27-cohere2-exaone4-widths.md"
 _BUDGET = "benchmarks/records/2026-11-27-prefill-score-budget.md"
+_AMX_GAPS = "benchmarks/records/2026-11-27-amx-gaps.md"
 MEASURED: tuple[Measured, ...] = (
     Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 2048, "chunks of 1,000", 0.49, _E2B),
     Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 8192, "chunks of 1,000", 0.10, _E2B),
@@ -78,6 +79,44 @@ MEASURED: tuple[Measured, ...] = (
     Measured(SlidingWindow.TRIMMABLE, "EXAONE 4 32B", True, 16384, "chunks of 1,000", 0.93, _FAMILIES),
     Measured(SlidingWindow.TRIMMABLE, "EXAONE 4 32B", True, 16384, "chunks of up to 1,000 under the score budget",
              0.73, _BUDGET, XEON_AMX),
+    # E2B widths on the AMX machine, each form in a fresh process (benchmarks/sliding_window.py)
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 2048, "whole", 0.67, _AMX_GAPS, XEON_AMX),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 2048, "chunks of 1,000", 0.54, _AMX_GAPS, XEON_AMX),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 8192, "whole", 0.37, _AMX_GAPS, XEON_AMX),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 8192, "chunks of 1,000", 0.28, _AMX_GAPS, XEON_AMX),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 16384, "chunks of 1,000", 0.18, _AMX_GAPS, XEON_AMX),
+)
+
+
+@dataclass(frozen=True)
+class MeasuredUnshared:
+    """A prompt fed whole to a model whose sliding layers read shared caches, rewritten with
+    ``kv_sharing="unshare"`` and ``mode`` (every layer in the plugin's fused kernel), against the unmodified IR:
+    peak RSS and context memory (the request's peak over the RSS before it) as ratios, or, where the unmodified
+    model ran out of memory, ``peak_mib`` of the form alone and ``memory_gib`` of the machine it ran out of."""
+
+    mode: SlidingWindow
+    widths: str
+    context: int
+    record: str
+    peak: float | None = None
+    context_memory: float | None = None
+    peak_mib: int | None = None
+    memory_gib: float | None = None
+    cpu: str = XEON_AMX
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode.value, "widths": self.widths, "context": self.context, "record": self.record,
+                "peak": self.peak, "context_memory": self.context_memory, "peak_mib": self.peak_mib,
+                "memory_gib": self.memory_gib, "cpu": self.cpu}
+
+
+# Fed whole, the layers that read a shared cache run outside the fused kernel, and the CPU plugin holds their scores
+# whole (runtime notes): the trimmable form fed whole is the unmodified model (E2B widths 8k: 0.981x peak RSS).
+# Unshared, every layer is fused and its first prompt tiled.
+UNSHARED_WHOLE: tuple[MeasuredUnshared, ...] = (
+    MeasuredUnshared(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", 8192, _AMX_GAPS, peak=0.577, context_memory=0.322),
+    MeasuredUnshared(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", 16384, _AMX_GAPS, peak_mib=9470, memory_gib=23.5),
 )
 
 
@@ -100,6 +139,8 @@ class Payoff:
     natively_fused: int
     advice: Advice
     measured: tuple[Measured, ...]
+    shared_caches: int = 0                       # caches the model leaves shared: kv_sharing="unshare" fuses them
+    unshared_whole: tuple[MeasuredUnshared, ...] = ()   # what unsharing measured fed whole (when shared_caches)
 
     @property
     def decode_from(self) -> int | None:
@@ -110,19 +151,24 @@ class Payoff:
     def to_dict(self) -> dict:
         return {"mode": self.mode.value, "kv_from": self.kv_from, "caches": self.caches,
                 "natively_fused": self.natively_fused, "advice": self.advice.value, "decode_from": self.decode_from,
-                "measured": [m.to_dict() for m in self.measured]}
+                "measured": [m.to_dict() for m in self.measured], "shared_caches": self.shared_caches,
+                "unshared_whole": [m.to_dict() for m in self.unshared_whole]}
 
 
-def payoff(caches: SlidingWindowCaches, mode: SlidingWindow) -> Payoff | None:
+def payoff(caches: SlidingWindowCaches, mode: SlidingWindow, shared_caches: int = 0) -> Payoff | None:
     """When ``mode`` pays on the model ``caches`` planned (None: the mode changes no cache). Pure.
 
     The bounding is advised against (:data:`Advice.PREFER_TRIMMABLE`) where the plugin fuses every cache it would
     bound: measured slower to decode than the fused kernel. The rows that apply are the mode's rows of models
-    whose sliding caches stood as this model's do (all fused natively, or not)."""
+    whose sliding caches stood as this model's do (all fused natively, or not). ``shared_caches``: the caches the
+    rewrite leaves shared that ``kv_sharing="unshare"`` would give each reader (0 once unshared); the payoff then
+    carries the mode's rows of :data:`UNSHARED_WHOLE`."""
     if mode is SlidingWindow.FULL or not caches.bounded:
         return None
     fused = sum(vid in caches.fused_caches for vid in caches.bounded)
     natively_fused = fused == len(caches.bounded)
     advice = Advice.PREFER_TRIMMABLE if mode is SlidingWindow.BOUNDED and natively_fused else Advice.PAYS
     rows = tuple(m for m in MEASURED if m.mode is mode and m.natively_fused == natively_fused)
-    return Payoff(mode, min(b.keep for b in caches.bounded.values()) + 1, len(caches.bounded), fused, advice, rows)
+    unshared = tuple(m for m in UNSHARED_WHOLE if m.mode is mode) if shared_caches else ()
+    return Payoff(mode, min(b.keep for b in caches.bounded.values()) + 1, len(caches.bounded), fused, advice, rows,
+                  shared_caches, unshared)
