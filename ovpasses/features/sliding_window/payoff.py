@@ -13,6 +13,11 @@ Two facts decide it:
   in the fused kernel; it was measured faster to decode than native from 2,048 positions on (Gemma 4 E2B: 0.13x
   at 32k, with the unfused layers' GQA expands rebuilt). :data:`MEASURED` holds those rows with their records.
 
+A third fact says what the mode cannot do alone: fed whole, the trimmable form is the unmodified model until its
+first trim, and where sliding layers read *shared* caches the plugin runs them outside its kernel and holds a whole
+prompt's scores (Gemma 4 E2B widths, 16k fed whole: out of 23.5 GiB). ``kv_sharing="unshare"`` fuses them;
+:data:`UNSHARED_WHOLE` holds what that measured.
+
 :func:`payoff` returns the typed answer; the sentences are the application's.
 """
 
