@@ -229,18 +229,20 @@ def payoff_lines(payoff: dict) -> list[str]:
     if payoff.get("shared_caches") and payoff.get("unshared_whole"):
         lines.append(f"fed whole: the layers that read the {payoff['shared_caches']} shared caches run outside the "
                      "CPU plugin's fused kernel, which holds their scores whole (this form fed whole holds what the "
-                     "unmodified model holds); --kv-sharing unshare fuses every layer (measured fed whole with it: "
-                     + "; ".join(_unshared_whole(m) for m in payoff["unshared_whole"])
-                     + f"; {payoff['unshared_whole'][0]['record']})")
+                     "unmodified model holds); --kv-sharing unshare fuses every layer (measured fed whole with it, "
+                     + _unshared_whole(payoff["unshared_whole"]) + f"; {payoff['unshared_whole'][0]['record']})")
     return lines
 
 
-def _unshared_whole(row: dict) -> str:
-    where = f"{row['context']:,} positions at {row['widths']} widths"
-    if row["peak"] is not None:
-        return f"{where}: peak RSS {row['peak']:.2f}x, context memory {row['context_memory']:.2f}x of unmodified"
-    return (f"{where}: {row['peak_mib']:,} MiB peak RSS, where the unmodified model ran out of "
-            f"{row['memory_gib']} GiB")
+def _unshared_whole(rows: list[dict]) -> str:
+    """The rows of ``unshared_whole`` as one clause per widths measured, in their order."""
+    by_widths: dict[str, list[str]] = {}
+    for row in rows:
+        figure = (f"peak RSS {row['peak']:.3f}x, context memory {row['context_memory']:.2f}x of unmodified"
+                  if row["peak"] is not None else
+                  f"{row['peak_mib']:,} MiB peak RSS, where the unmodified model ran out of {row['memory_gib']} GiB")
+        by_widths.setdefault(row["widths"], []).append(f"{row['context']:,} positions {figure}")
+    return "; ".join(f"{widths} widths: " + "; ".join(parts) for widths, parts in by_widths.items())
 
 
 # rules whose refusals the summary text says in their own section (kept shared, unreadable operations, caches)

@@ -120,6 +120,8 @@ class MeasuredUnshared:
 # whole (runtime notes): the trimmable form fed whole is the unmodified model (E2B widths 8k: 0.981x peak RSS).
 # Unshared, every layer is fused and its first prompt tiled.
 UNSHARED_WHOLE: tuple[MeasuredUnshared, ...] = (
+    MeasuredUnshared(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", 2048, _AMX_GAPS, peak=0.945, context_memory=0.648),
+    MeasuredUnshared(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", 4096, _AMX_GAPS, peak=0.825, context_memory=0.482),
     MeasuredUnshared(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", 8192, _AMX_GAPS, peak=0.577, context_memory=0.322),
     MeasuredUnshared(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", 16384, _AMX_GAPS, peak_mib=9470, memory_gib=23.5),
 )
