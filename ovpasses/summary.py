@@ -130,7 +130,7 @@ class RewriteSummary:
         if caches is None:
             return None
         # the caches unsharing would give each reader: the input's shared ones, unless this rewrite unshared
-        shared = 0 if self.kv_sharing is not KVSharing.KEEP else sum(c.shared for c in self.analysis.caches.values())
+        shared = 0 if self.kv_sharing is not KVSharing.KEEP else self.analysis.shared_cache_count
         return payoff(caches, self.sliding_window, shared)
 
     @property
@@ -165,7 +165,7 @@ class RewriteSummary:
             "profile": self.profile.name,
             "detected": self.analysis.status_counts(),
             "caches": len(self.analysis.caches),
-            "shared_caches": sum(c.shared for c in self.analysis.caches.values()),
+            "shared_caches": self.analysis.shared_cache_count,
             "actions": {name: action.value for name, action in self.actions.items()},
             "not_applied": self.not_applied(),
             "reasons": self.reasons,

@@ -44,7 +44,8 @@ def test_unsharing_is_advised_fed_whole_where_sliding_layers_read_shared_caches(
     shared (Gemma 3), nor for a mode no such row was measured for (bounded)."""
     payoff = _summary("gemma4/e2b35", "trimmable").sliding_window_payoff
     assert payoff.shared_caches == 4 and payoff.unshared_whole == UNSHARED_WHOLE
-    assert payoff.to_dict()["shared_caches"] == 4 and [r["context"] for r in payoff.to_dict()["unshared_whole"]] == [2048, 4096, 8192, 16384]
+    report = payoff.to_dict()
+    assert report["shared_caches"] == 4 and [r["context"] for r in report["unshared_whole"]] == [2048, 4096, 8192, 16384]
     unshared = ovpasses.rewrite(ov.Core().read_model(FIXTURES / "gemma4/e2b35/openvino_model.xml"),
                                 sliding_window="trimmable", kv_sharing="unshare").sliding_window_payoff
     assert unshared.shared_caches == 0 and unshared.unshared_whole == ()

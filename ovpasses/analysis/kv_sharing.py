@@ -130,7 +130,7 @@ class KVSharingAnalysis:
 
     def __repr__(self) -> str:
         counts = self.status_counts()
-        return (f"KVSharingAnalysis({len(self.caches)} caches ({sum(c.shared for c in self.caches.values())} "
+        return (f"KVSharingAnalysis({len(self.caches)} caches ({self.shared_cache_count} "
                 f"shared), {len(self.sdpa)} SDPA: exclusive={counts['exclusive']} shared={counts['shared']} "
                 f"stateless={counts['stateless']}, unhandled={len(self.unhandled)})")
 
@@ -147,6 +147,11 @@ class KVSharingAnalysis:
         kind = "K" if cache.key_readers and not cache.value_readers else \
             "V" if cache.value_readers and not cache.key_readers else "K/V"
         return f"layer {self.layer(cache.owner)}'s {kind} cache"
+
+    @property
+    def shared_cache_count(self) -> int:
+        """How many caches are shared (read by several SDPAs or by an unanalysed reader)."""
+        return sum(c.shared for c in self.caches.values())
 
     @property
     def shared_sdpa(self) -> list[str]:

@@ -226,7 +226,7 @@ def payoff_lines(payoff: dict) -> list[str]:
         lines.append(f"decode measured faster than native from {payoff['decode_from']:,} positions on models "
                      f"whose sliding caches stand as these do (down to {best['decode']:.2f}x at {best['context']:,}, "
                      f"{best['widths']} widths; {best['record']})")
-    if payoff.get("shared_caches") and payoff.get("unshared_whole"):
+    if payoff["shared_caches"] and payoff["unshared_whole"]:
         lines.append(f"fed whole: the layers that read the {payoff['shared_caches']} shared caches run outside the "
                      "CPU plugin's fused kernel, which holds their scores whole (this form fed whole holds what the "
                      "unmodified model holds); --kv-sharing unshare fuses every layer (measured fed whole with it, "
@@ -258,7 +258,7 @@ def summary_text(summary: RewriteSummary) -> str:
     caches = summary.analysis.caches
     lines = [
         f"runtime {summary.profile.version_string} ({summary.profile.name} profile)",
-        f"detected: {len(caches)} caches ({sum(c.shared for c in caches.values())} shared), "
+        f"detected: {len(caches)} caches ({summary.analysis.shared_cache_count} shared), "
         f"SDPA exclusive={counts['exclusive']} shared={counts['shared']} stateless={counts['stateless']}",
     ]
     for p in summary.passes:
