@@ -11,6 +11,12 @@ Each form is compiled with ``PERF_COUNT: YES`` (and the config's properties), fi
 time) are summed per node type and per node, and the step's wall time is recorded beside them; with
 ``--phase prefill`` the counters of every prefill chunk are (per chunk: ``"step"`` is a chunk, the
 decode steps are not profiled). The SDPA counters say which layers run the fused stateful kernel.
+
+The CPU plugin's counters are each node's mean over every inference its compiled model has run, whichever
+request ran it (``benchmarks/records/2026-11-27-chunked-prefill-kernel.md``; a second request of the same model
+reports the same means), so a phase's time per node is its total after the phase less its total before (a mean
+times the inferences run), over the phase's inferences. Before 2026-11-27 (session 20) the decode phase summed the
+running means of the prompt and the steps: its node figures after a prompt were mostly the prompt's.
 Writes ``benchmarks/results/sliding_window_profile-<name>.json``.
 """
 
@@ -24,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
+from common import markdown_table, model_parser, progress, write_record  # noqa: E402  (sibling module)
 from sliding_window import FORMS, configs
 
 
@@ -79,42 +85,57 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
     compiled = core.compile_model(model, "CPU", dict(config, PERF_COUNT="YES"))
     request = compiled.create_infer_request()
     request.reset_state()
-    feed_logits = stateful_feeder(request)
+    past = 0
 
-    def feed(ids):
-        return int(np.argmax(feed_logits(ids)))
+    def feed(on, ids) -> int:   # batch 1; the mask and positions follow the tokens fed so far
+        nonlocal past
+        n = len(ids)
+        on.infer({"input_ids": np.asarray(ids, np.int64)[None], "attention_mask": np.ones((1, past + n), np.int64),
+                  "position_ids": np.arange(past, past + n, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)})
+        past += n
+        return int(np.argmax(on.get_output_tensor(0).data[0, -1]))
+
+    walls = []
+
+    def timed(on, ids, count: bool) -> int:
+        start = time.perf_counter()
+        token = feed(on, ids)
+        if count:
+            walls.append(time.perf_counter() - start)
+        return token
+
+    node_type: dict[str, str] = {}
+
+    def totals(inferences: int) -> dict[str, float]:
+        """Each executed node's time over the model's inferences so far, us: its mean times their count."""
+        spent = {}
+        for info in request.profiling_info:
+            if info.status == info.Status.EXECUTED:
+                node_type[info.node_name] = f"{info.node_type} ({info.exec_type})"
+                spent[info.node_name] = info.real_time.total_seconds() * 1e6 * inferences
+        return spent
+
+    prompt = np.random.default_rng(0).integers(4, 4000, context)
+    bounds = list(range(0, context, chunk))
+    for begin in bounds:
+        token = timed(request, prompt[begin:begin + chunk], phase == "prefill")
+    before = {}
+    if phase == "decode":
+        before = totals(len(bounds))
+        for _ in range(steps):
+            token = timed(request, [token], True)
+    after = totals(len(bounds) + (steps if phase == "decode" else 0))
 
     layer_of = layers_of_nodes(compiled)
     by_layer: collections.Counter = collections.Counter()   # (layer, "FullyConnected" | "other")
     by_type: collections.Counter = collections.Counter()
     by_node: collections.Counter = collections.Counter()
-    node_type: dict[str, str] = {}
-    walls = []
-
-    def timed(ids, count: bool) -> int:
-        start = time.perf_counter()
-        token = feed(ids)
-        if not count:
-            return token
-        walls.append(time.perf_counter() - start)
-        # the counters are the last inference's (measured on 2026.4.1: a decode step after a prefill reads
-        # less than the prefill); their sum can exceed the step's wall time, so they rank nodes, no more
-        for info in request.profiling_info:
-            if info.status == info.Status.EXECUTED:
-                kind = f"{info.node_type} ({info.exec_type})"
-                us = info.real_time.total_seconds() * 1e6
-                by_type[info.node_type] += us
-                part = "FullyConnected" if info.node_type == "FullyConnected" else "other"
-                by_layer[(layer_of.get(info.node_name, "-"), part)] += us
-                by_node[f"{info.node_name} [{kind}]"] += us
-                node_type[f"{info.node_name} [{kind}]"] = kind
-        return token
-
-    prompt = np.random.default_rng(0).integers(4, 4000, context)
-    for begin in range(0, context, chunk):
-        token = timed(prompt[begin:begin + chunk], phase == "prefill")
-    for _ in range(steps):
-        token = timed([token], phase == "decode")
+    for name, total in after.items():
+        us, kind = total - before.get(name, 0.0), node_type[name]
+        by_type[kind.split(" (")[0]] += us
+        part = "FullyConnected" if kind.startswith("FullyConnected ") else "other"
+        by_layer[(layer_of.get(name, "-"), part)] += us
+        by_node[name] += us
     steps = len(walls)
     total = sum(by_type.values())
     return {"form": form, "phase": phase, "fused_sdpa": count_fused_sdpa(compiled), "context": context,
@@ -127,7 +148,7 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
             "by_layer_ms_per_step": {layer: {part: round(by_layer[(layer, part)] / steps / 1000, 3)
                                              for part in ("FullyConnected", "other")}
                                      for layer in sorted({k[0] for k in by_layer}, key=lambda x: (len(x), x))},
-            "top_nodes_ms_per_step": [{"node": k, "type": node_type[k], "ms": round(v / steps / 1000, 3)}
+            "top_nodes_ms_per_step": [{"node": f"{k} [{node_type[k]}]", "type": node_type[k], "ms": round(v / steps / 1000, 3)}
                                       for k, v in by_node.most_common(40)]}
 
 
