@@ -6,7 +6,11 @@ reverse order every other step; which form was compiled first also moves a step 
 ``--context``-token prompt fed whole::
 
     python benchmarks/release_points_decode.py --model out/gemma3-4b-widths --context 2048 [--steps 60] \
-        [--order unmodified,trimmable,norelease]
+        [--order unmodified,trimmable,norelease] [--trim]
+
+``--trim``: the rewritten forms' caches are cut to what they keep after the prompt, and every 32 steps after
+(``SlidingWindowTrimmer``, as the prompt helper and the prefill probe's ``--trim`` do; the trims are not timed):
+the decode step a program that trims pays, against the unmodified model's, in one process.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 import openvino as ov
 
 import ovpasses
+from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
 from ovpasses.pipeline import PIPELINE_PASSES
 
 import common  # noqa: F401,E402  (sibling module: puts the checkout on sys.path for testkit)
@@ -33,9 +38,11 @@ def main() -> None:
     parser.add_argument("--order", default="unmodified,trimmable,norelease",
                         help="the forms, in the order they are compiled (norelease: trimmable without release points; "
                              "built: trimmable with the key columns built from the mask's inputs at every window)")
+    parser.add_argument("--trim", action="store_true",
+                        help="cut the rewritten forms' caches after the prompt and every 32 steps (not timed)")
     args = parser.parse_args()
     core = ov.Core()
-    requests = {}
+    requests, trimmers = {}, {}
     for form in args.order.split(","):
         model = core.read_model(f"{args.model}/openvino_model.xml")
         if form == "trimmable":
@@ -46,11 +53,15 @@ def main() -> None:
             ovpasses.rewrite(model, sliding_window="trimmable",
                              passes=[p for p in PIPELINE_PASSES if p != "SDPAReleasePoints"])
         requests[form] = core.compile_model(model, "CPU").create_infer_request()
+        if args.trim and form != "unmodified":
+            trimmers[form] = SlidingWindowTrimmer.for_model(model, requests[form], every=32)
     n = args.context
     ids = np.random.default_rng(0).integers(4, 2000, n)[None].astype(np.int64)
     for request in requests.values():
         request.infer({"input_ids": ids, "attention_mask": np.ones((1, n), np.int64),
                        "position_ids": np.arange(n)[None], "beam_idx": np.zeros(1, np.int32)})
+    for trimmer in trimmers.values():
+        trimmer.trim()
     times = {form: [] for form in requests}
     for step in range(args.steps):
         past = n + step
@@ -59,7 +70,10 @@ def main() -> None:
             request.infer({"input_ids": np.array([[5]]), "attention_mask": np.ones((1, past + 1), np.int64),
                            "position_ids": np.array([[past]]), "beam_idx": np.zeros(1, np.int32)})
             times[form].append(time.perf_counter() - start)
-    print(json.dumps(dict(model=args.model, context=n, openvino=ov.get_version(),
+            if form in trimmers:
+                trimmers[form].step()
+    print(json.dumps(dict(model=args.model, context=n, openvino=ov.get_version(), trim=args.trim,
+                          trims={f: t.trims for f, t in trimmers.items()},
                           decode_ms={f: round(1e3 * float(np.median(t[5:])), 2) for f, t in times.items()})))
 
 

@@ -3,7 +3,7 @@ per-node counters.
 
     .venvs/dev/bin/python benchmarks/sliding_window_profile.py --model out/e2b-wide-w512 --context 8192
         [--chunk 1000] [--steps 8] [--phase decode|prefill] [--forms unmodified,bounded]
-        [--config default|exact] [--top 12]
+        [--config default|exact] [--top 12] [--trim]
 
 Each form is compiled with ``PERF_COUNT: YES`` (and the config's properties), filled with the
 ``--context``-token prompt in ``--chunk``-token chunks, then ``--steps`` decode steps run. With
@@ -72,7 +72,7 @@ def layer_kinds(model_dir: Path) -> dict[str, str]:
 
 
 def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, steps: int, margin: int,
-            phase: str = "decode") -> dict:
+            phase: str = "decode", trim: bool = False) -> dict:
     import openvino as ov
 
     import ovpasses
@@ -85,6 +85,10 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
     compiled = core.compile_model(model, "CPU", dict(config, PERF_COUNT="YES"))
     request = compiled.create_infer_request()
     request.reset_state()
+    trimmer = None
+    if trim and FORMS[form] is not None and FORMS[form][1] == "trimmable":
+        from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
+        trimmer = SlidingWindowTrimmer.for_model(model, request, every=32)
     past = 0
 
     def feed(on, ids) -> int:   # batch 1; the mask and positions follow the tokens fed so far
@@ -119,11 +123,15 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
     bounds = list(range(0, context, chunk))
     for begin in bounds:
         token = timed(request, prompt[begin:begin + chunk], phase == "prefill")
+        if trimmer is not None:
+            trimmer.trim()
     before = {}
     if phase == "decode":
         before = totals(len(bounds))
         for _ in range(steps):
             token = timed(request, [token], True)
+            if trimmer is not None:
+                trimmer.step()
     after = totals(len(bounds) + (steps if phase == "decode" else 0))
 
     layer_of = layers_of_nodes(compiled)
@@ -139,6 +147,7 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
     steps = len(walls)
     total = sum(by_type.values())
     return {"form": form, "phase": phase, "fused_sdpa": count_fused_sdpa(compiled), "context": context,
+            "trims": trimmer.trims if trimmer is not None else None,
             "steps": steps, "wall_s": round(sum(walls), 3),
             "step_ms_median": round(1000 * statistics.median(walls), 2),
             "counted_ms_per_step": round(total / steps / 1000, 2),
@@ -160,6 +169,8 @@ def main(argv=None) -> int:
     parser.add_argument("--config", choices=("default", "exact"), default="default")
     parser.add_argument("--margin", type=int, default=0)
     parser.add_argument("--top", type=int, default=12)
+    parser.add_argument("--trim", action="store_true",
+                        help="trimmable forms: cut the caches after each chunk and every 32 steps (not counted)")
     parser.add_argument("--name")
     args = parser.parse_args(argv)
     rows = []
@@ -169,7 +180,7 @@ def main(argv=None) -> int:
     for form in args.forms.split(","):
         progress(f"profiling {form}'s {args.phase} at {args.context} ({args.config})")
         rows.append(profile(args.model, form, configs()[args.config], args.context, args.chunk, args.steps,
-                            args.margin, args.phase))
+                            args.margin, args.phase, args.trim))
         write_record(name, rows, model=str(args.model), context=args.context, chunk=args.chunk, steps=args.steps,
                      phase=args.phase,
                      config=configs()[args.config] or "CPU plugin defaults (no properties)", margin=args.margin)
