@@ -48,15 +48,17 @@ import logging
 import re
 from collections import deque
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import networkx as nx
 import openvino as ov
 
 from ovpasses._ov import KEY_PORT, SDPA_TYPE, VALUE_PORT
 from ovpasses.analysis.cache_chain import variable_id
 from ovpasses.analysis.subgraphs import SUBGRAPH_OPS, body_contents, unhandled_messages
 from ovpasses.errors import UnsupportedModelError
+
+if TYPE_CHECKING:   # imported where a graph is made: networkx costs every ovpass command ~0.13 s of start-up
+    import networkx as nx
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +176,7 @@ class KVSharingAnalysis:
     def graph(self) -> nx.DiGraph:
         """Variables -> SDPAs: nodes ``("variable", id)`` and ``("sdpa", name)``; edges carry ``role``
         (``owner`` or ``borrower``) and ``ports`` (the SDPA ports, 1 for K and 2 for V)."""
+        import networkx as nx
         g = nx.DiGraph()
         for name, info in self.sdpa.items():
             g.add_node(("sdpa", name), status=info.status, order=info.order)

@@ -4,8 +4,7 @@ Graphviz DOT; both only format the report's data."""
 from __future__ import annotations
 
 import textwrap
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis
 from ovpasses.app.render.text import (
@@ -27,6 +26,9 @@ from ovpasses.app.render.text import (
 )
 from ovpasses.errors import OvpassesError
 from ovpasses.plan.decisions import Action
+
+if TYPE_CHECKING:   # imported where a graph is made (KVSharingAnalysis.graph)
+    import networkx as nx
 
 ROW, COLUMN = 5, 6   # the picture's grid: exclusive caches per row, borrowers per column
 STATUS_COLORS = {"exclusive": "palegreen", "shared": "lightsalmon", "stateless": "lightgrey"}
