@@ -110,3 +110,28 @@ def test_the_rewrite_json_gives_trimmable_caches_as_held_until_trimmed():
                         for h in held)
     bounded = _summary("gemma3/text6", "bounded").to_dict()["sliding_window_caches"]["kv_bytes_held"]
     assert all("bounded" in h and "trimmed" not in h for h in bounded)
+
+
+def _caches_at_window(fixture: str, window: int):
+    """The fixture's planned sliding caches, as if their window were ``window`` (the payoff reads only the plan)."""
+    import dataclasses
+    caches = _summary(fixture, "trimmable").sliding_window_caches
+    bounded = {vid: dataclasses.replace(b, window=window, keep=window - 1) for vid, b in caches.bounded.items()}
+    return dataclasses.replace(caches, bounded=bounded)
+
+
+def test_decode_rows_are_those_of_the_models_window_where_one_was_measured():
+    """A window of 4,096 (Gemma 2, Mistral, Cohere2, EXAONE 4): the rows measured at 4,096, faster from 16k, not
+    Gemma 3's row at 2,048 positions, where a cache of window 4,096 holds no less than the unmodified one."""
+    from ovpasses.app.render.text import payoff_lines
+    from ovpasses.features.sliding_window.payoff import payoff
+    from ovpasses.modes import SlidingWindow
+    at_4096 = payoff(_caches_at_window("gemma3/text6", 4096), SlidingWindow.TRIMMABLE)
+    assert at_4096.window == 4096 and {m.window for m in at_4096.measured} == {4096}
+    assert "Gemma 2 2B" in {m.widths for m in at_4096.measured} and at_4096.decode_from == 16384
+    text = "\n".join(payoff_lines(at_4096.to_dict()))
+    assert "faster than native from 16,384 positions" in text and "with windows of 4,096" in text
+    # a window no row was measured at: the rows of other windows past it, and no window said
+    at_2048 = payoff(_caches_at_window("gemma3/text6", 2048), SlidingWindow.TRIMMABLE)
+    assert at_2048.window is None and at_2048.measured and all(m.context > 2048 for m in at_2048.measured)
+    assert at_2048.decode_from == 4096 and "with windows of" not in "\n".join(payoff_lines(at_2048.to_dict()))

@@ -223,9 +223,10 @@ def payoff_lines(payoff: dict) -> list[str]:
                      "optimum-intel programs")
     elif payoff["decode_from"] is not None:
         best = min(rows, key=lambda r: r["decode"])
+        at = f" with windows of {payoff['window']:,}" if payoff.get("window") else ""
         lines.append(f"decode measured faster than native from {payoff['decode_from']:,} positions on models "
-                     f"whose sliding caches stand as these do (down to {best['decode']:.2f}x at {best['context']:,}, "
-                     f"{best['widths']} widths; {best['record']})")
+                     f"whose sliding caches stand as these do{at} (down to {best['decode']:.2f}x at "
+                     f"{best['context']:,}, {best['widths']} widths; {best['record']})")
     if payoff["shared_caches"] and payoff["unshared_whole"]:
         lines.append(f"fed whole: the layers that read the {payoff['shared_caches']} shared caches run outside the "
                      "CPU plugin's fused kernel, which holds their scores whole (this form fed whole holds what the "

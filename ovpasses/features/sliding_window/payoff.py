@@ -46,12 +46,13 @@ class Measured:
     prompt: str           # "whole", "chunks of 1,000", "states set" (decode only)
     decode: float         # decode ms/token median, x the unmodified
     record: str           # benchmarks/records/...
+    window: int           # the sliding window of the model measured
     cpu: str = EPYC
 
     def to_dict(self) -> dict:
         return {"mode": self.mode.value, "widths": self.widths, "natively_fused": self.natively_fused,
                 "context": self.context, "prompt": self.prompt, "decode": self.decode, "record": self.record,
-                "cpu": self.cpu}
+                "window": self.window, "cpu": self.cpu}
 
 
 _E2B = "benchmarks/records/2026-11-25-sliding-window-real-widths.md"
@@ -61,35 +62,39 @@ _NATIVE_3 = "benchmarks/records/2026-11-26-gpt-oss-prefill.md"
 _FAMILIES = "benchmarks/records/2026-11-27-cohere2-exaone4-widths.md"
 _BUDGET = "benchmarks/records/2026-11-27-prefill-score-budget.md"
 _AMX_GAPS = "benchmarks/records/2026-11-27-amx-gaps.md"
+_DECODE_GROUPS = "benchmarks/records/2026-11-27-decode-and-groups.md"
 MEASURED: tuple[Measured, ...] = (
-    Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 2048, "chunks of 1,000", 0.49, _E2B),
-    Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 8192, "chunks of 1,000", 0.10, _E2B),
-    Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 16384, "chunks of 1,000", 0.10, _E2B),
-    Measured(SlidingWindow.BOUNDED, "Gemma 3 4B", True, 2048, "chunks of 1,000", 1.26, _NATIVE),
-    Measured(SlidingWindow.BOUNDED, "Gemma 3 4B", True, 2048, "whole", 1.37, _NATIVE),
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 2048, "whole", 0.71, _NATIVE),
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 8192, "states set", 0.56, _NATIVE),
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 16384, "states set", 0.50, _NATIVE),
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 32768, "states set", 0.42, _NATIVE),
-    Measured(SlidingWindow.TRIMMABLE, "gpt-oss-20b", True, 2048, "states set", 0.53, _NATIVE),
-    Measured(SlidingWindow.TRIMMABLE, "gpt-oss-20b", True, 16384, "states set", 0.78, _NATIVE),
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 16384, "whole", 0.50, _NATIVE_2),
-    Measured(SlidingWindow.TRIMMABLE, "gpt-oss-20b", True, 4096, "whole", 0.76, _NATIVE_2),
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 4096, "whole", 0.80, _NATIVE_2),
+    Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 2048, "chunks of 1,000", 0.49, _E2B, 512),
+    Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 8192, "chunks of 1,000", 0.10, _E2B, 512),
+    Measured(SlidingWindow.BOUNDED, "Gemma 4 E2B", False, 16384, "chunks of 1,000", 0.10, _E2B, 512),
+    Measured(SlidingWindow.BOUNDED, "Gemma 3 4B", True, 2048, "chunks of 1,000", 1.26, _NATIVE, 1024),
+    Measured(SlidingWindow.BOUNDED, "Gemma 3 4B", True, 2048, "whole", 1.37, _NATIVE, 1024),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 2048, "whole", 0.71, _NATIVE, 1024),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 8192, "states set", 0.56, _NATIVE, 1024),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 16384, "states set", 0.50, _NATIVE, 1024),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 32768, "states set", 0.42, _NATIVE, 1024),
+    Measured(SlidingWindow.TRIMMABLE, "gpt-oss-20b", True, 2048, "states set", 0.53, _NATIVE, 128),
+    Measured(SlidingWindow.TRIMMABLE, "gpt-oss-20b", True, 16384, "states set", 0.78, _NATIVE, 128),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 3 4B", True, 16384, "whole", 0.50, _NATIVE_2, 1024),
+    Measured(SlidingWindow.TRIMMABLE, "gpt-oss-20b", True, 4096, "whole", 0.76, _NATIVE_2, 128),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 4096, "whole", 0.80, _NATIVE_2, 512),
     # with UnfusedSDPAExpandRewrite (the rows above are before it)
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 16384, "chunks of 1,000", 0.16, _NATIVE_3),
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 32768, "chunks of 1,000", 0.13, _NATIVE_3),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 16384, "chunks of 1,000", 0.16, _NATIVE_3, 512),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 32768, "chunks of 1,000", 0.13, _NATIVE_3, 512),
     # windows of 4,096 (3 sliding layers to 1 full), the helper against the unmodified model fed the same chunks
-    Measured(SlidingWindow.TRIMMABLE, "Command R7B", True, 16384, "chunks of 1,000", 0.55, _FAMILIES),
-    Measured(SlidingWindow.TRIMMABLE, "EXAONE 4 32B", True, 16384, "chunks of 1,000", 0.93, _FAMILIES),
+    Measured(SlidingWindow.TRIMMABLE, "Command R7B", True, 16384, "chunks of 1,000", 0.55, _FAMILIES, 4096),
+    Measured(SlidingWindow.TRIMMABLE, "EXAONE 4 32B", True, 16384, "chunks of 1,000", 0.93, _FAMILIES, 4096),
     Measured(SlidingWindow.TRIMMABLE, "EXAONE 4 32B", True, 16384, "chunks of up to 1,000 under the score budget",
-             0.73, _BUDGET, XEON_AMX),
+             0.73, _BUDGET, 4096, XEON_AMX),
+    # a 16k prompt fed whole and trimmed after it, both forms stepped in turn in one process (four rounds)
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 2 2B", True, 16384, "whole, trimmed after it", 0.797, _DECODE_GROUPS,
+             4096, XEON_AMX),
     # E2B widths on the AMX machine, each form in a fresh process (benchmarks/sliding_window.py)
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 2048, "whole", 0.67, _AMX_GAPS, XEON_AMX),
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 2048, "chunks of 1,000", 0.54, _AMX_GAPS, XEON_AMX),
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 8192, "whole", 0.37, _AMX_GAPS, XEON_AMX),
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 8192, "chunks of 1,000", 0.28, _AMX_GAPS, XEON_AMX),
-    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 16384, "chunks of 1,000", 0.18, _AMX_GAPS, XEON_AMX),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 2048, "whole", 0.67, _AMX_GAPS, 512, XEON_AMX),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 2048, "chunks of 1,000", 0.54, _AMX_GAPS, 512, XEON_AMX),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 8192, "whole", 0.37, _AMX_GAPS, 512, XEON_AMX),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 8192, "chunks of 1,000", 0.28, _AMX_GAPS, 512, XEON_AMX),
+    Measured(SlidingWindow.TRIMMABLE, "Gemma 4 E2B", False, 16384, "chunks of 1,000", 0.18, _AMX_GAPS, 512, XEON_AMX),
 )
 
 
@@ -148,6 +153,7 @@ class Payoff:
     measured: tuple[Measured, ...]
     shared_caches: int = 0                       # caches the model leaves shared: kv_sharing="unshare" fuses them
     unshared_whole: tuple[MeasuredUnshared, ...] = ()   # what unsharing measured fed whole (when shared_caches)
+    window: int | None = None                    # the rows were measured at this model's window (None: other windows)
 
     @property
     def decode_from(self) -> int | None:
@@ -159,7 +165,7 @@ class Payoff:
         return {"mode": self.mode.value, "kv_from": self.kv_from, "caches": self.caches,
                 "natively_fused": self.natively_fused, "advice": self.advice.value, "decode_from": self.decode_from,
                 "measured": [m.to_dict() for m in self.measured], "shared_caches": self.shared_caches,
-                "unshared_whole": [m.to_dict() for m in self.unshared_whole]}
+                "unshared_whole": [m.to_dict() for m in self.unshared_whole], "window": self.window}
 
 
 def payoff(caches: SlidingWindowCaches, mode: SlidingWindow, shared_caches: int = 0) -> Payoff | None:
@@ -167,7 +173,9 @@ def payoff(caches: SlidingWindowCaches, mode: SlidingWindow, shared_caches: int 
 
     The bounding is advised against (:data:`Advice.PREFER_TRIMMABLE`) where the plugin fuses every cache it would
     bound: measured slower to decode than the fused kernel. The rows that apply are the mode's rows of models
-    whose sliding caches stood as this model's do (all fused natively, or not). ``shared_caches``: the caches the
+    whose sliding caches stood as this model's do (all fused natively, or not), measured at this model's window
+    (its widest) where any was, else at other windows at contexts past this one (a cache holds no less before the
+    context passes its window: a row at 2,048 positions says nothing of a window of 4,096). ``shared_caches``: the caches the
     rewrite leaves shared that ``kv_sharing="unshare"`` would give each reader (0 once unshared); the payoff then
     carries the mode's rows of :data:`UNSHARED_WHOLE`."""
     if mode is SlidingWindow.FULL or not caches.bounded:
@@ -176,6 +184,10 @@ def payoff(caches: SlidingWindowCaches, mode: SlidingWindow, shared_caches: int 
     natively_fused = fused == len(caches.bounded)
     advice = Advice.PREFER_TRIMMABLE if mode is SlidingWindow.BOUNDED and natively_fused else Advice.PAYS
     rows = tuple(m for m in MEASURED if m.mode is mode and m.natively_fused == natively_fused)
+    window = max(b.window for b in caches.bounded.values())
+    same = tuple(m for m in rows if m.window == window)
+    # no cache holds less before the context passes its window: rows of other windows count from there on
+    rows = same or tuple(m for m in rows if m.context > window)
     unshared = tuple(m for m in UNSHARED_WHOLE if m.mode is mode) if shared_caches else ()
     return Payoff(mode, min(b.keep for b in caches.bounded.values()) + 1, len(caches.bounded), fused, advice, rows,
-                  shared_caches, unshared)
+                  shared_caches, unshared, window if same else None)
