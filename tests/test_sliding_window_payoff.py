@@ -135,3 +135,16 @@ def test_decode_rows_are_those_of_the_models_window_where_one_was_measured():
     at_2048 = payoff(_caches_at_window("gemma3/text6", 2048), SlidingWindow.TRIMMABLE)
     assert at_2048.window is None and at_2048.measured and all(m.context > 2048 for m in at_2048.measured)
     assert at_2048.decode_from == 4096 and "with windows of" not in "\n".join(payoff_lines(at_2048.to_dict()))
+
+
+def test_the_advice_against_bounding_keeps_its_rows_at_any_window():
+    """Leaving the fused kernel is measured slower at Gemma 3's window; a model of window 4,096 is told so with
+    those rows, not with an empty list."""
+    from ovpasses.app.render.text import payoff_lines
+    from ovpasses.features.sliding_window.payoff import payoff
+    from ovpasses.modes import SlidingWindow
+    bounded = payoff(_caches_at_window("gemma3/text6", 4096), SlidingWindow.BOUNDED)
+    assert bounded.advice is Advice.PREFER_TRIMMABLE and bounded.window is None
+    assert bounded.measured and all(m.decode > 1 for m in bounded.measured)
+    text = "\n".join(payoff_lines(bounded.to_dict()))
+    assert "(measured 1.26x at 2,048" in text and "(measured )" not in text

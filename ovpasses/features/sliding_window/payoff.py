@@ -175,7 +175,8 @@ def payoff(caches: SlidingWindowCaches, mode: SlidingWindow, shared_caches: int 
     bound: measured slower to decode than the fused kernel. The rows that apply are the mode's rows of models
     whose sliding caches stood as this model's do (all fused natively, or not), measured at this model's window
     (its widest) where any was, else at other windows at contexts past this one (a cache holds no less before the
-    context passes its window: a row at 2,048 positions says nothing of a window of 4,096). ``shared_caches``: the caches the
+    context passes its window: a row at 2,048 positions says nothing of a window of 4,096); the rows behind the
+    advice against bounding are kept whatever their window (what leaving the kernel costs). ``shared_caches``: the caches the
     rewrite leaves shared that ``kv_sharing="unshare"`` would give each reader (0 once unshared); the payoff then
     carries the mode's rows of :data:`UNSHARED_WHOLE`."""
     if mode is SlidingWindow.FULL or not caches.bounded:
@@ -186,8 +187,9 @@ def payoff(caches: SlidingWindowCaches, mode: SlidingWindow, shared_caches: int 
     rows = tuple(m for m in MEASURED if m.mode is mode and m.natively_fused == natively_fused)
     window = max(b.window for b in caches.bounded.values())
     same = tuple(m for m in rows if m.window == window)
-    # no cache holds less before the context passes its window: rows of other windows count from there on
-    rows = same or tuple(m for m in rows if m.context > window)
+    # no cache holds less before the context passes its window: rows of other windows count from there on; what
+    # leaving the fused kernel costs (the advice against bounding) is the kernel's, whatever the window
+    rows = same or (rows if advice is Advice.PREFER_TRIMMABLE else tuple(m for m in rows if m.context > window))
     unshared = tuple(m for m in UNSHARED_WHOLE if m.mode is mode) if shared_caches else ()
     return Payoff(mode, min(b.keep for b in caches.bounded.values()) + 1, len(caches.bounded), fused, advice, rows,
                   shared_caches, unshared, window if same else None)
