@@ -79,6 +79,7 @@ def worker(model_dir: str, form: str, context: int) -> dict:
 
     import ovpasses
     from ovpasses.features.sliding_window.trim import _fix_mmap_threshold
+    from sliding_window_prefill_probe import _status as status   # the probe's reading of /proc/self/status
     _fix_mmap_threshold()
     core = ov.Core()
     model = core.read_model(f"{model_dir}/openvino_model.xml")
@@ -86,11 +87,6 @@ def worker(model_dir: str, form: str, context: int) -> dict:
         ovpasses.rewrite(model, sliding_window="trimmable", first_prompt="blocked" if form == "blocked" else "fused")
     compiled = core.compile_model(model, "CPU")
     request = compiled.create_infer_request()
-
-    def status(key: str) -> float:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith(key)) / 1024
-
     before = status("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import markdown_table, model_parser, progress, write_record  # noqa: E402  (sibling module)
+from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
 from sliding_window import FORMS, configs
 
 
@@ -89,21 +89,16 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
     if trim and FORMS[form] is not None and FORMS[form][1] == "trimmable":
         from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
         trimmer = SlidingWindowTrimmer.for_model(model, request, every=32)
-    past = 0
+    feed_logits = stateful_feeder(request)
 
-    def feed(on, ids) -> int:   # batch 1; the mask and positions follow the tokens fed so far
-        nonlocal past
-        n = len(ids)
-        on.infer({"input_ids": np.asarray(ids, np.int64)[None], "attention_mask": np.ones((1, past + n), np.int64),
-                  "position_ids": np.arange(past, past + n, dtype=np.int64)[None], "beam_idx": np.zeros(1, np.int32)})
-        past += n
-        return int(np.argmax(on.get_output_tensor(0).data[0, -1]))
+    def feed(ids) -> int:
+        return int(np.argmax(feed_logits(ids)))
 
     walls = []
 
-    def timed(on, ids, count: bool) -> int:
+    def timed(ids, count: bool) -> int:
         start = time.perf_counter()
-        token = feed(on, ids)
+        token = feed(ids)
         if count:
             walls.append(time.perf_counter() - start)
         return token
@@ -122,14 +117,14 @@ def profile(model_dir: Path, form: str, config: dict, context: int, chunk: int, 
     prompt = np.random.default_rng(0).integers(4, 4000, context)
     bounds = list(range(0, context, chunk))
     for begin in bounds:
-        token = timed(request, prompt[begin:begin + chunk], phase == "prefill")
+        token = timed(prompt[begin:begin + chunk], phase == "prefill")
         if trimmer is not None:
             trimmer.trim()
     before = {}
     if phase == "decode":
         before = totals(len(bounds))
         for _ in range(steps):
-            token = timed(request, [token], True)
+            token = timed([token], True)
             if trimmer is not None:
                 trimmer.step()
     after = totals(len(bounds) + (steps if phase == "decode" else 0))
