@@ -4,6 +4,7 @@ figures from the records."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,7 +13,9 @@ import pytest
 
 import ovpasses
 from ovpasses.app import cli
-from ovpasses.features.sliding_window.payoff import MEASURED, UNSHARED_WHOLE, Advice
+from ovpasses.app.render.text import payoff_lines
+from ovpasses.features.sliding_window.payoff import MEASURED, UNSHARED_WHOLE, Advice, payoff
+from ovpasses.modes import SlidingWindow
 from testkit.cli import unwrapped
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +117,6 @@ def test_the_rewrite_json_gives_trimmable_caches_as_held_until_trimmed():
 
 def _caches_at_window(fixture: str, window: int):
     """The fixture's planned sliding caches, as if their window were ``window`` (the payoff reads only the plan)."""
-    import dataclasses
     caches = _summary(fixture, "trimmable").sliding_window_caches
     bounded = {vid: dataclasses.replace(b, window=window, keep=window - 1) for vid, b in caches.bounded.items()}
     return dataclasses.replace(caches, bounded=bounded)
@@ -123,9 +125,6 @@ def _caches_at_window(fixture: str, window: int):
 def test_decode_rows_are_those_of_the_models_window_where_one_was_measured():
     """A window of 4,096 (Gemma 2, Mistral, Cohere2, EXAONE 4): the rows measured at 4,096, faster from 16k, not
     Gemma 3's row at 2,048 positions, where a cache of window 4,096 holds no less than the unmodified one."""
-    from ovpasses.app.render.text import payoff_lines
-    from ovpasses.features.sliding_window.payoff import payoff
-    from ovpasses.modes import SlidingWindow
     at_4096 = payoff(_caches_at_window("gemma3/text6", 4096), SlidingWindow.TRIMMABLE)
     assert at_4096.window == 4096 and {m.window for m in at_4096.measured} == {4096}
     assert "Gemma 2 2B" in {m.widths for m in at_4096.measured} and at_4096.decode_from == 16384
@@ -140,9 +139,6 @@ def test_decode_rows_are_those_of_the_models_window_where_one_was_measured():
 def test_the_advice_against_bounding_keeps_its_rows_at_any_window():
     """Leaving the fused kernel is measured slower at Gemma 3's window; a model of window 4,096 is told so with
     those rows, not with an empty list."""
-    from ovpasses.app.render.text import payoff_lines
-    from ovpasses.features.sliding_window.payoff import payoff
-    from ovpasses.modes import SlidingWindow
     bounded = payoff(_caches_at_window("gemma3/text6", 4096), SlidingWindow.BOUNDED)
     assert bounded.advice is Advice.PREFER_TRIMMABLE and bounded.window is None
     assert bounded.measured and all(m.decode > 1 for m in bounded.measured)

@@ -223,7 +223,7 @@ def payoff_lines(payoff: dict) -> list[str]:
                      "optimum-intel programs")
     elif payoff["decode_from"] is not None:
         best = min(rows, key=lambda r: r["decode"])
-        at = f" with windows of {payoff['window']:,}" if payoff.get("window") else ""
+        at = f" with windows of {payoff['window']:,}" if payoff["window"] else ""
         lines.append(f"decode measured faster than native from {payoff['decode_from']:,} positions on models "
                      f"whose sliding caches stand as these do{at} (down to {best['decode']:.2f}x at "
                      f"{best['context']:,}, {best['widths']} widths; {best['record']})")

@@ -176,9 +176,9 @@ def payoff(caches: SlidingWindowCaches, mode: SlidingWindow, shared_caches: int 
     whose sliding caches stood as this model's do (all fused natively, or not), measured at this model's window
     (its widest) where any was, else at other windows at contexts past this one (a cache holds no less before the
     context passes its window: a row at 2,048 positions says nothing of a window of 4,096); the rows behind the
-    advice against bounding are kept whatever their window (what leaving the kernel costs). ``shared_caches``: the caches the
-    rewrite leaves shared that ``kv_sharing="unshare"`` would give each reader (0 once unshared); the payoff then
-    carries the mode's rows of :data:`UNSHARED_WHOLE`."""
+    advice against bounding are kept whatever their window (what leaving the kernel costs). ``shared_caches``: the
+    caches the rewrite leaves shared that ``kv_sharing="unshare"`` would give each reader (0 once unshared); the
+    payoff then carries the mode's rows of :data:`UNSHARED_WHOLE`."""
     if mode is SlidingWindow.FULL or not caches.bounded:
         return None
     fused = sum(vid in caches.fused_caches for vid in caches.bounded)
