@@ -5,6 +5,9 @@
 #   tools/venv.sh ov 2026.0.0         .venvs/ov-2026.0.0: that runtime + openvino_genai/tokenizers of the
 #                                     same release; ovpasses installed without dependencies
 #   tools/venv.sh export              torch/transformers/optimum-intel for tools/export_gemma4.py
+#   tools/venv.sh export-tf5.3.0      the same with transformers 5.3.0 (.venvs/export-tf5.3.0): Qwen3.5, LFM2,
+#                                     Zamba2, Llama 4 text (tools/export_hybrids.py says why per family)
+#   tools/venv.sh export-tf4.57.6     the same with transformers 4.57.6 and huggingface_hub 0.36: Qwen3-Next
 #
 # A venv whose stamp file matches the request is reused, so repeated calls cost nothing.
 set -euo pipefail
@@ -54,6 +57,18 @@ case $kind in
         .venvs/export/bin/python -c "import PIL" 2>/dev/null ||
             .venvs/export/bin/python -m pip install -q --disable-pip-version-check pillow==13.0.0
         ;;
+    export-tf5.3.0|export-tf4.57.6)
+        # optimum-intel 2.2.0's exporter imports cache classes (Qwen3_5DynamicCache, Lfm2HybridConvCache, ...)
+        # that transformers 5.5.4 no longer has; Qwen3-Next's MoE block fails to trace under 5.3.0 and 5.5.4
+        # fails on an import, so it exports under 4.57.6 (which needs huggingface_hub below 1.0)
+        tf=${kind#export-tf}
+        hub=()
+        [[ $tf == 4.* ]] && hub=("huggingface_hub==0.36.0")
+        make_venv ".venvs/$kind" "$kind-torch2.13.0-oi2.2.0" \
+            torch==2.13.0 \
+            ";" "transformers==$tf" "${hub[@]}" "openvino==$NEWEST_OV" "openvino-tokenizers==$NEWEST_OV.0" nncf requests \
+            ";" --no-deps optimum==2.3.0 optimum-intel==2.2.0
+        ;;
     *)
-        echo "tools/venv.sh: unknown kind '$kind' (dev, ov VERSION, export)" >&2; exit 2 ;;
+        echo "tools/venv.sh: unknown kind '$kind' (dev, ov VERSION, export, export-tf5.3.0, export-tf4.57.6)" >&2; exit 2 ;;
 esac

@@ -13,19 +13,36 @@ The graph it is about, per cache variable ``v`` of a stateful LLM IR::
 ``[Slice]`` is the window a bounded sliding-window cache stores (``SlidingWindowKVCacheBounding``,
 recognised by its friendly name): the cache is still the Concat's, and ``CacheInfo.bounded`` says so.
 
-An SDPA *reads* cache ``v`` when a path of data edges leads from ``ReadValue(v)`` into its port 1
-(K) or port 2 (V). The walk follows data edges only: it does not cross ShapeOf (a shape-only
-consumer reads no cache data), it stops at every SDPA (ports 0, 3 and 4 are Q, mask and scale,
-not cache reads) and at Assign and Result.
+An SDPA *reads* cache ``v`` when a path of cache edges leads from ``ReadValue(v)`` into its port 1
+(K) or port 2 (V). A *cache edge* carries the cache's own elements: it enters the data input of an
+operation that moves, selects or retypes elements (:data:`CACHE_PATH_OPS`: Convert, Gather by beam,
+Concat with the new K or V, the layout ops and the GQA Unsqueeze / Broadcast / Reshape an exporter puts
+before the SDPA), or a sub-graph operation (below). Anything that computes with the data (MatMul,
+Convolution, an activation, an Add into the hidden states) ends the cache's path: what comes out is
+the layer's output, not the cache. The walk does not cross ShapeOf (a shape-only consumer reads no
+cache data), it stops at every SDPA (ports 0, 3 and 4 are Q, mask and scale, not cache reads) and at
+Assign and Result.
+
+A *KV cache* is a variable that some SDPA reads so, or whose Assign stores the whole Concat(past, new)
+of its own path (a cache that grows with the context, read by attention that is not an SDPA: an eager
+export, a decomposed SDPA); every other variable is a *state* that is not a KV cache (:class:`StateInfo`: the conv, SSM and linear-attention states of hybrid models, whose
+ReadValue feeds a convolution or a scan whose output joins the hidden states and so reaches the K and
+V projections of every later attention layer, through a MatMul)::
+
+    ReadValue(conv) -> Gather(beam_idx) -> Concat(past, x) -> Convolution -> ... -> MatMul(out_proj) -> + hidden
+                                                 +-> Slice -> Assign(conv)        (not a KV cache: the
+                                                                                   MatMul ends its path)
+    hidden -> MatMul(k_proj) -> ... -> Concat(past_k, new) -> SDPA (port 1)      (the KV cache's own path)
 
 Sub-graph operations (Loop, TensorIterator, If) are not looked into, and what cannot be seen into
-makes the verdict conservative, never ``exclusive``. A sub-graph operation that cache data enters,
+makes the verdict conservative, never ``exclusive``. A sub-graph operation that a KV cache's data enters,
 or whose body reads or writes the same variable (a ReadValue or Assign of its id), is an
 *unanalysed reader* of that cache (``CacheInfo.unanalysed_readers``): the cache counts as shared,
 so every SDPA that reads it is ``shared``. The walk still follows the operation's outputs, so an
 SDPA that reads cache data through a Loop is a reader of that cache. Each such operation, and each
 one whose body holds ReadValue, Assign or SDPA nodes, is reported in ``unhandled`` with the caches
-and SDPAs it affects (:mod:`ovpasses.analysis.subgraphs`).
+and SDPAs it affects (:mod:`ovpasses.analysis.subgraphs`). A Loop that carries a state no SDPA reads
+(a hybrid model's own scan) is the model's computation, not a reader of a KV cache: it is not reported.
 
     ReadValue(v) -> Concat(past, new) -> Assign(v)
                           |
@@ -54,6 +71,7 @@ import openvino as ov
 
 from ovpasses._ov import KEY_PORT, SDPA_TYPE, VALUE_PORT
 from ovpasses.analysis.cache_chain import variable_id
+from ovpasses.analysis.states import StateInfo, states_of
 from ovpasses.analysis.subgraphs import SUBGRAPH_OPS, body_contents, unhandled_messages
 from ovpasses.errors import UnsupportedModelError
 
@@ -66,6 +84,15 @@ Status = Literal["exclusive", "shared", "stateless"]
 
 SHAPE_ONLY = {"ShapeOf"}
 STOP = {"Assign", "Result"}
+# The operations a KV cache's own elements cross between its ReadValue and the SDPA that reads it, each
+# through its data input (the input index below; Concat: any): they move, select or retype elements and
+# combine them with nothing but more of the cache. Measured on every fixture export (Gemma 2/3/3n/4,
+# gpt-oss, Cohere2, EXAONE 4, Mistral) before and after every mode: Gather, Concat, Unsqueeze, Broadcast,
+# Reshape (Convert and Transpose in the synthetic stacks); the rest are their kin.
+CACHE_PATH_OPS: dict[str, int | None] = {
+    "Convert": 0, "Gather": 0, "Concat": None, "Transpose": 0, "Reshape": 0, "Squeeze": 0, "Unsqueeze": 0,
+    "Broadcast": 0, "Tile": 0, "Slice": 0, "StridedSlice": 0, "Split": 0, "VariadicSplit": 0,
+}
 # the friendly-name suffix of the Slice between a bounded cache's Concat and its Assign
 BOUND_SUFFIX = "/sliding_window_bound"
 
@@ -129,6 +156,8 @@ class KVSharingAnalysis:
     caches: dict[str, CacheInfo]
     sdpa: dict[str, SDPAInfo]
     unhandled: list[str] = field(default_factory=list)
+    # every other variable: a state no SDPA reads as K or V (conv, SSM, recurrent), by variable id
+    states: dict[str, StateInfo] = field(default_factory=dict)
 
     def __repr__(self) -> str:
         counts = self.status_counts()
@@ -200,13 +229,15 @@ class KVSharingAnalysis:
 
         caches = {v["variable_id"]: build(CacheInfo, v) for v in data["variables"]}
         sdpa = {s["name"]: build(SDPAInfo, s) for s in data["sdpa"]}
-        return cls(caches=caches, sdpa=sdpa, unhandled=list(data.get("unhandled", ())))
+        return cls(caches=caches, sdpa=sdpa, unhandled=list(data.get("unhandled", ())),
+                   states={s["variable_id"]: StateInfo.from_dict(s) for s in data.get("states", ())})
 
     def to_dict(self) -> dict:
         return {
             "variables": [dict(asdict(c), shared=c.shared) for c in self.caches.values()],
             "sdpa": [asdict(s) for s in sorted(self.sdpa.values(), key=lambda s: s.order)],
             "unhandled": list(self.unhandled),
+            "states": [s.to_dict() for s in self.states.values()],
         }
 
 
@@ -257,7 +288,7 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
     while queue:
         node = queue.popleft()
         for consumer in _consumers(node):
-            if _terminal(consumer.get_node()):
+            if _terminal(consumer.get_node()) or not _carries(consumer):
                 continue
             c = consumer.get_node()
             indegree[c] = indegree.get(c, 0) + 1
@@ -270,6 +301,7 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
     shape_consumers: dict[str, list[str]] = {}
     concat_shape_consumers: dict[str, list[str]] = {}
     rv_names: dict[str, list[str]] = {}
+    ends: dict[str, set[str]] = {}          # variable id -> types of the operations that end its paths
     for rv in read_values:
         vid = variable_id(rv)
         labels[rv] = frozenset({vid})
@@ -298,6 +330,10 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
                 continue
             if type_name in STOP:
                 continue
+            if not _carries(target):   # it computes with the data: the cache's path ends here
+                for vid in label:
+                    ends.setdefault(vid, set()).add(type_name)
+                continue
             if type_name in SUBGRAPH_OPS:
                 opaque.setdefault(consumer, set()).update(label)
             labels[consumer] = labels.get(consumer, frozenset()) | label
@@ -306,12 +342,21 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
             if indegree[consumer] == 0:
                 ready.append(consumer)
 
-    return _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns, rv_names, opaque,
-                      holds_state_or_attention, bounded)
+    # a cache that grows (its Assign stores the whole Concat(past, new) of its own path) is a KV cache even
+    # where no SDPA reads it: attention computed by MatMuls (an eager export, a decomposed SDPA)
+    grows = {vid for node, vids in anchors.items() if node.get_type_name() == "Concat"
+             for vid in vids & labels.get(node, frozenset())}
+    read = {vid for r in readers.values() for vid in r if isinstance(vid, str)}
+    states = states_of(read_values, read | grows, ends, {vid for vids in opaque.values() for vid in vids})
+    # a sub-graph operation that carries only states (a hybrid model's scan) reads no KV cache
+    opaque = {op: vids - states.keys() for op, vids in opaque.items() if vids - states.keys()}
+    return _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns,
+                      {vid: names for vid, names in rv_names.items() if vid not in states}, opaque,
+                      holds_state_or_attention, bounded, states)
 
 
 def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns, rv_names, opaque,
-               holds_state_or_attention, bounded=frozenset()) -> KVSharingAnalysis:
+               holds_state_or_attention, bounded=frozenset(), states=None) -> KVSharingAnalysis:
     by_var: dict[str, list[ov.Node]] = {vid: [] for vid in rv_names}
     for node in sorted(readers, key=order.__getitem__):
         for key in readers[node]:
@@ -369,7 +414,7 @@ def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns,
                                    {n: s.order for n, s in sdpa.items()})
     for message in unhandled:
         log.warning("analyze_kv_sharing: %s", message)
-    return KVSharingAnalysis(caches=caches, sdpa=sdpa, unhandled=unhandled)
+    return KVSharingAnalysis(caches=caches, sdpa=sdpa, unhandled=unhandled, states=dict(states or {}))
 
 
 _LAYER_NUMBER = re.compile(r"(?:^|[^A-Za-z0-9])layers?[._/](\d+)(?![0-9])")
@@ -399,6 +444,18 @@ def _bounds_cache(node: ov.Node) -> bool:
 def _consumers(node: ov.Node):
     for output in node.outputs():
         yield from output.get_target_inputs()
+
+
+def _carries(target: ov.Input) -> bool:
+    """Whether the edge into ``target`` carries a cache's elements on (:data:`CACHE_PATH_OPS`' data input, or
+    any input of a sub-graph operation, which the walk does not look into)."""
+    type_name = target.get_node().get_type_name()
+    if type_name in SUBGRAPH_OPS:
+        return True
+    if type_name not in CACHE_PATH_OPS:
+        return False
+    port = CACHE_PATH_OPS[type_name]
+    return port is None or target.get_index() == port
 
 
 def _terminal(node: ov.Node) -> bool:

@@ -228,7 +228,11 @@ def _back_to(node: ov.Node, concat: ov.Node) -> list[ov.Node]:
 
 
 def _static(shape: ov.PartialShape, index: int) -> int | None:
-    return shape[index].get_length() if shape.rank.is_static and shape[index].is_static else None
+    """Dimension ``index`` of ``shape`` where it is static; None where it is not, or the rank is dynamic or
+    has no such dimension (a rank-3 state read where a rank-4 cache was expected)."""
+    if shape.rank.is_dynamic or not -shape.rank.get_length() <= index < shape.rank.get_length():
+        return None
+    return shape[index].get_length() if shape[index].is_static else None
 
 
 def analyze_paged_heads(model: ov.Model, analysis: KVSharingAnalysis) -> PagedHeads:
