@@ -21,7 +21,9 @@ from ovpasses.app.check import (
     decide,
     run_steps,
 )
+from ovpasses.app.check.verdict import fusion_kept
 from ovpasses.app.check.inputs import InputSource, make_feeds
+from ovpasses.options import RewriteOptions
 from ovpasses.precision import EXACT_CPU_CONFIG, Precision
 from testkit.fixture_variants import scale_sdpa
 from testkit.graphs import StackSpec, build_stack
@@ -155,3 +157,46 @@ def test_a_wrong_rewrite_is_worse_at_exact_precision_and_never_ok(core, precisio
     code, sentence = decide(a, b, comparison, 1e-4 + 1e-4 * comparison.scale)
     assert code == WORSE if precision == "exact" else code in (WORSE, INCONCLUSIVE), sentence
     assert a.precision.exact == (precision == "exact")
+
+
+def fused(names: list[str]) -> RunResult:
+    result = run([1.0])
+    result.fused_sdpa, result.fused_sdpa_names = len(names), names
+    return result
+
+
+@pytest.mark.parametrize("original, rewritten, intended, code, says", [
+    (["a", "b"], ["a", "b"], set(), OK, "OK: both run and their outputs agree within the tolerance"),
+    (["a"], ["a", "b"], set(), OK, "OK: both run and their outputs agree within the tolerance"),
+    # the Zamba2 case of issue 48: the default rewrite took both SDPAs out of the fused kernel and check said OK
+    (["a", "b"], [], set(), WORSE, "WORSE: the outputs agree, but the rewritten model runs 2 of the 2 SDPAs the "
+                                   "original fuses outside the fused kernel (a, b), which the rewrite did not mean"),
+    (["a", "b"], ["a"], {"a"}, WORSE, "runs 1 of the 2 SDPAs the original fuses outside the fused kernel (b)"),
+    (["a", "b"], ["a"], {"b"}, OK, "OK: both run and their outputs agree within the tolerance; the rewritten model "
+                                   "runs 1 of the 2 SDPAs the original fuses outside the fused kernel, as the "
+                                   "rewrite means to"),
+])
+def test_fewer_fused_sdpas_is_worse_unless_the_rewrite_means_it(original, rewritten, intended, code, says):
+    a, b = fused(original), fused(rewritten)
+    got_code, got = fusion_kept(*verdict(a, b), a, b, intended)
+    assert got_code == code and says in got
+
+
+def test_a_verdict_other_than_ok_is_not_weighed_against_fusion():
+    a, b = fused(["a"]), fused([])
+    b.outputs = [[np.asarray(2.0, np.float32)]]
+    assert fusion_kept(*verdict(a, b), a, b, set())[0] == WORSE
+    assert "differ beyond the tolerance" in fusion_kept(*verdict(a, b), a, b, set())[1]
+
+
+def test_check_says_when_a_mode_unfuses_on_purpose():
+    # Gemma 3's sliding layers fuse natively; bounding their caches takes them out of the fused kernel on
+    # purpose (the mode's known cost), which check must say, not call WORSE
+    import openvino as ov
+
+    model = ov.Core().read_model(TINY8.parent.parent / "gemma3" / "text6" / "openvino_model.xml")
+    report = check_model(model, steps=2, options=RewriteOptions(sliding_window="bounded"))
+    assert len(report.rewritten.fused_sdpa_names) < len(report.original.fused_sdpa_names), \
+        (report.original.fused_sdpa_names, report.rewritten.fused_sdpa_names)
+    assert report.verdict_code == OK, report.verdict
+    assert "outside the fused kernel, as the rewrite means to for the runtime and mode asked for" in report.verdict

@@ -23,7 +23,7 @@ import openvino as ov
 from ovpasses._ov import SDPA_TYPE
 from ovpasses.app.check.inputs import InputSource, InputUnknownError, make_feeds  # noqa: F401 - make_feeds re-exported
 from ovpasses.app.check.verdict import FIXED, INCONCLUSIVE, OK, WORSE, Comparison, RunResult
-from ovpasses.app.check.verdict import cannot_decide, compare_outputs, decide, reduced_precision
+from ovpasses.app.check.verdict import cannot_decide, compare_outputs, decide, fusion_kept, reduced_precision
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
@@ -308,6 +308,10 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, options: R
         code, verdict = INCONCLUSIVE, (f"INCONCLUSIVE: the outputs agree, but the context ({prefill + steps} tokens) "
                                        f"never exceeds what a bounded cache keeps ({keeps[1]} positions): the "
                                        f"bound was not exercised; give --prefill beyond {keeps[1]}")
+    elif device.split(".")[0] == "CPU":   # the plan's fusion is the CPU plugin's
+        before, after = summary.fusion(unmodified=True), summary.fusion()
+        intended = {n for n, v in after.items() if not v.expected and n in before and before[n].expected}
+        code, verdict = fusion_kept(code, verdict, original, rewritten, intended)
     reference = reference_cmp = None
     if code == FIXED:   # as strong as what ran: compare with a reference that can run
         reference = run_steps(core, decomposed_reference(model), device, config, feeds, "reference")

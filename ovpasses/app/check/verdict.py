@@ -150,3 +150,25 @@ def decide(original: RunResult, rewritten: RunResult, comparison: Comparison, to
                        f"where the rewritten model gives finite values; elsewhere they agree within the "
                        f"tolerance{same}")
     return OK, f"OK: both run and their outputs agree within the tolerance{same}"
+
+
+def fusion_kept(code: str, verdict: str, original: RunResult, rewritten: RunResult,
+                intended: set[str]) -> tuple[str, str]:
+    """An OK verdict weighed against the fused SDPA kernels: a rewritten model that fuses fewer of the SDPAs
+    the original fuses runs a slower path, and is WORSE unless the rewrite takes those out of the fusion
+    on purpose (``intended``: the SDPAs its plan expects the plugin no longer to fuse, for the runtime it
+    targets or the mode asked for), which the verdict then says. Other verdicts, and runs whose fused
+    kernels were not read, are returned as they are."""
+    if code != OK or original.fused_sdpa_names is None or rewritten.fused_sdpa_names is None:
+        return code, verdict
+    lost = sorted(set(original.fused_sdpa_names) - set(rewritten.fused_sdpa_names))
+    if not lost:
+        return code, verdict
+    of = f"{len(lost)} of the {len(original.fused_sdpa_names)} SDPAs the original fuses"
+    unintended = [n for n in lost if n not in intended]
+    if unintended:
+        shown = ", ".join(unintended[:3]) + (f" and {len(unintended) - 3} more" if len(unintended) > 3 else "")
+        return WORSE, (f"WORSE: the outputs agree, but the rewritten model runs {of} outside the fused kernel "
+                       f"({shown}), which the rewrite did not mean to do: a slower path")
+    return OK, (f"{verdict}; the rewritten model runs {of} outside the fused kernel, as the rewrite means to for "
+                "the runtime and mode asked for")
