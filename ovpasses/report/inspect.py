@@ -77,6 +77,7 @@ def inspect_summary(summary: RewriteSummary) -> dict:
         "variables": sorted(data["variables"], key=lambda v: v["variable_id"]),
         "sdpa": data["sdpa"],
         "unhandled": data["unhandled"],
+        "states": data["states"],
         # as in the rewrite's summary: one source for the fields both reports carry
         **{key: value for key, value in summary.to_dict().items() if key in SUMMARY_FIELDS},
         **extra,

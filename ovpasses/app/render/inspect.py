@@ -14,6 +14,7 @@ from ovpasses.app.render.text import (
     action_text,
     eager_lines,
     fusion_text,
+    states_text,
     fusion_why,
     held_bytes_text,
     held_text,
@@ -58,6 +59,7 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
              f"SDPA exclusive={counts['exclusive']} shared={counts['shared']} stateless={counts['stateless']}; "
              f"expected fused: {report['fused_expected']} of {len(report['sdpa'])} "
              f"(unmodified: {report['fused_expected_unmodified']})",
+             *filter(None, [states_text(report.get("states", []))]),
              *eager_lines(report.get("eager_attention", [])),
              ""]
     kind_width = max((len(s["kind"]["label"]) for s in report["sdpa"]), default=4)

@@ -252,6 +252,24 @@ OWN_REFUSAL_LINES = frozenset({"SharedKVCacheUnsharing", "ErfInvConstantFolding"
                                "BlockedFirstPrompt"})
 
 
+STATE_KINDS = {"scan": "carried through a scan Loop", "conv": "convolution", "recurrent": "recurrent",
+               "unread": "read by nothing"}
+
+
+def states_text(states: list[dict]) -> str | None:
+    """``"3 states that are not KV caches (2 convolution, 1 carried through a scan Loop): left as they are"``
+    (entries of ``KVSharingAnalysis.to_dict()["states"]``); None where there are none."""
+    if not states:
+        return None
+    counts: dict[str, int] = {}
+    for state in states:
+        counts[state["kind"]] = counts.get(state["kind"], 0) + 1
+    kinds = ", ".join(f"{n} {STATE_KINDS[kind]}" for kind, n in counts.items())
+    many = len(states) > 1
+    return (f"{len(states)} state{'s that are not KV caches' if many else ' that is not a KV cache'} ({kinds}): "
+            f"left as {'they are' if many else 'it is'}")
+
+
 def summary_text(summary: RewriteSummary) -> str:
     """The rewrite summary as lines: what was detected, what each pass changed, what was not applied and
     how the model is left, the masks, the caches unshared or bounded, and every warning."""
@@ -262,6 +280,9 @@ def summary_text(summary: RewriteSummary) -> str:
         f"detected: {len(caches)} caches ({summary.analysis.shared_cache_count} shared), "
         f"SDPA exclusive={counts['exclusive']} shared={counts['shared']} stateless={counts['stateless']}",
     ]
+    states = states_text([s.to_dict() for s in summary.analysis.states.values()])
+    if states:
+        lines.append(states)
     for p in summary.passes:
         lines.append(f"{p.name}: {len(p.changed)} changed" + (f" ({', '.join(p.changed[:3])}"
                                                               f"{', ...' if len(p.changed) > 3 else ''})"
