@@ -5,8 +5,10 @@ layer that borrows a KV cache must borrow one of its own kind. The kind is read 
 
 * the mask (port 3): ``sliding`` when the graph that computes it holds the sliding-window comparison
   that exporters write for ``kv_idx > q_idx - window`` (``Greater(kv, Add(q, Constant(-window)))``, or
-  ``Subtract(q, Constant(window))``, or the same as ``Less`` with the operands swapped), ``full`` for
-  any other mask, ``none`` when there is no mask or it is a constant zero;
+  ``Subtract(q, Constant(window))``, or the same as ``Less`` with the operands swapped); ``chunked`` when
+  it holds the chunked-attention comparison ``kv_idx // chunk == q_idx // chunk`` (Llama 4's
+  ``attention_chunk_size``: ``Equal(Floor(Divide(kv, C)), Floor(Divide(q, C)))``, or Divide with Python
+  division alone); ``full`` for any other mask, ``none`` when there is no mask or it is a constant zero;
 * the head size: the static last dimension of Q (else K), and that of V;
 * the ``causal`` attribute.
 
@@ -31,16 +33,17 @@ MAX_MASK_NODES = 5000                     # a mask graph larger than this is not
 class AttentionKind:
     """The kind of attention one SDPA computes."""
 
-    mask: str                       # "sliding", "full" or "none"
-    window: int | None              # the sliding window, for "sliding"
+    mask: str                       # "sliding", "chunked", "full" or "none"
+    window: int | None              # the sliding window, for "sliding"; the chunk, for "chunked"
     head_size: int | None           # static last dimension of Q (else K); None when dynamic
     v_head_size: int | None         # static last dimension of V
     causal: bool
 
     @property
     def label(self) -> str:
-        """A short label: ``sliding 16``, ``full``, ``no mask``; ``causal`` added when set."""
-        text = f"sliding {self.window}" if self.mask == "sliding" else "full" if self.mask == "full" else "no mask"
+        """A short label: ``sliding 16``, ``chunked 8192``, ``full``, ``no mask``; ``causal`` added when set."""
+        text = f"{self.mask} {self.window}" if self.mask in ("sliding", "chunked") else \
+            "full" if self.mask == "full" else "no mask"
         return text + (" causal" if self.causal else "")
 
     def differences(self, other: AttentionKind) -> list[str]:
@@ -62,7 +65,8 @@ class AttentionKind:
 
 
 def _mask_text(kind: AttentionKind) -> str:
-    return f"sliding (window {kind.window})" if kind.mask == "sliding" else kind.mask
+    return f"sliding (window {kind.window})" if kind.mask == "sliding" else \
+        f"chunked (chunk {kind.window})" if kind.mask == "chunked" else kind.mask
 
 
 def attention_kinds(sdpa_nodes: dict[str, ov.Node]) -> dict[str, AttentionKind]:
@@ -101,6 +105,9 @@ def _mask_kind(mask: ov.Output) -> tuple[str, int | None]:
         window = _window_of(current)
         if window is not None:
             return "sliding", window
+        chunk = _chunk_of(current)
+        if chunk is not None:
+            return "chunked", chunk
         for value in current.input_values():
             source = value.get_node()
             if source not in seen and source.get_type_name() not in ("Constant", "Parameter", "ReadValue"):
@@ -134,3 +141,25 @@ def _window_of(node: ov.Node) -> int | None:
         if offset < 0 and (shifted.get_type_name() == "Add" or index == 1):
             return -offset
     return None
+
+
+def _chunk_of(node: ov.Node) -> int | None:
+    """The chunk ``C`` of a chunked-attention comparison ``Equal(kv // C, q // C)``: each side a
+    ``Floor(Divide(x, C))`` or a Divide with Python division (``m_pythondiv``, integer floor division), C one
+    positive integral constant, the same on both sides; else None."""
+    if node.get_type_name() != "Equal":
+        return None
+    chunks = set()
+    for value in node.input_values():
+        divide = value.get_node()
+        if divide.get_type_name() == "Floor":
+            divide = divide.input_value(0).get_node()
+        elif not divide.get_attributes().get("m_pythondiv", False) or not divide.get_output_element_type(0).is_integral():
+            return None
+        if divide.get_type_name() != "Divide" or divide.input_value(1).get_node().get_type_name() != "Constant":
+            return None
+        values = np.asarray(divide.input_value(1).get_node().get_data()).ravel()
+        if values.size != 1 or values[0] <= 0 or values[0] != int(values[0]):
+            return None
+        chunks.add(int(values[0]))
+    return chunks.pop() if len(chunks) == 1 else None

@@ -6,9 +6,11 @@ the cache's own path, or when it grows (its Assign stores the whole Concat(past,
 
 * ``scan``: it enters a Loop or TensorIterator (the model's own recurrence: Mamba-2's SSM scan, Gated
   DeltaNet's recurrent state);
-* ``conv``: a rank-3 state ``[batch, channels, kernel - 1]`` (the short convolutions of Mamba, LFM2,
-  Gated DeltaNet), read by a convolution or by the arithmetic an exporter writes one as;
-* ``recurrent``: any other state read by arithmetic (an SSM state updated step by step, without a Loop);
+* ``conv``: a convolution's window of past inputs ``[batch, channels, kernel - 1]`` (the short
+  convolutions of Mamba, LFM2, Gated DeltaNet): its path ends in a (Group)Convolution, or in the Roll that
+  shifts the window (transformers' Mamba and Zamba2 decode step);
+* ``recurrent``: any other state that arithmetic reads (an SSM state updated step by step, without a Loop;
+  Mamba-1's SSM state is rank 3 like a conv state, so the rank does not tell them apart);
 * ``unread``: nothing but its Assign (or nothing) reads it.
 
 No pass touches a state: it is reported, counted apart from the KV caches, and left as it is.
@@ -23,6 +25,11 @@ import openvino as ov
 
 from ovpasses._strenum import StrEnum
 from ovpasses.analysis.cache_chain import variable_id
+
+
+# what ends a convolution window's path (measured on optimum-intel 2.2.0 exports of Qwen3.5, Qwen3-Next, LFM2,
+# Granite 4 hybrid: GroupConvolution; Zamba2 and Mamba: Roll)
+CONV_READERS = frozenset({"Convolution", "GroupConvolution", "Roll"})
 
 
 class StateKind(StrEnum):
@@ -73,7 +80,7 @@ def states_of(read_values: Iterable[ov.Node], caches: set[str], ends: dict[str, 
             kind = StateKind.SCAN
         elif not readers:
             kind = StateKind.UNREAD
-        elif rank == 3:
+        elif set(readers) & CONV_READERS:
             kind = StateKind.CONV
         else:
             kind = StateKind.RECURRENT

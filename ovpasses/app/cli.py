@@ -321,7 +321,7 @@ def cmd_check(args) -> int:
             if result.is_folder:
                 print(f"{'' if index == 0 else chr(10)}== {name} ==")
             print(text.fit(str(report)))
-        for report in result.genai:
+        for report in [*result.genai, *result.genai_paths]:
             print(text.fit(str(report)))
         if result.skipped:
             print(text.fit(f"\n{render_inspect.skipped_text(result.skipped)}"))

@@ -123,6 +123,9 @@ def scan_export(folder: str | os.PathLike) -> ExportScan:
         elif suffix == ".json":
             _check_json(path)
     if not stateful:
+        states_only = [name for name in irs if _states_without_attention(io.scan_ir(folder / name).types)]
+        if states_only:
+            raise FolderError(f"{folder / states_only[0]}: {NO_ATTENTION}")
         raise FolderError(f"{folder}: no IR in this folder holds stateful attention (ReadValue and "
                           f"ScaledDotProductAttention or Softmax); IRs found: {', '.join(irs) or 'none'}")
     return ExportScan(folder, tuple(irs), tuple(stateful), tuple(skipped))
@@ -168,6 +171,21 @@ def unreadable_files(folder: Path) -> list[str]:
             except OSError as exc:
                 found.append(f"{path.relative_to(folder)} ({exc.strerror})")
     return sorted(found)
+
+
+# one answer for a pure state-space model, given as its folder or as its .xml
+NO_ATTENTION = ("this IR holds states (ReadValue) but no attention (ScaledDotProductAttention or Softmax): a "
+                "state-space model without attention (Mamba, Falcon-Mamba) has no KV cache for ovpass to rewrite")
+
+
+def _states_without_attention(types) -> bool:
+    return STATEFUL in types and not ATTENTION & types
+
+
+def refuse_without_attention(xml_path: Path) -> None:
+    """:class:`FolderError`, as for its folder, where the IR at ``xml_path`` holds states but no attention."""
+    if _states_without_attention(io.scan_ir(xml_path).types):
+        raise FolderError(f"{xml_path}: {NO_ATTENTION}")
 
 
 def holds_stateful_attention(xml_path: Path) -> bool:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ovpasses.app.files.io import read_ir
-from ovpasses.app.folder import scan_export
+from ovpasses.app.folder import refuse_without_attention, scan_export
 from ovpasses.options import RewriteOptions
 from ovpasses.report.inspect import folder_report, inspect_model
 
@@ -35,7 +35,9 @@ class PathInspection:
 def inspect_path(source: Path, options: RewriteOptions | None = None) -> PathInspection:
     """The report of an IR file, or of each IR of an export folder that holds stateful attention."""
     if not os.path.isdir(source):
-        return PathInspection(source, [(None, inspect_model(read_ir(source), options))])
+        model = read_ir(source)
+        refuse_without_attention(Path(source))
+        return PathInspection(source, [(None, inspect_model(model, options))])
     scan = scan_export(source)
     return PathInspection(source, [(name, inspect_model(read_ir(source / name), options)) for name in scan.stateful],
                           scan.skipped_dicts())

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from ovpasses.app.files import io
+from ovpasses.app.folder import refuse_without_attention
 from ovpasses.options import RewriteOptions
 from ovpasses.pipeline import rewrite
 from ovpasses.summary import RewriteSummary
@@ -28,6 +29,7 @@ def rewrite_file(source: str | os.PathLike, target: str | os.PathLike | None,
     the installed runtime)."""
     source = Path(source)
     io.check_ir_file(source)
+    refuse_without_attention(source)
     if target is not None:
         io.check_output_path(target)
         if not in_place:

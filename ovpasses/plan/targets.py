@@ -111,14 +111,21 @@ def make_plan(facts: Facts, detected: KVSharingAnalysis | None = None) -> Rewrit
         decisions=MappingProxyType(plan_with_reasons(facts.kv, profile)),
         kinds=MappingProxyType(kinds), findings=tuple(lint_kv_sharing(detected, kinds)), masks=tuple(masks),
         mask_actions=MappingProxyType(mask_plan(masks, profile)),
-        warnings=tuple(paged_warnings(profile, facts.kv, attention_heads(facts.sdpa_nodes), mask_windows(masks))))
+        warnings=tuple(paged_warnings(profile, facts.kv, attention_heads(facts.sdpa_nodes), mask_windows(masks),
+                                      chunks_of(kinds, facts.kv))))
 
 
 def with_padded_heads(plan: RewritePlan, facts: Facts) -> RewritePlan:
     """The plan's paged-path warnings for the layers as the padding left them."""
     profile = facts.options.runtime
     return replace(plan, warnings=tuple(paged_warnings(profile, plan.analysis, attention_heads(facts.sdpa_nodes),
-                                                       mask_windows(plan.masks))))
+                                                       mask_windows(plan.masks), chunks_of(plan.kinds, plan.analysis))))
+
+
+def chunks_of(kinds: dict[str, AttentionKind], analysis: KVSharingAnalysis) -> tuple[int, ...]:
+    """The chunks of the chunked-attention layers that read a KV cache (those the paged path converts)."""
+    return tuple(sorted({k.window for name, k in kinds.items() if k.mask == "chunked" and name in analysis.sdpa
+                         and analysis.sdpa[name].kv_variables}))
 
 
 def decisions_after(plan: RewritePlan, records: list[RuleRecord]) -> dict[str, Decision]:

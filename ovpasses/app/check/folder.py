@@ -36,15 +36,22 @@ class PathCheck:
     skipped: list[dict] = field(default_factory=list)   # a folder's other IRs: {"file", "reason"}
 
     @property
+    def genai_paths(self) -> list[genai.GenaiPathsReport]:
+        """genai's stateful and paged paths against each other, on each folder."""
+        return genai.paths_reports(self.genai)
+
+    @property
     def verdict(self) -> str:
-        codes = [report.verdict_code for _, report in self.reports] + [r.verdict for r in self.genai]
+        codes = [report.verdict_code for _, report in self.reports] + [r.verdict for r in self.genai] + \
+            [r.verdict for r in self.genai_paths if r.folder == "rewritten"]
         return max(codes, key=VERDICT_ORDER.index)
 
     def to_dict(self) -> dict:
         """A folder's report (schema :data:`ovpasses.report.schemas.CHECK_FOLDER`)."""
         return {"schema": schemas.CHECK_FOLDER, "folder": str(self.source), "verdict_code": self.verdict,
                 "models": [{"file": name, **report.to_dict()} for name, report in self.reports],
-                "genai": [r.to_dict() for r in self.genai], "skipped": self.skipped}
+                "genai": [r.to_dict() for r in self.genai], "genai_paths": [r.to_dict() for r in self.genai_paths],
+                "skipped": self.skipped}
 
 
 def check_path(source: Path, device: str = "CPU", steps: int = 3, options: RewriteOptions | None = None,
@@ -62,6 +69,9 @@ def check_path(source: Path, device: str = "CPU", steps: int = 3, options: Rewri
                             f"{', '.join(unreadable[:3])}{', ...' if len(unreadable) > 3 else ''}; "
                             "a client would fail on them: copy the export again (with cp -L for links)")
     scan = folder.scan_export(source) if is_folder else None
+    if not is_folder:
+        io.check_ir_file(source)
+        folder.refuse_without_attention(source)
     files = [source / name for name in scan.stateful] if is_folder else [source]
     device = resolve_device(device, ov.Core())
     result = PathCheck(source, is_folder, skipped=scan.skipped_dicts() if is_folder else [])

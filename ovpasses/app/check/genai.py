@@ -150,6 +150,59 @@ class GenaiPathReport:
                 f"{'; ' + equal if equal else ''} -> {self.verdict.upper()}")
 
 
+@dataclass
+class GenaiPathsReport:
+    """openvino_genai's two paths on one folder, against each other: a client path that is wrong for a model
+    (genai's paged path ignores Llama 4's chunked attention, measured on 2026.4.1) gives tokens the other path
+    does not, whatever the original and its rewrite compare like. ``folder`` is ``original`` or ``rewritten``."""
+
+    folder: str
+    stateful: GenaiRun
+    paged: GenaiRun
+
+    @property
+    def compared(self) -> bool:
+        return self.stateful.ran and self.paged.ran and bool(self.stateful.tokens)
+
+    @property
+    def first_difference(self) -> int | None:
+        """The first generated token (0-based) where the paths differ; None where they agree or were not compared."""
+        if not self.compared:
+            return None
+        a, b = self.stateful.tokens, self.paged.tokens
+        return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+    @property
+    def verdict(self) -> str:
+        """``ok`` where the paths agree (or one did not run: the per-path reports say so), ``inconclusive``
+        where they differ: one of them is wrong for this model, and comparing a folder with its rewrite cannot
+        tell which. The folder's verdict counts the rewritten folder's (what the user runs)."""
+        return "inconclusive" if self.first_difference is not None else "ok"
+
+    def to_dict(self) -> dict:
+        return {"folder": self.folder, "verdict": self.verdict, "compared": self.compared,
+                "first_difference": self.first_difference}
+
+    def __str__(self) -> str:
+        if not self.compared:
+            return f"genai paths, {self.folder} folder: not compared (a path did not run or generated nothing)"
+        at = self.first_difference
+        if at is None:
+            return f"genai paths, {self.folder} folder: stateful and paged give the same {len(self.stateful.tokens)} tokens"
+        return (f"genai paths, {self.folder} folder: stateful and paged DIFFER from generated token {at + 1}: one "
+                f"of openvino_genai's paths is wrong for this model (ovpass inspect says which, where it is "
+                f"known)" + (" -> INCONCLUSIVE" if self.folder == "rewritten" else ""))
+
+
+def paths_reports(reports: list[GenaiPathReport]) -> list[GenaiPathsReport]:
+    """The stateful and paged runs of each folder against each other (both paths run)."""
+    by_path = {r.path: r for r in reports}
+    if not {"stateful", "paged"} <= by_path.keys():
+        return []
+    return [GenaiPathsReport(which, getattr(by_path["stateful"], which), getattr(by_path["paged"], which))
+            for which in ("original", "rewritten")]
+
+
 def token_collector():
     """An openvino_genai streamer that keeps every generated token id."""
     import openvino_genai as genai
@@ -205,6 +258,7 @@ def run_genai(folder: Path, path: str, prompt: str, max_new_tokens: int, device:
     config.do_sample = False
     if kind == "vlm":
         pipe = genai.VLMPipeline(str(folder), device, **kwargs)
+        _stop_token(pipe, config)
         extra = {}
         if image and (folder / VISION_MODEL).exists():
             pixels = (np.arange(32 * 32 * 3, dtype=np.uint32).reshape(1, 32, 32, 3) * 37 % 256).astype(np.uint8)
@@ -220,6 +274,7 @@ def run_genai(folder: Path, path: str, prompt: str, max_new_tokens: int, device:
         run.tokens = list(streamer.ids)
     elif not tokenizer or prefill is not None:   # token ids in and out
         pipe = genai.LLMPipeline(str(folder), device, **kwargs)
+        _stop_token(pipe, config)
         run.prompt_ids = prompt_ids(folder, PROMPT_LENGTH if prefill is None else prefill)
         ids = np.array([run.prompt_ids], np.int64)
         result = pipe.generate(genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config)
@@ -227,6 +282,7 @@ def run_genai(folder: Path, path: str, prompt: str, max_new_tokens: int, device:
     else:
         # through the folder's tokenizer, then token ids in and out: the exact tokens, not a re-encoding
         pipe = genai.LLMPipeline(str(folder), device, **kwargs)
+        _stop_token(pipe, config)
         tokenizer = pipe.get_tokenizer()
         result = pipe.generate(tokenizer.encode(prompt), config)
         run.tokens = [int(t) for t in result.tokens[0]]
@@ -235,6 +291,16 @@ def run_genai(folder: Path, path: str, prompt: str, max_new_tokens: int, device:
     run.context = int(metrics.get_num_input_tokens()) + int(metrics.get_num_generated_tokens())
     run.ran = True
     return run
+
+
+def _stop_token(pipe, config) -> None:
+    """An export that names no end-of-sequence token (no ``eos_token_id`` in its generation or model config,
+    no tokenizer IRs) leaves the pipeline's stop tokens at -1, which genai 2026.4.1 refuses at every
+    ``generate`` ("'stop_token_ids' must be non-negative, but it contains a value -1"; clearing the stop tokens
+    does not help). The check generates exactly ``max_new_tokens`` (``min_new_tokens`` is the same), so any
+    valid id stops nothing: give the request token 0."""
+    if pipe.get_generation_config().eos_token_id < 0:
+        config.eos_token_id = 0
 
 
 def run_isolated(folder: Path, path: str, prompt: str, max_new_tokens: int, device: str,

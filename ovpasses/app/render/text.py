@@ -402,6 +402,11 @@ def paged_warning_text(warning: PagedWarning | dict) -> str:
         return (f"{where} ignores sliding windows: tokens are wrong once prompt and output outgrow the window "
                 f"({', '.join(map(str, w['windows']))}) of this model's sliding layers; no rewrite changes that; "
                 f"{stateful}{newer}")
+    if risk == PagedRisk.IGNORES_CHUNK:
+        return (f"{where} ignores chunked attention: tokens are wrong once prompt and output outgrow a chunk "
+                f"({', '.join(map(str, w['windows']))} positions) of this model's chunked layers (measured on openvino "
+                f"2026.0.0 and 2026.4.1: the paged path decodes as if the model had no chunks); no rewrite changes "
+                f"that; {stateful}")
     if risk == PagedRisk.PADDING_NOT_NEEDED:
         return (f"{option_flag(option)} is not needed on openvino {w['runtime']}: its CPU PagedAttention keys "
                 f"its executors by head size and KV heads; the padding only costs memory "

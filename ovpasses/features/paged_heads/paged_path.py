@@ -18,6 +18,7 @@ from ovpasses.plan.runtimes import (
     PAGED_CPU_IGNORES_WINDOW,
     PAGED_CPU_NEEDS_ONE_HEAD_SIZE,
     PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT,
+    PAGED_IGNORES_CHUNK,
     Version,
     version_string,
 )
@@ -31,6 +32,7 @@ class PagedRisk(str, enum.Enum):
     MIXED_HEAD_SIZES = "mixed_head_sizes"      # wrong tokens: the layers' head sizes differ; padding mends it
     MIXED_QUERY_HEADS = "mixed_query_heads"    # wrong tokens: the layers' query-head counts differ; nothing does
     IGNORES_WINDOW = "ignores_window"          # wrong tokens once a sequence outgrows the window; nothing mends it
+    IGNORES_CHUNK = "ignores_chunk"            # wrong tokens once a sequence outgrows a chunk; nothing mends it
     PADDING_NOT_NEEDED = "padding_not_needed"  # paged_heads=pad where the runtime does not need it: only a cost
     PADDING_REFUSED = "padding_refused"        # paged_heads=pad needed, and the model refused it
 
@@ -48,7 +50,7 @@ class PagedWarning:
     risk: PagedRisk
     runtime: Version
     layouts: tuple[tuple[str, int], ...] = ()   # (query heads x head size, layers), as the model has them
-    windows: tuple[int, ...] = ()               # the sliding layers' windows
+    windows: tuple[int, ...] = ()               # the sliding layers' windows (IGNORES_CHUNK: the chunks)
     option: OptionChoice | None = None
     fixed_in: Version | None = None
     bytes_per_token: tuple[int | None, int | None] | None = None   # KV bytes per token before, after padding
@@ -66,11 +68,12 @@ class PagedWarning:
 
 
 def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: dict[str, AttentionHeads],
-                   windows: tuple[int, ...]) -> list[PagedWarning]:
+                   windows: tuple[int, ...], chunks: tuple[int, ...] = ()) -> list[PagedWarning]:
     """What no rewrite mends on openvino_genai's paged path on ``profile``, for this model. Pure.
 
     ``windows`` are the windows of the model's sliding-window masks, as plain data (the sliding-window
-    feature finds the masks; ``ovpasses.plan.targets`` passes their windows: no feature imports another).
+    feature finds the masks; ``ovpasses.plan.targets`` passes their windows: no feature imports another);
+    ``chunks`` the chunks of its chunked-attention layers (:mod:`ovpasses.analysis.attention_kinds`).
 
     The SDPAs that read a KV cache are the ones the paged path turns into PagedAttention. When the
     runtime's CPU PagedAttention needs one head size (or one query-head count) and they have several,
@@ -90,4 +93,7 @@ def paged_warnings(profile: RuntimeProfile, analysis: KVSharingAnalysis, heads: 
     if profile.paged_cpu_ignores_window and windows:
         out.append(PagedWarning(PagedRisk.IGNORES_WINDOW, profile.version,
                                 windows=tuple(sorted(set(windows))), fixed_in=PAGED_CPU_IGNORES_WINDOW[1]))
+    if profile.paged_ignores_chunk and chunks:
+        out.append(PagedWarning(PagedRisk.IGNORES_CHUNK, profile.version, windows=tuple(sorted(set(chunks))),
+                                fixed_in=PAGED_IGNORES_CHUNK[1]))
     return out
