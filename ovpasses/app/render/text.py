@@ -405,7 +405,7 @@ def paged_warning_text(warning: PagedWarning | dict) -> str:
     if risk == PagedRisk.IGNORES_CHUNK:
         return (f"{where} ignores chunked attention: tokens are wrong once prompt and output outgrow a chunk "
                 f"({', '.join(map(str, w['windows']))} positions) of this model's chunked layers (measured on openvino "
-                f"2026.0.0 and 2026.4.1: the paged path decodes as if the model had no chunks); no rewrite changes "
+                f"2025.4.1, 2026.0.0 and 2026.4.1: the paged path decodes as if the model had no chunks); no rewrite changes "
                 f"that; {stateful}")
     if risk == PagedRisk.PADDING_NOT_NEEDED:
         return (f"{option_flag(option)} is not needed on openvino {w['runtime']}: its CPU PagedAttention keys "
