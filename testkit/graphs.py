@@ -6,7 +6,8 @@ Three families:
   combination the operation allows (mask kind and shape, explicit or pre-scaled scale, causal,
   element type, static or dynamic dimensions, GQA through Unsqueeze -> Broadcast -> Reshape).
 * :class:`StackSpec` / :func:`build_stack` — a stateful decoder stack the way LLM exporters make it,
-  with a KV-sharing layout given as data (see :mod:`testkit.stack`).
+  with a KV-sharing layout given as data, and recurrent layers (a conv state, or a linear-attention
+  state scanned in a Loop) before the attention of some layers, as hybrid models have them.
 * :class:`CacheLoopSpec` / :func:`build_cache_loop` — one stateful attention layer whose cache a
   Loop also reads: a reader inside a body that the KV-sharing analysis does not look into.
 * :class:`HeadsStackSpec` / :func:`build_heads_stack` — a stateful decoder with LLM inputs
@@ -26,7 +27,9 @@ Each builder has a matching input generator and a float64 reference built from
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -244,10 +247,12 @@ Layout = Literal["BHSD", "BSHD"]
 GqaForm = Literal["shapeof", "bidirectional"]
 PastLengthAt = Literal["concat", "gather", "readvalue"]
 BorrowPath = Literal["concat", "own_concat"]
+RecurrentForm = Literal["conv", "scan"]
 
 STACK_OUTPUT = "hidden_out"
 PAST_LENGTH_WEIGHT = 1e-3
 MASK_MIN = float(np.finfo(np.float32).min)   # the additive mask's "not seen", as transformers writes it
+CONV_KERNEL = 3                               # recurrent_form="conv": the kernel K; the state keeps K - 1 positions
 
 
 @dataclass(frozen=True)
@@ -283,6 +288,33 @@ class StackSpec:
     Assign's path. The values are the same; the second gives the plugin a cache with a reader its
     stateful fusion does not see. Its Gather axis is an i32 constant and its Concat axis negative, so
     that common-subexpression elimination does not merge it back into the owner's path.
+
+    ``recurrent_layers`` lists layers that have a recurrent block before their attention, as hybrid
+    models (Mamba, LFM2, Gated DeltaNet) interleave them: its output is added into the hidden states
+    ``x``, so it reaches the K/V projections of every later attention layer, yet its state is not a KV
+    cache (:attr:`state_variables`; :meth:`variables`, :meth:`readers` and :meth:`expected_status`
+    describe the KV caches only). ``recurrent_form="conv"`` is a depthwise causal convolution of kernel
+    K = :data:`CONV_KERNEL` over C = ``hidden`` channels with a state ``conv_BCK1`` [B, C, K-1], as Mamba
+    and LFM2 exports write it::
+
+        ReadValue(conv) -> [Gather(beam_idx)] -> Concat(past, Transpose(x @ W_in), axis 2) -> GroupConvolution
+            -> Transpose -> @ W_out -> + x                    (weights [C, 1, 1, K], no padding: T outputs)
+        Concat -> Slice(-(K-1):, axis 2) -> Assign(conv)
+
+    ``recurrent_form="scan"`` is a linear-attention state ``s_B1CC`` [B, 1, C, C] (as Gated DeltaNet's)
+    updated token by token in a Loop over the T new tokens (trip count from ShapeOf(x))::
+
+        ReadValue(s) -> [Gather(beam_idx)] -> Loop(merged s; q, k, v = x @ W_q/k/v as [B, 1, T, C],
+                                                     sliced on axis 2)
+            body: s = s * decay + k_t^T @ v_t;  y_t = q_t @ s
+        Loop: y concatenated on axis 2 -> Reshape [B, T, C] -> @ W_out -> + x;  final s -> Assign(s)
+
+    Their weights (:func:`recurrent_weights`) come from a generator of their own, so a stack without
+    recurrent layers is the graph it always was. Measured on 2026.0.0 and 2026.4.1: the CPU plugin does not
+    compile a stack with a conv state at layer 0 read without the Gather(beam_idx) on a dynamic batch
+    (``beam_gather=False, dynamic_batch=True``: "Invalid graph status", in f32 too); exporters always write the
+    Gather. Every other form it runs as :func:`stack_reference` computes it (f16 and mixed cache types where
+    it runs the stack without recurrent layers).
     """
 
     k_source: tuple[int | None, ...] = (0, 1, 0, 1)
@@ -310,9 +342,12 @@ class StackSpec:
     dynamic_batch: bool = True
     seed: int = 0
     weight_fill: float | None = None   # every projection weight this value (NaN: an IR whose weights are NaN)
+    recurrent_layers: tuple[int, ...] = ()   # layers with a recurrent block before their attention
+    recurrent_form: RecurrentForm = "conv"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "k_source", tuple(self.k_source))
+        object.__setattr__(self, "recurrent_layers", tuple(sorted(set(self.recurrent_layers))))
         if self.v_source is not None:
             object.__setattr__(self, "v_source", tuple(self.v_source))
         if self.heads % self.kv_heads:
@@ -332,6 +367,10 @@ class StackSpec:
         for i in self.past_length_from:
             if not 0 <= i < self.num_layers or self.k_source[i] != i:
                 raise ValueError(f"past_length_from names layer {i}, which owns no K cache")
+        if any(not 0 <= i < self.num_layers for i in self.recurrent_layers):
+            raise ValueError(f"recurrent_layers {self.recurrent_layers} names a layer outside 0..{self.num_layers - 1}")
+        if self.recurrent_form not in ("conv", "scan"):
+            raise ValueError(f"recurrent_form must be 'conv' or 'scan', not {self.recurrent_form!r}")
 
     @property
     def num_layers(self) -> int:
@@ -355,6 +394,21 @@ class StackSpec:
     @staticmethod
     def variable_id(layer: int, kind: str) -> str:
         return f"past_key_values.{layer}.{kind}"
+
+    @staticmethod
+    def state_variable_id(layer: int, form: RecurrentForm) -> str:
+        return f"layers.{layer}.conv_state" if form == "conv" else f"layers.{layer}.recurrent_state"
+
+    @staticmethod
+    def scan_name(layer: int) -> str:
+        """The friendly name of the Loop of a ``scan`` recurrent layer."""
+        return f"layers.{layer}.linear_attn.scan"
+
+    @property
+    def state_variables(self) -> dict[str, RecurrentForm]:
+        """Ground truth: the recurrent states (not KV caches), variable id -> kind (``conv`` or ``scan``),
+        in layer order."""
+        return {self.state_variable_id(i, self.recurrent_form): self.recurrent_form for i in self.recurrent_layers}
 
     def sources(self, kind: str) -> tuple[int | None, ...]:
         return self.k_source if kind == "key" else self.v_sources
@@ -436,6 +490,52 @@ def stack_weights(spec: StackSpec) -> StackWeights:
     return w
 
 
+RECURRENT_STREAM = 1   # recurrent_weights' generator is seeded (spec.seed, RECURRENT_STREAM): apart from stack_weights'
+
+
+@dataclass
+class RecurrentWeights:
+    """One recurrent layer's float64 weights (C = hidden). ``conv``: ``w_in`` [hidden, C], ``kernel`` [C, K],
+    ``w_out`` [C, hidden]. ``scan``: ``wq``, ``wk``, ``wv`` [hidden, C], ``decay`` [C] (per row of the state),
+    ``w_out`` [C, hidden]."""
+
+    w_out: np.ndarray
+    w_in: np.ndarray | None = None
+    kernel: np.ndarray | None = None
+    wq: np.ndarray | None = None
+    wk: np.ndarray | None = None
+    wv: np.ndarray | None = None
+    decay: np.ndarray | None = None
+
+    def rounded(self, kind: str) -> RecurrentWeights:
+        """The weights rounded to ``kind`` (f32 or f16), as the model holds them, in float64."""
+        return RecurrentWeights(**{name: None if value is None else round_to(value, kind)
+                                   for name, value in vars(self).items()})
+
+
+def recurrent_weights(spec: StackSpec) -> dict[int, RecurrentWeights]:
+    """Seeded float64 weights of each recurrent layer (projections all ``spec.weight_fill`` when set), from a
+    generator apart from :func:`stack_weights`'. Scaled so that the hidden states stay O(1) through a few layers:
+    the scan's output is cubic in ``x`` (q @ k^T v), so its q and k projections are scaled by 1/hidden."""
+    rng = np.random.default_rng((spec.seed, RECURRENT_STREAM))
+    h = spec.hidden
+
+    def weight(rows: int, cols: int, scale: float) -> np.ndarray:
+        if spec.weight_fill is not None:
+            return np.full((rows, cols), spec.weight_fill)
+        return rng.standard_normal((rows, cols)) * scale
+
+    out = {}
+    for i in spec.recurrent_layers:
+        if spec.recurrent_form == "conv":
+            kernel = rng.standard_normal((h, CONV_KERNEL)) / np.sqrt(CONV_KERNEL)
+            out[i] = RecurrentWeights(w_in=weight(h, h, h**-0.5), kernel=kernel, w_out=weight(h, h, h**-0.5))
+        else:
+            out[i] = RecurrentWeights(wq=weight(h, h, 1 / h), wk=weight(h, h, 1 / h), wv=weight(h, h, h**-0.5),
+                                      decay=rng.uniform(0.5, 0.95, h), w_out=weight(h, h, 0.5 * h**-0.5))
+    return out
+
+
 def _const(value, et: ov.Type) -> ov.Node:
     return ops.constant(np.asarray(value, np.float32), dtype=et)
 
@@ -457,6 +557,69 @@ def _gqa(kv: ov.Output, spec: StackSpec, name: str) -> ov.Output:
     return out.output(0)
 
 
+def _recurrent_block(spec: StackSpec, layer: int, x_BTH: ov.Output, batch_1: ov.Output, beam: ov.Node | None,
+                     et: ov.Type, w: RecurrentWeights) -> tuple[ov.Output, ov.Node]:
+    """Layer ``layer``'s recurrent block of :class:`StackSpec` on the hidden states ``x_BTH``: its output
+    [B, T, hidden] (to add into ``x``) and the Assign that stores its new state."""
+    from openvino.op.util import Variable, VariableInfo
+
+    C, K = spec.hidden, CONV_KERNEL
+    B = -1 if spec.dynamic_batch else spec.batch
+    conv = spec.recurrent_form == "conv"
+    vid = spec.state_variable_id(layer, spec.recurrent_form)
+    info = VariableInfo()
+    info.data_shape = ov.PartialShape([B, C, K - 1] if conv else [B, 1, C, C])
+    info.data_type = et
+    info.variable_id = vid
+    var = Variable(info)
+    zeros = ops.broadcast(_const(0.0, et), ops.concat([batch_1, _i64([C, K - 1] if conv else [1, C, C])], 0))
+    rv = ops.read_value(zeros, var)
+    rv.set_friendly_name(vid)
+    past = rv.output(0)
+    if beam is not None:
+        past = ops.gather(past, beam, _i64(0)).output(0)
+
+    def proj(t: ov.Output, m: np.ndarray) -> ov.Output:
+        return ops.matmul(t, _const(m, et), False, False).output(0)
+
+    if conv:
+        x_in_BCT = ops.transpose(proj(x_BTH, w.w_in), _i64([0, 2, 1]))
+        cat_BCS = ops.concat([past, x_in_BCT], 2)                                   # S = K - 1 + T
+        conv_BCT = ops.group_convolution(cat_BCS, _const(w.kernel.reshape(C, 1, 1, K), et), [1], [0], [0], [1])
+        conv_BCT.set_friendly_name(f"layers.{layer}.conv.conv1d")
+        y_BTC = ops.transpose(conv_BCT, _i64([0, 2, 1])).output(0)
+        new_state = ops.slice(cat_BCS, _i64([-(K - 1)]), _i64([np.iinfo(np.int64).max]), _i64([1]), _i64([2]))
+        return proj(y_BTC, w.w_out), ops.assign(new_state, var)
+
+    def per_token(m: np.ndarray) -> ov.Output:
+        return ops.unsqueeze(proj(x_BTH, m), _i64([1])).output(0)                   # [B, 1, T, C]
+
+    q_B1TC, k_B1TC, v_B1TC = per_token(w.wq), per_token(w.wk), per_token(w.wv)
+    # body names unique in the model: reading an IR back renames a tensor name that another body has too
+    s_B1CC = ops.parameter(ov.PartialShape([B, 1, C, C]), et, name=f"layers.{layer}.linear_attn.state")
+    q_B11C, k_B11C, v_B11C = (ops.parameter(ov.PartialShape([B, 1, 1, C]), et, name=f"layers.{layer}.linear_attn.{n}")
+                              for n in ("q_t", "k_t", "v_t"))
+    decay = _const(w.decay.reshape(1, 1, C, 1), et)
+    s_next = ops.add(ops.multiply(s_B1CC, decay), ops.matmul(k_B11C, v_B11C, True, False))
+    y_B11C = ops.matmul(q_B11C, s_next, False, False)
+    body = ov.Model([ops.result(ops.constant(True)), ops.result(s_next), ops.result(y_B11C)],
+                    [s_B1CC, q_B11C, k_B11C, v_B11C], f"layers.{layer}.linear_attn.body")
+    trip_count = ops.gather(ops.shape_of(x_BTH, "i64"), _i64(1), _i64(0))
+    loop = ops.loop(trip_count, ops.constant(True))
+    loop.set_function(body)
+    loop.set_special_body_ports([-1, 0])   # no iteration-number input; the condition is body output 0
+    loop.set_merged_input(s_B1CC, past, s_next.output(0))
+    for param, value in ((q_B11C, q_B1TC), (k_B11C, k_B1TC), (v_B11C, v_B1TC)):
+        loop.set_sliced_input(param, value, 0, 1, 1, -1, 2)
+    final_state = loop.get_iter_value(s_next.output(0), -1)
+    y_B1TC = loop.get_concatenated_slices(y_B11C.output(0), 0, 1, 1, -1, 2)
+    loop.set_friendly_name(spec.scan_name(layer))
+    y_BTC = ops.reshape(y_B1TC, _i64([0, -1, C]), special_zero=True).output(0)
+    assign = ops.assign(loop, var)   # the Python Assign takes a node, not an output: set its input after
+    assign.input(0).replace_source_output(final_state)
+    return proj(y_BTC, w.w_out), assign
+
+
 def build_stack(spec: StackSpec) -> ov.Model:
     """A stateful model for ``spec``.
 
@@ -473,6 +636,7 @@ def build_stack(spec: StackSpec) -> ov.Model:
     bhsd = spec.layout == "BHSD"
     seq_axis = 2 if bhsd else 1
     w = stack_weights(spec)
+    w_recurrent = recurrent_weights(spec)
 
     x_p = ops.parameter(ov.PartialShape([B, -1, hidden]), et, name="inputs_embeds")
     x_p.output(0).set_names({"inputs_embeds"})
@@ -538,6 +702,10 @@ def build_stack(spec: StackSpec) -> ov.Model:
     cache_out: dict[tuple[int, str], ov.Output] = {}
     owner_parts: dict[tuple[int, str], tuple[ov.Output, ov.Output]] = {}   # (ReadValue, new) of each cache
     for i in range(spec.num_layers):
+        if i in spec.recurrent_layers:
+            y, sink = _recurrent_block(spec, i, x, batch_dim.output(0), beam, et, w_recurrent[i])
+            sinks.append(sink)
+            x = ops.add(x, y).output(0)
         prefix = f"layers.{i}.self_attn"
         q = to_bhsd(heads_split(ops.matmul(x, _const(w.wq[i], et), False, False).output(0), H, f"{prefix}.q"))
         kv_in: dict[str, ov.Output] = {}
@@ -621,7 +789,24 @@ def build_stack(spec: StackSpec) -> ov.Model:
     out.output(0).set_names({STACK_OUTPUT})
     x.get_node().output(0).set_names({STACK_OUTPUT})
     del np_et
-    return ov.Model([out], sinks, params, "stack")
+    model = ov.Model([out], sinks, params, "stack")
+    return as_read_back(model) if spec.recurrent_form == "scan" and spec.recurrent_layers else model
+
+
+def as_read_back(model: ov.Model) -> ov.Model:
+    """``model`` as OpenVINO reads it back from its IR files.
+
+    Measured on 2026.0.0 and 2026.4.1: the IR reader orders a state's ReadValue before the other inputs of the
+    Loop that computes its Assign's value (as if the Assign depended on the ReadValue, which the Python API
+    cannot say), where a model built in Python orders the Loop's trip count first. So the file of a scan stack
+    built here is not the file its read-back writes, while a read-back writes the file it was read from, as
+    every exporter's IR does; tests that compare files (idempotence through the IR) need that.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        xml, weights = Path(folder, "model.xml"), Path(folder, "model.bin")
+        ov.serialize(model, str(xml), str(weights))
+        text, data = xml.read_text(), np.fromfile(weights, np.uint8)
+    return ov.Core().read_model(text, ov.Tensor(data))
 
 
 @dataclass(frozen=True)
@@ -686,13 +871,19 @@ def stack_reference(spec: StackSpec, steps: list[StackStep]) -> list[np.ndarray]
         w = StackWeights(*[[rnd(m, "f16") for m in ms] for ms in (w.wq, w.wk, w.wv, w.wo)])
     else:
         w = StackWeights(*[[rnd(m, "f32") for m in ms] for ms in (w.wq, w.wk, w.wv, w.wo)])
+    w_recurrent = {i: rw.rounded(spec.dtype) for i, rw in recurrent_weights(spec).items()}
     caches: dict[tuple[int, str], np.ndarray] = {}
+    states: dict[int, np.ndarray] = {}
     outs = []
     for step in steps:
         x = np.asarray(step.inputs_embeds, np.float64)
         Bsz, T, _ = x.shape
         cats: dict[tuple[int, str], np.ndarray] = {}
         for i in range(spec.num_layers):
+            if i in spec.recurrent_layers:
+                y, state = _recurrent_reference(spec, x, states.get(i), step.beam_idx, w_recurrent[i])
+                states[i] = rnd(state, spec.dtype)   # the state variable has the model's element type
+                x = x + y
             q = (x @ w.wq[i]).reshape(Bsz, T, H, D).transpose(0, 2, 1, 3)
             kv = {}
             past_len = None
@@ -737,6 +928,29 @@ def stack_reference(spec: StackSpec, steps: list[StackStep]) -> list[np.ndarray]
                 x = x + past_len * PAST_LENGTH_WEIGHT
         outs.append(x)
     return outs
+
+
+def _recurrent_reference(spec: StackSpec, x_BTH: np.ndarray, past: np.ndarray | None, beam_idx: np.ndarray,
+                         w: RecurrentWeights) -> tuple[np.ndarray, np.ndarray]:
+    """Float64 output [B, T, hidden] and new state of one recurrent block of :class:`StackSpec`, from the
+    specifications of GroupConvolution-1 (a cross-correlation: no kernel flip) and of Loop-5 (the body run
+    once per token, its state carried)."""
+    Bsz, T, _ = x_BTH.shape
+    C, K = spec.hidden, CONV_KERNEL
+    if spec.recurrent_form == "conv":
+        past = np.zeros((Bsz, C, K - 1)) if past is None else past
+        past = past[beam_idx] if spec.beam_gather else past
+        cat_BCS = np.concatenate([past, (x_BTH @ w.w_in).transpose(0, 2, 1)], axis=2)
+        conv_BCT = np.stack([(cat_BCS[:, :, t:t + K] * w.kernel).sum(-1) for t in range(T)], axis=2)
+        return conv_BCT.transpose(0, 2, 1) @ w.w_out, cat_BCS[:, :, -(K - 1):]
+    s_BCC = np.zeros((Bsz, C, C)) if past is None else past[:, 0]
+    s_BCC = s_BCC[beam_idx] if spec.beam_gather else s_BCC
+    q_BTC, k_BTC, v_BTC = x_BTH @ w.wq, x_BTH @ w.wk, x_BTH @ w.wv
+    ys = []
+    for t in range(T):
+        s_BCC = s_BCC * w.decay[:, None] + k_BTC[:, t, :, None] * v_BTC[:, t, None, :]
+        ys.append(np.einsum("bc,bcd->bd", q_BTC[:, t], s_BCC))
+    return np.stack(ys, axis=1) @ w.w_out, s_BCC[:, None]
 
 
 # --------------------------------------------------------------------------------------------------

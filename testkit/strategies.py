@@ -17,7 +17,13 @@ benchmark and a hand-written test see the same construction. Every axis the buil
 * extra shape-only consumers of a cache (``past_length_from`` at the Concat, Gather or ReadValue);
 * mask kind (none, bool, float, causal) and scale (absent, explicit, pre-scaled Q);
 * static or dynamic batch (the sequence dimension of a cache is always dynamic), batch 1 or 2;
-* f32 or f16.
+* f32 or f16;
+* in a quarter of the examples, recurrent layers (any non-empty subset of the layers, owners, borrowers,
+  stateless layers and layer 0 included) with a conv state or a linear-attention state scanned in a Loop:
+  a hybrid model's states, which are not KV caches.
+
+:func:`hybrid_stack_specs` always draws recurrent layers, at least one of them before (or at) a layer whose
+attention reads a cache: the layout in which a state's data reaches a cache reader's K/V projections.
 
 :func:`heads_stack_specs` draws :class:`~testkit.graphs.HeadsStackSpec` head layouts (KV heads,
 head sizes, KV-shared borrowers, K = V layers, scale present or not) for the paged head padding.
@@ -28,6 +34,7 @@ Settings profiles for the property tests are registered here too (see :func:`reg
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -97,6 +104,20 @@ def v_layouts(draw, k_source: Sources) -> Sources | None:
     return tuple(out)
 
 
+def _reads_a_cache(layout: tuple[Sources, Sources | None]) -> bool:
+    return any(k is not None for k in layout[0])
+
+
+@st.composite
+def recurrent_layer_sets(draw, k_source: Sources, before_a_reader: bool = False) -> tuple[int, ...]:
+    """A non-empty set of layers with a recurrent block; ``before_a_reader``: one of them at or before a layer
+    whose attention reads a cache (the block stands before its layer's attention)."""
+    layers = range(len(k_source))
+    readers = [i for i in layers if k_source[i] is not None]
+    first = draw(st.sampled_from(range(readers[-1] + 1) if before_a_reader else layers))
+    return tuple(sorted({first} | draw(st.sets(st.sampled_from(layers)))))
+
+
 @st.composite
 def kv_layouts(draw, max_layers: int = 5) -> tuple[Sources, Sources | None]:
     """``(k_source, v_source)`` for :class:`StackSpec`."""
@@ -117,13 +138,23 @@ def _value(x) -> st.SearchStrategy:
     return x if isinstance(x, st.SearchStrategy) else st.just(x)
 
 
+RECURRENT_SHARE = 4   # stack_specs draws recurrent layers in one example out of RECURRENT_SHARE
+
+
 @st.composite
-def stack_specs(draw, max_layers: int = 5, **fixed) -> StackSpec:
+def stack_specs(draw, max_layers: int = 5, recurrent: Literal["sometimes", "always"] = "sometimes",
+                **fixed) -> StackSpec:
     """A :class:`StackSpec` over every builder axis; ``fixed`` pins an axis to a value or a strategy.
+
+    ``recurrent="sometimes"`` draws recurrent layers in one example out of :data:`RECURRENT_SHARE`;
+    ``"always"`` in every example, one of them at or before a layer that reads a cache (see
+    :func:`hybrid_stack_specs`). ``recurrent_layers=()`` pins a stack without them.
 
     Example: ``stack_specs(dtype="f32", cache_type="f32")``.
     """
-    k_source, v_source = draw(kv_layouts(max_layers))
+    hybrid = recurrent == "always"
+    layouts = kv_layouts(max_layers)
+    k_source, v_source = draw(layouts.filter(_reads_a_cache) if hybrid else layouts)
     heads = draw(_value(fixed.pop("heads", st.sampled_from([4, 2]))))
     kv_heads = draw(_value(fixed.pop("kv_heads", st.sampled_from([d for d in (heads, 2, 1) if heads % d == 0]))))
     owners = [i for i, s in enumerate(k_source) if s == i]
@@ -149,8 +180,26 @@ def stack_specs(draw, max_layers: int = 5, **fixed) -> StackSpec:
         dynamic_batch=st.booleans(),
         seed=st.integers(0, 3),
     )
+    # drawn after the other axes, so that a stack without recurrent layers is drawn as it was before them
+    # (False first: an example shrinks towards a stack without them)
+    with_recurrent = st.just(True) if hybrid else st.sampled_from([False] * (RECURRENT_SHARE - 1) + [True])
+    values.update(recurrent_layers=with_recurrent.flatmap(
+        lambda drawn: recurrent_layer_sets(k_source, before_a_reader=hybrid) if drawn else st.just(())))
     values.update(fixed)
-    return StackSpec(**{name: draw(_value(v)) for name, v in values.items()})
+    drawn = {name: draw(_value(v)) for name, v in values.items() if name != "recurrent_form"}
+    if drawn["recurrent_layers"] or "recurrent_form" in fixed:
+        # the CPU plugin cannot compile some conv states read without a Gather(beam_idx) on a dynamic batch (see
+        # StackSpec); exporters always write the Gather, and the scan form runs there
+        forms = ["conv", "scan"] if drawn["beam_gather"] or not drawn["dynamic_batch"] else ["scan"]
+        drawn["recurrent_form"] = draw(_value(fixed.get("recurrent_form", st.sampled_from(forms))))
+    return StackSpec(**drawn)
+
+
+def hybrid_stack_specs(max_layers: int = 5, **fixed) -> st.SearchStrategy[StackSpec]:
+    """A :class:`StackSpec` of a hybrid model: recurrent layers (conv or scan, ``fixed`` may pin
+    ``recurrent_form``), one of them before an attention layer that reads a KV cache, every other axis as
+    :func:`stack_specs` draws it."""
+    return stack_specs(max_layers, recurrent="always", **fixed)
 
 
 @st.composite
