@@ -17,6 +17,7 @@ from ovpasses.passes import *  # noqa: F403 - every pass class, as ovpasses.<Pas
 from ovpasses.options import FirstPrompt, KVSharing, PagedHeads, RewriteOptions, SlidingWindow
 from ovpasses.pipeline import compile_model, rewrite
 from ovpasses.plan.decisions import plan
+from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
 from ovpasses.plan.profiles import RuntimeProfile, profile_for
 from ovpasses.summary import RewriteSummary
 
@@ -37,6 +38,7 @@ __all__ = [
     "RewriteSummary",
     "RuntimeProfile",
     "SlidingWindow",
+    "SlidingWindowTrimmer",
     "UnknownPassError",
     "UnreadableOperationError",
     "UnsupportedModelError",

@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where to write the rewritten IR (.bin beside it), or the folder for a folder")
     p.add_argument("--in-place", action="store_true", help="overwrite IN.xml and IN.bin, or the folder (safely, by rename)")
     p.add_argument("--dry-run", action="store_true", help="run the pipeline and print the summary; write nothing")
+    p.add_argument("--for", dest="for_client", choices=("core", "optimum", "genai", "genai-paged"), metavar="CLIENT",
+                   help="apply the form that pays for CLIENT (core, optimum, genai, genai-paged): from --from-bench "
+                        "where given, else from the records; says which and why. Replaces the mode flags")
+    p.add_argument("--context", type=_positive, metavar="N", help="with --for: the context the form should pay at")
+    p.add_argument("--from-bench", metavar="FILE", help="with --for: the JSON of ovpass bench --format json")
     p.add_argument("--symlinks", choices=[m.value for m in folder.Symlinks], default=folder.Symlinks.COPY.value,
                    help="folders: " + "; ".join(f"{m.value}{' (default)' if m is folder.Symlinks.COPY else ''}: "
                                                 f"{m.description}" for m in folder.Symlinks))
@@ -200,6 +205,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
     _add_common(p)
 
+    p = subs.add_parser(
+        "bench", help="measure every form of a model for a client on this machine, and say which one pays",
+        description="Run the export folder DIR unmodified and in every form that changes it and that the client "
+                    "can run (the default rewrite, --sliding-window bounded, trimmable with the library's trimmer, "
+                    "trimmable with --first-prompt blocked, --kv-sharing unshare), each in a fresh process at the "
+                    "plugin's defaults, the prompt fed as the client feeds it; then recommend the form for --goal and "
+                    "print its command. Tokens are compared under the exact config on a short run. Each run takes "
+                    "from seconds (tiny models) to minutes; Ctrl-C prints the rows done (exit 130).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("input", metavar="DIR")
+    p.add_argument("--client", choices=("core", "optimum", "genai", "genai-paged"), default="core",
+                   help="who runs the model: ov.Core (your program), optimum-intel (prompt whole), openvino_genai "
+                        "stateful (ATTENTION_BACKEND=\"SDPA\") or with continuous batching, as OVMS (default core)")
+    p.add_argument("--context", default="4096", metavar="N[,N...]",
+                   help="prompt lengths in tokens, comma-separated (default 4096)")
+    p.add_argument("--chunk", type=_non_negative, default=0, metavar="N",
+                   help="feed the prompt in chunks of N tokens (core, optimum; default 0: whole)")
+    p.add_argument("--steps", type=_positive, default=32, metavar="N", help="decode steps (default 32)")
+    p.add_argument("--goal", choices=("memory", "speed"), default="memory",
+                   help="memory: the least context memory among forms that decode no slower; speed: the fastest "
+                        "decode that holds no more memory (default memory)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="report format (default text)")
+    p.add_argument("--plot", metavar="FILE.png", help="memory and decode against context, per form (matplotlib)")
+    _add_common(p, runtime=False)
+
     p = subs.add_parser("passes", help="list the passes of the pipeline, one line each",
                         description="List the passes of the pipeline in the order it runs them.")
     _add_common(p, runtime=False)
@@ -236,8 +266,29 @@ def _options(args) -> RewriteOptions:
                           sliding_window_margin=args.sliding_window_margin)
 
 
+def _for_client(args) -> RewriteOptions:
+    """``--for CLIENT``: the options of the form that pays, said in one line (stdout, or stderr with JSON)."""
+    from ovpasses.app.bench.choose import choose, form_options, trimmer_note
+
+    if args.for_client is None:
+        if args.context is not None or args.from_bench is not None:
+            raise OvpassesError("--context and --from-bench go with --for CLIENT")
+        return _options(args)
+    given = [f"--{name.replace('_', '-')}" for name in MODES
+             if getattr(args, name) != RewriteOptions.__dataclass_fields__[name].default.value]
+    if given:
+        raise OvpassesError(f"--for picks the form itself: drop {', '.join(given)} (or drop --for to set it yourself)")
+    form, why = choose(Path(args.input), args.for_client, args.context, args.from_bench)
+    out = sys.stderr if args.format == "json" else sys.stdout
+    print(text.fit(f"--for {args.for_client}: {form}: {why}"), file=out)
+    for line in trimmer_note(args.for_client, form):
+        print(f"  {line}", file=out)
+    return RewriteOptions(runtime=None if args.runtime == "auto" else args.runtime, passes=getattr(args, "passes", None),
+                          sliding_window_margin=args.sliding_window_margin, **form_options(form))
+
+
 def cmd_rewrite(args) -> int:
-    options = _options(args)
+    options = _for_client(args)
     source = Path(args.input)
     if os.path.isdir(source):   # False for any path that cannot be reached: check_ir_file says why
         return _rewrite_folder(args, source, options)
@@ -339,7 +390,43 @@ def cmd_passes(args) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"rewrite": cmd_rewrite, "inspect": cmd_inspect, "check": cmd_check, "passes": cmd_passes}
+def _contexts(text_value: str) -> list[int]:
+    try:
+        contexts = [int(part) for part in text_value.split(",") if part.strip()]
+    except ValueError:
+        contexts = []
+    if not contexts or min(contexts) < 1:
+        raise OvpassesError(f"--context takes token counts of 1 or more, comma-separated (4096,16384), not "
+                            f"{text_value!r}")
+    return contexts
+
+
+def cmd_bench(args) -> int:
+    from ovpasses.app.bench import bench
+    from ovpasses.app.render.bench import bench_plot, bench_text
+
+    source = Path(args.input)
+    if not source.is_dir():
+        raise OvpassesError(f"{source}: bench measures an export folder (optimum-cli export openvino); give the "
+                            "folder, not a file")
+    folder.scan_export(source)   # a folder with no IR, or a damaged one, is refused here as everywhere
+    report = bench(source, args.client, _contexts(args.context), args.chunk, args.steps, args.goal,
+                   progress=lambda message: print(message, file=sys.stderr, flush=True))
+    if args.plot and report.rows:
+        bench_plot(report, args.plot)
+    if args.format == "json":
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(text.fit(bench_text(report)))
+    if report.interrupted:
+        return 128 + signal.SIGINT
+    return EXIT_OK if any(r.error is None for r in report.rows) else EXIT_USAGE
+
+
+COMMANDS = {"rewrite": cmd_rewrite, "inspect": cmd_inspect, "check": cmd_check, "bench": cmd_bench,
+            "passes": cmd_passes}
+
+
 
 
 def main(argv: list[str] | None = None) -> int:

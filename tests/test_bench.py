@@ -1,0 +1,170 @@
+"""``ovpass bench`` and ``ovpass rewrite --for`` (issue 49): every form a client can run, measured in a process of
+its own on this machine, the recommendation read from the rows, and every bad input one line.
+
+Timings on tiny fixtures are noise: the end-to-end tests assert what the rows say of the forms (which ran, their
+fused kernels, their tokens against the unmodified model's under the exact config, the trimmed KV), and the
+recommendation is tested on rows given to it (:func:`recommend` is pure)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ovpasses.app.bench import SCHEMA, BenchReport, BenchRow, recommend
+from testkit.cli import run_main
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+GEMMA3 = FIXTURES / "gemma3" / "text6"     # sliding window W = 8: bounded, trimmable, trimmable+blocked apply
+OVPASS = Path(sys.executable).parent / "ovpass"
+
+
+def bench_json(*args) -> tuple[dict, str]:
+    result = run_main("bench", *args, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout), result.stderr
+
+
+def test_bench_core_measures_each_form_in_its_own_process():
+    data, progress = bench_json(GEMMA3, "--client", "core", "--context", "40,200", "--steps", "4")
+    assert data["schema"] == SCHEMA and data["client"] == "core"
+    forms = ["unmodified", "bounded", "trimmable", "trimmable+blocked"]
+    assert [(r["form"], r["context"]) for r in data["rows"]] == [(f, c) for c in (40, 200) for f in forms]
+    assert set(data["skipped"]) == {"default", "unshare"}
+    assert progress.count("bench: [") == 8   # a progress line per run
+    rows = {(r["form"], r["context"]): r for r in data["rows"]}
+    for row in data["rows"]:
+        assert row["error"] is None and row["tokens_equal"] is True, row
+        assert row["peak_rss_mib"] > row["context_mib"] > 0 and row["prefill_s"] > 0 and row["decode_ms"] > 0
+    # the plugin fuses every layer of the unmodified and the trimmable forms, the full layer only when bounded
+    assert rows[("unmodified", 200)]["fused"] == rows[("trimmable", 200)]["fused"] == 6
+    assert rows[("bounded", 200)]["fused"] == 1
+    assert rows[("trimmable", 200)]["kv_mib"] < rows[("unmodified", 200)]["kv_mib"]   # trimmed to the window
+    rec = data["recommended"]
+    assert rec["context"] == 200 and rec["form"] in forms and rec["why"]
+    assert (rec["command"] is None) == (rec["form"] == "unmodified")
+
+
+def test_bench_genai_paths_run_the_forms_genai_can():
+    pytest.importorskip("openvino_genai")
+    data, _ = bench_json(GEMMA3, "--client", "genai", "--context", "40", "--steps", "4")
+    assert [r["form"] for r in data["rows"]] == ["unmodified", "bounded", "trimmable+blocked"]
+    assert all(r["error"] is None and r["tokens_equal"] for r in data["rows"]), data["rows"]
+    data, _ = bench_json(GEMMA3, "--client", "genai-paged", "--context", "40", "--steps", "4")
+    assert [r["form"] for r in data["rows"]] == ["unmodified"] and data["rows"][0]["kv_mib"] is None
+
+
+def test_bench_on_a_model_no_form_changes_measures_the_unmodified_one_and_says_so():
+    result = run_main("bench", FIXTURES / "lfm2" / "tiny4", "--context", "16", "--steps", "2")
+    assert result.returncode == 0, result.stderr
+    assert "not measured: default: the default rewrite changes nothing on this model" in result.stdout
+    assert "not measured: bounded: no cache is read by sliding-window layers only" in result.stdout
+    assert "recommended for memory, at 16 tokens: unmodified" in result.stdout
+
+
+def row(form: str, context_mib: float, decode_ms: float, equal: bool = True) -> BenchRow:
+    return BenchRow(form, 4096, 0, peak_rss_mib=1000 + context_mib, context_mib=context_mib, decode_ms=decode_ms,
+                    tokens_equal=equal)
+
+
+@pytest.mark.parametrize("goal, rows, form", [
+    ("memory", [row("unmodified", 800, 50), row("trimmable", 300, 45), row("bounded", 200, 80)], "trimmable"),
+    ("memory", [row("unmodified", 800, 50), row("trimmable", 300, 52)], "trimmable"),      # within 5 %
+    ("memory", [row("unmodified", 800, 50), row("trimmable", 300, 45, equal=False)], "unmodified"),
+    ("speed", [row("unmodified", 800, 50), row("unshare", 900, 30), row("trimmable", 700, 40)], "trimmable"),
+    ("speed", [row("unmodified", 800, 50), row("bounded", 200, 80)], "unmodified"),
+])
+def test_recommend_reads_the_rows(goal, rows, form):
+    rec = recommend(BenchReport("m", "core", goal, rows=rows), goal)
+    assert rec["form"] == form, rec
+    assert (rec["trimmer"] is not None) == (form == "trimmable")
+    if form == "trimmable":
+        assert rec["command"] == "ovpass rewrite m -o m-trimmable --sliding-window trimmable"
+        assert rec["trimmer"][0] == "from ovpasses import SlidingWindowTrimmer"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["tests/fixtures"], "no IR in this folder"),
+    ([str(GEMMA3), "--context", "1000000000"], "needs at least"),
+    ([str(GEMMA3), "--context", "0"], "--context takes token counts of 1 or more"),
+    ([str(GEMMA3 / "openvino_model.xml")], "give the folder, not a file"),
+    ([str(GEMMA3), "--client", "genai", "--chunk", "8"], "feeds the prompt whole"),
+])
+def test_bench_refuses_bad_input_in_one_line(args, says):
+    result = run_main("bench", *args, cwd=ROOT)
+    assert result.returncode == 2, result
+    assert says in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_bench_refuses_a_client_whose_package_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "openvino_genai", None)   # as where it is not installed: import fails
+    result = run_main("bench", GEMMA3, "--client", "genai", "--context", "16")
+    assert result.returncode == 2 and "pip install 'ovpasses[genai]'" in result.stderr
+
+
+def workers() -> list[str]:
+    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "ovpasses.app.bench.worker" in line]
+
+
+def test_ctrl_c_prints_the_rows_done_and_leaves_no_process():
+    assert not workers()
+    proc = subprocess.Popen([str(OVPASS), "bench", str(GEMMA3), "--context", "40,60,80,100,120,140", "--steps", "2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = []
+    while len(seen) < 4:   # the 3rd run has started: two rows are done
+        line = proc.stderr.readline()
+        assert line, proc.communicate()
+        if line.startswith("bench: ["):
+            seen.append(line)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out
+    assert "interrupted: the rows above are the runs that finished" in out and "unmodified" in out
+    time.sleep(0.5)
+    assert not workers()
+
+
+@pytest.mark.parametrize("client", ["core", "optimum", "genai", "genai-paged"])
+@pytest.mark.parametrize("fixture", ["gemma3/text6", "gemma4/tiny8", "qwen3_5/tiny4", "mistral/allsliding"])
+def test_rewrite_for_a_client_says_which_form_and_why(fixture, client, tmp_path):
+    result = run_main("rewrite", FIXTURES / fixture, "-o", tmp_path / "out", "--for", client, "--context", "4096")
+    assert result.returncode == 0, result.stderr
+    first = result.stdout.splitlines()[0]
+    assert first.startswith(f"--for {client}: "), first
+    form = first.split(": ")[1]
+    sliding = fixture in ("gemma3/text6", "mistral/allsliding", "gemma4/tiny8")
+    expected = {"core": "trimmable" if sliding else "default", "optimum": "trimmable" if sliding else "default",
+                "genai": "trimmable+blocked" if sliding and fixture != "gemma4/tiny8" else "default",
+                "genai-paged": "default"}[client]
+    assert form == expected, result.stdout
+
+
+def test_rewrite_for_reads_a_bench_report_of_the_same_client(tmp_path):
+    report = BenchReport(str(GEMMA3), "core", "memory",
+                         rows=[row("unmodified", 800, 50), row("trimmable", 300, 45)])
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(report.to_dict()))
+    result = run_main("rewrite", GEMMA3, "--dry-run", "--for", "core", "--from-bench", path)
+    assert result.returncode == 0 and result.stdout.startswith("--for core: trimmable: ovpass bench at 4,096 tokens")
+    other = run_main("rewrite", GEMMA3, "--dry-run", "--for", "genai", "--from-bench", path)
+    assert other.returncode == 2 and "measured --client core, not genai" in other.stderr
+    flags = run_main("rewrite", GEMMA3, "--dry-run", "--for", "core", "--sliding-window", "bounded")
+    assert flags.returncode == 2 and "--for picks the form itself: drop --sliding-window" in flags.stderr
+
+
+def test_the_trimmer_is_public_api():
+    import ovpasses
+    from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
+
+    assert ovpasses.SlidingWindowTrimmer is SlidingWindowTrimmer and "SlidingWindowTrimmer" in ovpasses.__all__
+    assert os.path.exists(ROOT / "docs" / "library.md") and "SlidingWindowTrimmer" in \
+        (ROOT / "docs" / "library.md").read_text()
