@@ -96,7 +96,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ovpasses",),                                        # the package's public names (its __init__ only)
     # the application, itself in layers: the file layer and rendering, the flows, the command
     ("ovpasses.app", "ovpasses.app.files", "ovpasses.app.render"),
-    ("ovpasses.app.ir_file", "ovpasses.app.folder", "ovpasses.app.inspect", "ovpasses.app.check"),
+    ("ovpasses.app.ir_file", "ovpasses.app.folder", "ovpasses.app.inspect", "ovpasses.app.check",
+     "ovpasses.app.bench"),
     ("ovpasses.app.cli",),
 )
 APP = "ovpasses.app"

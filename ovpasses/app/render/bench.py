@@ -3,14 +3,14 @@ program trims, the lines it adds; and the plot (``--plot``, matplotlib: the ``[b
 
 from __future__ import annotations
 
-from ovpasses.app.bench.run import BenchReport
 
 
 def _cell(value, spec: str = "") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def bench_text(report: BenchReport) -> str:
+def bench_text(report) -> str:
+    """``report``: an :class:`ovpasses.app.bench.BenchReport` (rendering stands below the flows it renders)."""
     header = ("form", "context", "peak RSS MiB", "context MiB", "KV MiB", "prefill s", "decode ms", "fused", "tokens")
     rows = [header]
     for r in report.rows:
@@ -41,7 +41,7 @@ def bench_text(report: BenchReport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bench_plot(report: BenchReport, path: str) -> None:
+def bench_plot(report, path: str) -> None:
     """Context memory and decode time against context, one line per form."""
     try:
         import matplotlib
