@@ -179,7 +179,9 @@ NO_ATTENTION = ("this IR holds states (ReadValue) but no attention (ScaledDotPro
 
 
 def _states_without_attention(types) -> bool:
-    return STATEFUL in types and not ATTENTION & types
+    """States, no attention, and the weights' MatMuls of a decoder: a state-space LM (a tokenizer IR holds a
+    ReadValue too, and no MatMul)."""
+    return STATEFUL in types and "MatMul" in types and not ATTENTION & types
 
 
 def refuse_without_attention(xml_path: Path) -> None:

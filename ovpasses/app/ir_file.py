@@ -29,12 +29,12 @@ def rewrite_file(source: str | os.PathLike, target: str | os.PathLike | None,
     the installed runtime)."""
     source = Path(source)
     io.check_ir_file(source)
-    refuse_without_attention(source)
     if target is not None:
         io.check_output_path(target)
         if not in_place:
             io.check_distinct_output(source, target)
     model = io.read_ir(source)
+    refuse_without_attention(source)
     summary = rewrite(model, options=options)
     if target is not None and not dry_run and written(summary, in_place):
         replaced = replaces(target)

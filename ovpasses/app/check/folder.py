@@ -69,14 +69,12 @@ def check_path(source: Path, device: str = "CPU", steps: int = 3, options: Rewri
                             f"{', '.join(unreadable[:3])}{', ...' if len(unreadable) > 3 else ''}; "
                             "a client would fail on them: copy the export again (with cp -L for links)")
     scan = folder.scan_export(source) if is_folder else None
-    if not is_folder:
-        io.check_ir_file(source)
-        folder.refuse_without_attention(source)
     files = [source / name for name in scan.stateful] if is_folder else [source]
     device = resolve_device(device, ov.Core())
     result = PathCheck(source, is_folder, skipped=scan.skipped_dicts() if is_folder else [])
     for path in files:
         model = io.read_ir(path)
+        folder.refuse_without_attention(path)
         feeds = inputs.InputSource(path.parent, data_shapes or {},
                                    inputs.Embedders.beside(path.parent, ov.Core(), device))
         result.reports.append((path.name, check_model(
