@@ -302,3 +302,14 @@ def test_decision_enums_read_the_same_on_every_python():
         assert str(member) == f"{member}" == "%s" % member == member.value
         assert json.dumps({member: member}) == json.dumps({member.value: member.value})
         assert type(member)(member.value) is member
+
+
+def test_the_licence_file_matches_the_declared_licence_and_the_changelog_names_the_version():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0"
+    licence = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in licence and "Version 2.0, January 2004" in licence and "END OF TERMS AND CONDITIONS" in licence
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert f"## {project['version']}" in changelog
