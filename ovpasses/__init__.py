@@ -15,7 +15,8 @@ from ovpasses.errors import (
 from ovpasses import passes
 from ovpasses.passes import *  # noqa: F403 - every pass class, as ovpasses.<Pass>
 from ovpasses.options import FirstPrompt, KVSharing, PagedHeads, RewriteOptions, SlidingWindow
-from ovpasses.pipeline import compile_model, rewrite
+from ovpasses.compiling import compile_model
+from ovpasses.pipeline import rewrite
 from ovpasses.plan.decisions import plan
 from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
 from ovpasses.plan.profiles import RuntimeProfile, profile_for

@@ -1,7 +1,6 @@
 """The runtime-aware pipeline: detect KV sharing, decide per runtime what to change, change it.
 
-``rewrite(model)`` runs in place and returns a :class:`RewriteSummary`; ``compile_model(model)``
-rewrites a clone and hands it to the CPU or GPU plugin. What changes depends on the runtime profile
+``rewrite(model)`` runs in place and returns a :class:`RewriteSummary`. What changes depends on the runtime profile
 (see :func:`~ovpasses.plan.profiles.profile_for`, the facts in :mod:`ovpasses.plan.runtimes` and the table in
 README.md), chosen from ``openvino.get_version()`` unless ``runtime`` names a release.
 
@@ -16,28 +15,21 @@ The pipeline also makes the IR readable by the target: operations newer than the
 that is exact (:mod:`ovpasses.features.old_runtimes.plan`), and otherwise :func:`rewrite` refuses with
 :class:`~ovpasses.errors.UnreadableOperationError`.
 
-``kv_sharing="unshare"`` (opt-in) first gives each borrower of a shared
-cache a cache of its own (:class:`~ovpasses.passes.SharedKVCacheUnsharing`), so that the plugin can fuse
-every layer, at the memory the copies cost.
-
-``sliding_window="bounded"`` (opt-in) last keeps every cache that only sliding-window attention reads to
-its last W-1 positions (:class:`~ovpasses.passes.SlidingWindowKVCacheBounding`, planned by
-:func:`~ovpasses.features.sliding_window.caches.analyze_sliding_window_caches`): the stateful path
-(ov.Core, optimum-intel, openvino_genai with ``ATTENTION_BACKEND="SDPA"``) then holds less state per token.
+The opt-in modes (``kv_sharing``, ``sliding_window``, ``paged_heads``, ``first_prompt``) are fields of
+:class:`~ovpasses.options.RewriteOptions`; each is carried out by its feature's steps in :data:`STEPS`.
+:func:`ovpasses.compiling.compile_model` rewrites a clone and compiles it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import openvino as ov
 
-from ovpasses.devices import normalize_device, resolve_device
-from ovpasses.errors import OvpassesError, UnreadableOperationError
+from ovpasses.errors import UnreadableOperationError
 from ovpasses.features.old_runtimes import plan as old_runtimes
 from ovpasses.features.old_runtimes.plan import outcomes, refusal_message
 from ovpasses.features.paged_heads import plan as paged_heads
@@ -290,38 +282,6 @@ def _summary(model: ov.Model, options: RewriteOptions, run: Execution) -> Rewrit
         eager_not_applied=(EagerAttentionToSDPA.NAME if eager is not None and eager.nodes
                            and EagerAttentionToSDPA.NAME not in rules else None),
         records=list(run.records))
-
-
-def compile_model(model: ov.Model | str | os.PathLike, device: str = "CPU", config: dict | None = None,
-                  runtime: str | None = None, core: ov.Core | None = None, kv_sharing: str | None = None,
-                  sliding_window: str | None = None, sliding_window_margin: int | None = None,
-                  paged_heads: str | None = None, first_prompt: str | None = None, *,
-                  options: RewriteOptions | None = None) -> ov.CompiledModel:
-    """Rewrite a clone of ``model`` with ``options`` (or the keywords that are its fields, as :func:`rewrite`
-    takes them) and compile it on ``device`` (CPU or GPU).
-
-    ``model`` is an ``ov.Model`` or, as for OpenVINO's own ``compile_model``, the path of a model file
-    (read with ``core.read_model``; the ``ovpass`` application reads IRs through its file layer, which
-    also checks the pair and waits for an ``ovpass`` writer's lock). ``device`` is any case in its family part (``"cpu"``,
-    ``"gpu.0"``); one that OpenVINO does not see here raises :class:`DeviceNotAvailableError`.
-    """
-    options = options_from(options, runtime=runtime, kv_sharing=kv_sharing, sliding_window=sliding_window,
-                           sliding_window_margin=sliding_window_margin, paged_heads=paged_heads,
-                           first_prompt=first_prompt)
-    core = core or ov.Core()
-    name = normalize_device(device)
-    if name.split(".")[0] not in ("CPU", "GPU"):
-        raise OvpassesError(f"compile_model supports the CPU and GPU plugins, not '{device}'")
-    name = resolve_device(device, core)
-    if isinstance(model, (str, os.PathLike)):
-        clone = core.read_model(os.fspath(model))
-    elif isinstance(model, ov.Model):
-        clone = model.clone()
-    else:
-        raise OvpassesError(f"compile_model takes an openvino.Model or the path of an IR .xml file, not "
-                            f"{type(model).__name__}")
-    rewrite(clone, options=options)
-    return core.compile_model(clone, name, config or {})
 
 
 def _annotate(model: ov.Model, decisions: Mapping) -> None:

@@ -91,7 +91,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("ovpasses.options",),                                # what a rewrite is asked to do (names the passes)
     ("ovpasses.plan.targets",),                           # the facts, the frozen plan, each rule's part of it
     ("ovpasses.summary",),                                # what one run did, as data
-    ("ovpasses.pipeline",),                               # the steps and the loop that runs them
+    ("ovpasses.pipeline", "ovpasses.compiling"),          # the steps and the loop that runs them; compile_model
     ("ovpasses.report",),                                 # report data built from a run
     ("ovpasses",),                                        # the package's public names (its __init__ only)
     # the application, itself in layers: the file layer and rendering, the flows, the command
