@@ -27,6 +27,7 @@ Presets (the attention is the family's; the rest is cut down so that a 2-core ma
 
 Weights are f32 (``OVConfig(dtype="fp32")``, no compression), from a fixed seed; no tokenizer is converted
 (the benchmarks feed token ids). Run it with the export venv (transformers 5.5.4, optimum-intel 2.2.0).
+``--tiny``: the preset's family and layer pattern at toy widths (:data:`TINY`), for the tests' smoke run.
 """
 
 from __future__ import annotations
@@ -53,11 +54,15 @@ PRESETS = {
                         sliding_window=4096, num_hidden_layers=4, intermediate_size=1024, vocab_size=2048),
 }
 
+# --tiny: toy widths over a preset (its family, layer count and pattern, and its extras such as experts stay)
+TINY = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=16,
+            intermediate_size=64, vocab_size=256)
 
-def build(preset: str):
+
+def build(preset: str, tiny: bool = False):
     import torch
 
-    s = dict(PRESETS[preset])
+    s = dict(PRESETS[preset], **(TINY if tiny else {}))
     kind = s.pop("kind")
     torch.manual_seed(0)
     layers = s["num_hidden_layers"]
@@ -113,6 +118,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=PRESETS, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tiny", action="store_true", help="toy widths (the tests' smoke run)")
     args = parser.parse_args(argv)
     import torch
     from optimum.exporters.openvino import main_export
@@ -120,7 +126,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(1)
     lift_transformers_bound()
-    model, config = build(args.preset)
+    model, config = build(args.preset, args.tiny)
     work = Path(tempfile.mkdtemp(prefix="export-widths-"))
     try:
         model.save_pretrained(work / "hf", safe_serialization=True)

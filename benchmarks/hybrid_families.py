@@ -4,20 +4,18 @@ the rewritten model, and the rewritten model's greedy tokens through ov.Core (th
 chunks of 5) against the original's and transformers'. ``EXACT_CPU_CONFIG``; one process per runtime::
 
     .venvs/dev/bin/python benchmarks/hybrid_families.py            # or .venvs/ov-2026.0.0/bin/python ...
+    .venvs/dev/bin/python benchmarks/hybrid_families.py --families lfm2/tiny4 --modes default,trimmable
 
 Prints a markdown table and writes ``benchmarks/results/hybrid_families-<openvino>.json``.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import platform
 import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import ROOT, write_record  # sibling module; puts the checkout on sys.path
 
 import openvino as ov  # noqa: E402
 
@@ -39,16 +37,25 @@ def decode(core: ov.Core, model: ov.Model, prompt: list[int], new: int, chunk: i
     return greedy_generate(compiled, prompt, new, prefill_chunk=chunk), count_fused_sdpa(compiled)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", nargs="+", choices=FAMILIES, default=FAMILIES)
+    parser.add_argument("--modes", default=",".join(MODES), help="comma-separated, of: " + ", ".join(MODES))
+    args = parser.parse_args(argv)
+    modes = args.modes.split(",")
+    unknown = [mode for mode in modes if mode not in MODES]
+    if unknown:
+        parser.error(f"unknown modes {unknown}; known: {', '.join(MODES)}")
     core = ov.Core()
     rows = []
-    for family in FAMILIES:
+    for family in args.families:
         folder = ROOT / "tests" / "fixtures" / family
         ref = json.loads((folder / "reference.json").read_text())["long_prompt"]
         prompt, new = ref["prompt_ids"], len(ref["generated_ids"])
         original = core.read_model(folder / "openvino_model.xml")
         base = {chunk: decode(core, original, prompt, new, chunk) for chunk in (None, CHUNK)}
-        for mode, kwargs in MODES.items():
+        for mode in modes:
+            kwargs = MODES[mode]
             model = original.clone()
             row = {"family": family, "mode": mode}
             try:
@@ -78,10 +85,7 @@ def main() -> int:
               f"{r['fused_original']} -> {r['fused_rewritten']} | {yes[r['equal_original_whole']]}, "
               f"{yes[r['equal_original_chunked']]} | {yes[r['equal_transformers_whole']]}, "
               f"{yes[r['equal_transformers_chunked']]} |")
-    out = ROOT / "benchmarks" / "results" / f"hybrid_families-{version}.json"
-    out.write_text(json.dumps({"openvino": version, "machine": platform.processor() or platform.machine(),
-                               "date": time.strftime("%Y-%m-%d"), "command": " ".join(sys.argv), "rows": rows},
-                              indent=1) + "\n")
+    write_record(f"hybrid_families-{version}", rows)
     return 0
 
 

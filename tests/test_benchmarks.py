@@ -1,4 +1,6 @@
-"""Smoke runs of the benchmark scripts at toy sizes, so that docs/benchmarks.md's commands keep working.
+"""Smoke runs of the benchmark scripts at toy sizes, so that docs/benchmarks.md's commands keep working: every
+benchmark in benchmarks/ has one, the probes in benchmarks/probes/ that have one keep it, and every probe still
+starts (its imports of benchmarks/ resolve from the subfolder) and is named in docs/benchmarks.md.
 
 The records go to a temporary folder ($OVPASSES_BENCH_RESULTS), never over benchmarks/results.
 """
@@ -12,7 +14,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+PROBES = BENCHMARKS / "probes"
 TINY8 = ROOT / "tests" / "fixtures" / "gemma4" / "tiny8" / "openvino_model.xml"
+EXPORT_PYTHON = ROOT / ".venvs" / "export" / "bin" / "python"
 
 CASES = {
     "pipeline_speed": (["--layers", "4", "8", "--repeats", "1", "--compile-repeats", "1"], "pipeline_speed-"),
@@ -25,6 +30,8 @@ CASES = {
     "paged_heads": (["--runtimes", "newest", "--decode", "2", "--repeats", "1"], "paged_heads"),
     "sliding_window": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2",
                         "--rounds", "1", "--config", "default", "exact"], "sliding_window-tiny8-40"),
+    "hybrid_families": (["--families", "qwen3_5/tiny4", "--modes", "default,trimmable"], "hybrid_families-"),
+    # probes (benchmarks/probes/): their records stand; the runs keep them working
     "sliding_window_decode": (["--model", str(TINY8.parent), "--context", "64", "--decode", "4", "--every", "2",
                                "--rounds", "1"], "sliding_window_decode-tiny8-default"),
     "sliding_window_exactness": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
@@ -42,12 +49,54 @@ CASES = {
 }
 
 
+# the benchmarks whose smoke run is not a CASE: export_widths.py runs under the export venv (below)
+OWN_TEST = {"export_widths"}
+
+
+def _script(name: str) -> Path:
+    return next(path for path in (BENCHMARKS / f"{name}.py", PROBES / f"{name}.py") if path.exists())
+
+
+def test_every_benchmark_has_a_smoke_run():
+    kept = {path.stem for path in BENCHMARKS.glob("*.py")} - {"common"}
+    assert kept <= {case.split()[0] for case in CASES} | OWN_TEST, "a benchmark without a smoke run"
+
+
+def test_every_probe_starts_and_docs_name_the_record_it_made():
+    """A probe is kept for its record: it still starts from benchmarks/probes/ (``--help``), and docs/benchmarks.md
+    gives it a line in "Probes" that links the record it made (sdpa_kept.py's finding is a runtime note)."""
+    probes = sorted(PROBES.glob("*.py"))
+    assert probes
+    section = (ROOT / "docs" / "benchmarks.md").read_text().split("\n## Probes\n", 1)[1].split("\n## ", 1)[0]
+    for probe in probes:
+        lines = [line for line in section.splitlines() if f"`{probe.name}`" in line]
+        assert len(lines) == 1 and ("../benchmarks/records/" in lines[0] or "(runtimes.md#" in lines[0]), probe.name
+        proc = subprocess.run([sys.executable, str(probe), "--help"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, f"{probe.name}: {proc.stderr[-2000:]}"
+
+
+@pytest.mark.skipif(not EXPORT_PYTHON.exists(), reason="needs .venvs/export (bash tools/venv.sh export)")
+def test_export_widths_runs_tiny(tmp_path):
+    """export_widths.py end to end at toy widths: Mistral's preset (every layer sliding), stateful, f32."""
+    out = tmp_path / "mistral-tiny"
+    proc = subprocess.run([str(EXPORT_PYTHON), str(BENCHMARKS / "export_widths.py"), "--preset", "mistral-7b",
+                           "--tiny", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    config = json.loads((out / "config.json").read_text())
+    assert (config["sliding_window"], config["hidden_size"], config["num_hidden_layers"]) == (16, 64, 4)
+    import openvino as ov
+
+    model = ov.Core().read_model(out / "openvino_model.xml")
+    assert len(model.get_sinks()) == 2 * 4, "stateful: a key and a value cache per layer"
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_benchmark_script_runs(case, tmp_path):
     args, record = CASES[case]
     script = case.split()[0]
     env = dict(os.environ, OVPASSES_BENCH_RESULTS=str(tmp_path))
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), *args], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, str(_script(script)), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "| " in proc.stdout, "prints a markdown table"
@@ -87,6 +136,10 @@ def test_benchmark_script_runs(case, tmp_path):
         assert held[("exact", "unmodified")] == 40 * 4 * (4 * 32 + 2 * 2 * 32 + 2 * 2 * 64)
         assert all(held[(c, "bounded")] < held[(c, "unmodified")] for c in ("default", "exact"))
         assert {p["held"]["key"] for p in data["compiled_precision"]["exact"].values()} == {"f32"}
+    if script == "hybrid_families":   # Qwen3.5 in both modes: its fused kernel kept, the tokens unchanged
+        assert [row["mode"] for row in data["rows"]] == ["default", "trimmable"]
+        assert all(row["fused_rewritten"] == row["fused_original"] == 1 for row in data["rows"]), data["rows"]
+        assert all(row[key] for row in data["rows"] for key in row if key.startswith("equal_")), data["rows"]
     if script == "sliding_window_decode":   # states set, not prefilled: the trimmable form trims and stays fused
         rows = {row["form"]: row for row in data["rows"]}
         assert rows["unmodified"]["fused_sdpa"] == rows["trimmable"]["fused_sdpa"] == 2

@@ -1,4 +1,4 @@
-"""benchmarks/plugin_memory_blocks.py: the parser of its system-call trace, and a run on tiny8 where strace exists."""
+"""benchmarks/probes/plugin_memory_blocks.py: the parser of its system-call trace, and a run on tiny8 where strace exists."""
 
 import json
 import shutil
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 
 import plugin_memory_blocks as pmb  # noqa: E402
 
@@ -57,7 +57,7 @@ def test_difference_counts_sizes_both_ways():
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (Debian package strace)")
 def test_runs_on_tiny8():
     model = ROOT / "tests" / "fixtures" / "gemma4" / "tiny8"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plugin_memory_blocks.py"), "--model", str(model),
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "probes" / "plugin_memory_blocks.py"), "--model", str(model),
                            "--context", "64", "--form", "unmodified", "--form", "trimmable"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""benchmarks/plugin_memory_groups.py: the replay of the CPU plugin's grouping on synthetic boxes, and a run on tiny8."""
+"""benchmarks/probes/plugin_memory_groups.py: the replay of the CPU plugin's grouping on synthetic boxes, and a run on tiny8."""
 
 import json
 import os
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 
 import plugin_memory_groups as pmg  # noqa: E402
 
@@ -26,7 +26,7 @@ def test_a_group_takes_the_first_box_that_fits_in_time_whatever_its_size():
 
 def test_runs_on_tiny8(tmp_path):
     model = ROOT / "tests" / "fixtures" / "gemma4" / "tiny8"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plugin_memory_groups.py"), "--model", str(model),
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "probes" / "plugin_memory_groups.py"), "--model", str(model),
                            "--context", "64", "--form", "unmodified", "--form", "trimmable"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env=dict(os.environ, OVPASSES_BENCH_RESULTS=str(tmp_path)))

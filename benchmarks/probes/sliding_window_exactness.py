@@ -1,6 +1,6 @@
 """How far a bounded IR's logits are from the unmodified IR's, against controls that bound nothing (issue 22).
 
-    .venvs/dev/bin/python benchmarks/sliding_window_exactness.py --model out/e2b-wide-w512 [--context 2048]
+    .venvs/dev/bin/python benchmarks/probes/sliding_window_exactness.py --model out/e2b-wide-w512 [--context 2048]
         [--chunk 1000] [--steps 8]
 
 Exact f32 config (:data:`ovpasses.precision.EXACT_CPU_CONFIG`). The unmodified IR prefilled in
@@ -14,11 +14,13 @@ Writes ``benchmarks/results/sliding_window_exactness-<model folder>-<context>.js
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
-from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the modules shared with the benchmarks
+from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (a module of benchmarks/)
 
 
 def logits(model_dir: Path, variant: str, context: int, chunk: int, steps: int) -> np.ndarray:

@@ -1,7 +1,7 @@
 """The CPU plugin's memory blocks during one request, read from the system calls (issue 32): which large blocks a
 form holds at its peak that another does not. Diagnostic, not a benchmark; needs ``strace`` (Debian: ``strace``).
 
-    .venvs/dev/bin/python benchmarks/plugin_memory_blocks.py --model out/command-r7b-widths --context 8192 \
+    .venvs/dev/bin/python benchmarks/probes/plugin_memory_blocks.py --model out/command-r7b-widths --context 8192 \
         --form unmodified --form trimmable
 
 Why: with dynamic shapes the plugin gives each group of its tensors one block that grows to the group's largest

@@ -7,7 +7,7 @@ makes it trimmable (as the sliding-window forms run), adds ``--count`` side outp
 (``--kind sync``: a sync point each) or a Multiply (``--kind plain``: none), prefills 600 tokens and times 40 decode
 steps (median of the last 35, plugin defaults). Prints one JSON line::
 
-    python benchmarks/dynamic_sync_probe.py --model out/gemma3-4b-widths --kind sync --count 150
+    python benchmarks/probes/dynamic_sync_probe.py --model out/gemma3-4b-widths --kind sync --count 150
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ reverse order every other step; which form was compiled first also moves a step 
 ``--order`` rotated and compare rounds. Prints one JSON line: per form, the median decode step in ms after a
 ``--context``-token prompt fed whole::
 
-    python benchmarks/release_points_decode.py --model out/gemma3-4b-widths --context 2048 [--steps 60] \
+    python benchmarks/probes/release_points_decode.py --model out/gemma3-4b-widths --context 2048 [--steps 60] \
         [--order unmodified,trimmable,norelease] [--trim]
 
 ``--trim``: the rewritten forms' caches are cut to what they keep after the prompt, and every 32 steps after
@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import openvino as ov
@@ -26,7 +28,8 @@ import ovpasses
 from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
 from ovpasses.pipeline import PIPELINE_PASSES
 
-import common  # noqa: F401,E402  (sibling module: puts the checkout on sys.path for testkit)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the modules shared with the benchmarks
+import common  # noqa: F401,E402  (a module of benchmarks/: puts the checkout on sys.path for testkit)
 from testkit.matrix import rewrite_trimmable_key_columns  # noqa: E402
 
 

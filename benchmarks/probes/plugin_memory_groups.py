@@ -2,7 +2,7 @@
 tensors by their true lifetimes, and the plugin's rule for grouping tensors of dynamic shape replayed on them.
 Diagnostic, not a benchmark.
 
-    .venvs/dev/bin/python benchmarks/plugin_memory_groups.py --model out/gpt-oss-20b-widths --context 8192 \
+    .venvs/dev/bin/python benchmarks/probes/plugin_memory_groups.py --model out/gpt-oss-20b-widths --context 8192 \
         [--form unmodified --form blocked]
 
 Each form runs in a fresh process: compiled (plugin defaults), one request on a ``--context``-token prompt fed whole,
@@ -25,8 +25,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
-from common import markdown_table, model_parser, progress, write_record  # noqa: E402  (sibling module)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the modules shared with the benchmarks
+from common import markdown_table, model_parser, progress, write_record  # noqa: E402  (a module of benchmarks/)
 
 MIB = 1 << 20
 

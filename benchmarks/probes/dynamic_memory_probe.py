@@ -7,20 +7,23 @@ context memory (its peak RSS over the RSS before it, the inputs made) as one JSO
 shapes static (the memory solver places them). ``--if``: each run's SDPA inside an If taken every time (its
 else body passes Q through), as a form would gate its runs off a decode step::
 
-    python benchmarks/dynamic_memory_probe.py --runs 8 --blocks 8 [--static | --if]
+    python benchmarks/probes/dynamic_memory_probe.py --runs 8 --blocks 8 [--static | --if]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import openvino as ov
 from openvino import opset8
 from openvino import opset13 as ops
 
-from common import stateful_sdpa_beside  # noqa: E402  (sibling module)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the modules shared with the benchmarks
+from common import stateful_sdpa_beside  # noqa: E402  (a module of benchmarks/)
 
 KV_HEADS, ROWS, KEYS, SIZE = 4, 2048, 2047, 256
 

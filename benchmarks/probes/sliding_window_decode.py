@@ -1,6 +1,6 @@
 """Decode at long contexts without the prefill: unmodified and trimmable forms, interleaved rounds (issue 32).
 
-    .venvs/dev/bin/python benchmarks/sliding_window_decode.py --model out/gemma3-4b-widths
+    .venvs/dev/bin/python benchmarks/probes/sliding_window_decode.py --model out/gemma3-4b-widths
         [--context 2048 8192 16384] [--decode 64] [--every 32] [--rounds 3] [--forms unmodified,trimmable]
 
 The prefill of a long context takes minutes on 2 busy cores, and one round of decode timing there is noise (the
@@ -26,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common import markdown_table, progress, write_record  # noqa: E402  (sibling module)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the modules shared with the benchmarks
+from common import markdown_table, progress, write_record  # noqa: E402  (a module of benchmarks/)
 
 FORMS = {"unmodified": "full", "trimmable": "trimmable"}
 

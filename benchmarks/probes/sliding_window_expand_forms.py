@@ -1,6 +1,6 @@
 """The GQA expand in front of the bounded model's unfused SDPAs, several KV heads (issue 22): which form decodes fastest.
 
-    .venvs/dev/bin/python benchmarks/sliding_window_expand_forms.py --model out/e2b-kv2-w512 --context 4096
+    .venvs/dev/bin/python benchmarks/probes/sliding_window_expand_forms.py --model out/e2b-kv2-w512 --context 4096
         [--chunk 1000] [--decode 16] [--config default|exact]
         [--forms unmodified,bounded-bidirectional,bounded,bounded-grouped]
 
@@ -17,12 +17,14 @@ ms); tokens and the largest logit difference against the unmodified form's.
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the modules shared with the benchmarks
+from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (a module of benchmarks/)
 from sliding_window import configs
 
 FORMS = ("unmodified", "bounded-bidirectional", "bounded", "bounded-grouped")

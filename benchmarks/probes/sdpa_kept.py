@@ -5,18 +5,21 @@ exported LLM has) and one plain SDPA of the variant's form; prints, per variant,
 compiled model's runtime graph (``ScaledDotProductAttention`` once: the stateful one; ``MatMul`` / ``Softmax``: the
 plain one decomposed)::
 
-    python benchmarks/sdpa_kept.py
+    python benchmarks/probes/sdpa_kept.py
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
 import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
-from common import stateful_sdpa_beside  # noqa: E402  (sibling module)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the modules shared with the benchmarks
+from common import stateful_sdpa_beside  # noqa: E402  (a module of benchmarks/)
 
 
 def _i64(values) -> ov.Node:

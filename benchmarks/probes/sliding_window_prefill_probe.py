@@ -1,7 +1,7 @@
 """Peak RSS of one prompt's prefill (whole or in chunks), an optional trim and a few decode steps, one form in this
 process (issue 32). Prints one JSON line. Run each form in a fresh process:
 
-    .venvs/dev/bin/python benchmarks/sliding_window_prefill_probe.py --model out/gemma3-4b-widths \
+    .venvs/dev/bin/python benchmarks/probes/sliding_window_prefill_probe.py --model out/gemma3-4b-widths \
         --form trimmable --context 16384 [--chunk 1000 [--first 4096]] [--trim] [--decode 4] [--mmap-threshold] \
         [--keep-malloc] [--drop-sinks] [--config '{"KV_CACHE_PRECISION": "f32"}']
 

@@ -1,7 +1,7 @@
 """Where a decode step's (or the prefill's) time goes, per form of the model (issue 22): the CPU plugin's
 per-node counters.
 
-    .venvs/dev/bin/python benchmarks/sliding_window_profile.py --model out/e2b-wide-w512 --context 8192
+    .venvs/dev/bin/python benchmarks/probes/sliding_window_profile.py --model out/e2b-wide-w512 --context 8192
         [--chunk 1000] [--steps 8] [--phase decode|prefill] [--forms unmodified,bounded]
         [--config default|exact] [--top 12] [--trim]
 
@@ -25,12 +25,14 @@ from __future__ import annotations
 import collections
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the modules shared with the benchmarks
+from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (a module of benchmarks/)
 from sliding_window import FORMS, configs
 
 

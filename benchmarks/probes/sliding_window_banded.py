@@ -9,7 +9,7 @@ block's band has the same length and one Gather with computed indices cuts the b
 padded at the end are sliced off the output. The keys a block leaves out are outside every one of its
 queries' windows, which the mask already excluded, so the values are those of the bounded model.
 
-    .venvs/dev/bin/python benchmarks/sliding_window_banded.py --model out/e2b-wide-w512 --context 8192 \
+    .venvs/dev/bin/python benchmarks/probes/sliding_window_banded.py --model out/e2b-wide-w512 --context 8192 \
         [--chunk 1000] [--block 128] [--decode 8] [--rounds 3] [--config exact|default] [--name NAME]
 
 A probe, not a pass (it is not in ``ovpasses``): each round compiles nothing new; per round, each form
@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the modules shared with the benchmarks
+from common import markdown_table, model_parser, progress, stateful_feeder, write_record  # noqa: E402  (a module of benchmarks/)
 from sliding_window import configs
 
 FORMS = ("unmodified", "bounded", "banded")
