@@ -236,7 +236,7 @@ class SlidingWindowTrimmer:
 
     def mark_trimmed(self, seen: int) -> None:
         """Record that every trimmable state holds its keep after ``seen`` positions (a program that set the
-        states itself, as ``benchmarks/sliding_window_decode.py`` does), so that :meth:`trim` does not read them
+        states itself, as ``benchmarks/probes/sliding_window_decode.py`` does), so that :meth:`trim` does not read them
         until they have grown past it."""
         self._trimmed_at = {vid: seen for vid in self.keep}
 
