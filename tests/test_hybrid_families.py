@@ -145,7 +145,7 @@ def test_cli_rewrites_every_mode(folder, tmp_path):
         assert "Error" not in result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("folder", ["zamba2/tiny", "qwen3_5/tiny4"])
+@pytest.mark.parametrize("folder", HYBRIDS)
 def test_check_is_ok_with_every_fused_sdpa_kept(folder):
     report = check_model(read(folder), steps=2)
     assert report.verdict_code == "ok", report.verdict
