@@ -80,7 +80,14 @@ class UnreadableOperationError(OvpassesError):
 
 class InvalidOptionError(OvpassesError):
     """An option of the rewrite (:class:`~ovpasses.options.RewriteOptions`) has a value it does not take; the
-    message names the option and the values it takes (its ``code``: an argument not taken)."""
+    message names the option and the values it takes (its ``code``: an argument not taken). Where one option's
+    value needs another's, ``choice`` and ``needs`` (:class:`~ovpasses.modes.OptionChoice`) and ``given`` (the
+    value the other option has) are the facts the message says, for an application to say them in its own
+    words (the CLI in its flags)."""
+
+    def __init__(self, message: str, *, choice=None, needs=None, given=None):
+        super().__init__(message)
+        self.choice, self.needs, self.given = choice, needs, given
 
 
 class UnknownPassError(InvalidOptionError):

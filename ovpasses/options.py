@@ -58,7 +58,10 @@ class RewriteOptions:
                                      f"{margin!r}")
         if self.first_prompt is FirstPrompt.BLOCKED and self.sliding_window is not SlidingWindow.TRIMMABLE:
             raise InvalidOptionError(f"first_prompt={self.first_prompt} needs sliding_window=trimmable (its caches "
-                                     f"are born trimmed), not sliding_window={self.sliding_window}")
+                                     f"are born trimmed), not sliding_window={self.sliding_window}",
+                                     choice=OptionChoice("first_prompt", self.first_prompt),
+                                     needs=OptionChoice("sliding_window", SlidingWindow.TRIMMABLE),
+                                     given=OptionChoice("sliding_window", self.sliding_window))
 
     @property
     def profile(self) -> RuntimeProfile:

@@ -309,8 +309,8 @@ def test_a_model_without_sliding_layers_is_left_as_it_is():
     assert not summary.sliding_window_caches.bounded
     assert SlidingWindowKVCacheBounding.NAME not in [p.name for p in summary.passes]
     assert {r.reason for r in summary.sliding_window_caches.refused.values()} == {Refusal.FULL_ATTENTION}
-    assert "sliding window: bounded: changed nothing: 4 caches: an SDPA that reads it attends without a " \
-        "sliding-window mask" in summary_text(summary).splitlines()
+    assert "sliding window: bounded: this model has no sliding-window layer: --sliding-window has no effect" \
+        in summary_text(summary).splitlines()
     assert "not bounded" not in summary_text(summary)
 
 
@@ -387,8 +387,8 @@ def test_cli_says_when_a_rewrite_changed_nothing(tmp_path, capsys, in_place):
     argv = ["rewrite", str(source), "--sliding-window", "bounded"] + (["--in-place"] if in_place else ["-o", str(target)])
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    assert "wrote" not in out and "sliding window: bounded: changed nothing: 4 caches: an SDPA that reads it attends " \
-        "without a sliding-window mask" in unwrapped(out)
+    assert "wrote" not in out and "sliding window: bounded: this model has no sliding-window layer: --sliding-window " \
+        "has no effect" in unwrapped(out)
     assert unwrapped(out)[-1] == (f"nothing changed: {target} left as it is" if in_place else
                                     f"nothing changed: {target} and out.bin hold the input as read")
     if in_place:
@@ -527,7 +527,8 @@ def test_inspect_shows_windows_bounded_caches_and_kv_bytes(capsys):
     assert cli.main(["inspect", str(TINY8 / "openvino_model.xml"), "--sliding-window", "bounded"]) == 0
     out = capsys.readouterr().out
     assert "layer 0: window 16, cache bounded" in out
-    assert "  held, exact config (fused caches f32 from the config, other states f32 x2): 16.0 MiB as exported, " \
+    assert "  held, what ovpass check holds (its exact config): caches in the fused kernel f32, as the config asks; " \
+        "the others f32, held twice (the plugin keeps a state's old and new value): 16.0 MiB as exported, " \
         "8.0 MiB bounded" in unwrapped(out)
 
 

@@ -128,12 +128,12 @@ def test_decode_rows_are_those_of_the_models_window_where_one_was_measured():
     at_4096 = payoff(_caches_at_window("gemma3/text6", 4096), SlidingWindow.TRIMMABLE)
     assert at_4096.window == 4096 and {m.window for m in at_4096.measured} == {4096}
     assert "Gemma 2 2B" in {m.widths for m in at_4096.measured} and at_4096.decode_from == 16384
-    text = "\n".join(payoff_lines(at_4096.to_dict()))
+    text = "\n".join(payoff_lines(at_4096.to_dict(), "gemma2"))
     assert "faster than native from 16,384 positions" in text and "with windows of 4,096" in text
     # a window no row was measured at: the rows of other windows past it, and no window said
     at_2048 = payoff(_caches_at_window("gemma3/text6", 2048), SlidingWindow.TRIMMABLE)
     assert at_2048.window is None and at_2048.measured and all(m.context > 2048 for m in at_2048.measured)
-    assert at_2048.decode_from == 4096 and "with windows of" not in "\n".join(payoff_lines(at_2048.to_dict()))
+    assert at_2048.decode_from == 4096 and "with windows of" not in "\n".join(payoff_lines(at_2048.to_dict(), "gemma3"))
 
 
 def test_the_advice_against_bounding_keeps_its_rows_at_any_window():
@@ -142,5 +142,5 @@ def test_the_advice_against_bounding_keeps_its_rows_at_any_window():
     bounded = payoff(_caches_at_window("gemma3/text6", 4096), SlidingWindow.BOUNDED)
     assert bounded.advice is Advice.PREFER_TRIMMABLE and bounded.window is None
     assert bounded.measured and all(m.decode > 1 for m in bounded.measured)
-    text = "\n".join(payoff_lines(bounded.to_dict()))
+    text = "\n".join(payoff_lines(bounded.to_dict(), "gemma3"))
     assert "(measured 1.26x at 2,048" in text and "(measured )" not in text

@@ -97,7 +97,9 @@ def _add_common(sub: argparse.ArgumentParser, runtime: bool = True) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="ovpass",
-        description="Rewrite, inspect and check OpenVINO IR files whose LLM layers share KV caches.",
+        description="Rewrite, inspect and check OpenVINO IR files of LLMs: layers that share KV caches, and "
+                    "sliding-window layers, whose caches --sliding-window bounded or trimmable keeps to the window "
+                    "(docs/guides/sliding-window-trimmable.md).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -260,6 +262,9 @@ def _tolerance(text: str) -> float:
 def _options(args) -> RewriteOptions:
     """The rewrite's options, from the arguments: a malformed or unsupported value is rejected here, before
     any work."""
+    if args.sliding_window_margin and args.sliding_window == "full":   # a margin of nothing would be ignored
+        raise OvpassesError(f"--sliding-window-margin {args.sliding_window_margin} needs --sliding-window bounded "
+                            f"or trimmable")
     return RewriteOptions(runtime=None if args.runtime == "auto" else args.runtime,
                           passes=getattr(args, "passes", None),
                           **{name: getattr(args, name) for name in MODES},
@@ -309,7 +314,7 @@ def cmd_rewrite(args) -> int:
         data["written"] = written
         print(json.dumps(data, indent=2))
     else:
-        print(text.fit(text.summary_text(summary)))
+        print(text.fit(text.summary_text(summary, folder.export_family(source.parent))))
         if args.dry_run:
             print("dry run: nothing written")
         elif not summary.changed:
@@ -352,7 +357,7 @@ def cmd_inspect(args) -> int:
     for index, (name, report) in enumerate(result.reports):
         if name is not None:
             print(f"{'' if index == 0 else chr(10)}== {name} ==")
-        sys.stdout.write(text.fit(render_inspect.inspect_text(report, verbose=args.verbose)))
+        sys.stdout.write(text.fit(render_inspect.inspect_text(report, verbose=args.verbose, family=result.family)))
     if result.skipped:
         print(text.fit(f"\n{render_inspect.skipped_text(result.skipped)}"))
     return EXIT_OK
@@ -425,8 +430,6 @@ def cmd_bench(args) -> int:
 
 COMMANDS = {"rewrite": cmd_rewrite, "inspect": cmd_inspect, "check": cmd_check, "bench": cmd_bench,
             "passes": cmd_passes}
-
-
 
 
 def main(argv: list[str] | None = None) -> int:

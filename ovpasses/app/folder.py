@@ -41,6 +41,7 @@ from ovpasses.app.files import commit, io
 from ovpasses.app.render.text import op_action_text, summary_text, with_warning_texts
 from ovpasses.errors import ErrorCode, InputError, OvpassesError, UnreadableOperationError
 from ovpasses.features.old_runtimes.plan import OpVersionAction, lower_op_versions
+from ovpasses.features.sliding_window.payoff import family_of
 from ovpasses.options import RewriteOptions
 from ovpasses.pipeline import rewrite
 from ovpasses.report import schemas
@@ -129,6 +130,22 @@ def scan_export(folder: str | os.PathLike) -> ExportScan:
         raise FolderError(f"{folder}: no IR in this folder holds stateful attention (ReadValue and "
                           f"ScaledDotProductAttention or Softmax); IRs found: {', '.join(irs) or 'none'}")
     return ExportScan(folder, tuple(irs), tuple(stateful), tuple(skipped))
+
+
+def export_family(folder: str | os.PathLike) -> str | None:
+    """The model family of an export folder: its ``config.json``'s ``model_type`` (a vision-language export's
+    ``text_config``'s where it names one), as :func:`~ovpasses.features.sliding_window.payoff.family_of` spells
+    it; None where the folder has no readable config naming one. The reports quote the measurements of this
+    family only."""
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config")
+    model_type = text.get("model_type") if isinstance(text, dict) and text.get("model_type") else config.get("model_type")
+    return family_of(model_type)
 
 
 def _check_json(path: Path) -> None:
@@ -229,6 +246,7 @@ class FolderSummary:
     target: str | None
     models: list[FolderModel] = field(default_factory=list)
     copied: list[str] = field(default_factory=list)
+    family: str | None = None   # export_family: whose measurements the text quotes
 
     @property
     def changed(self) -> bool:
@@ -243,7 +261,7 @@ class FolderSummary:
         for model in self.models:
             if model.summary is not None:
                 lines.append(f"{model.file}:")
-                lines += [f"  {line}" for line in summary_text(model.summary).splitlines()]
+                lines += [f"  {line}" for line in summary_text(model.summary, self.family).splitlines()]
             for item in model.op_versions:
                 lines.append(f"{model.file}: cannot be read as exported: {item.op.describe()}: {op_action_text(item)}")
         rest = [m.file for m in self.models if m.summary is None and not m.op_versions] + self.copied
@@ -329,8 +347,13 @@ def rewrite_folder(source: str | os.PathLike, target: str | os.PathLike | None,
     elif not source.is_dir():
         raise FolderError(f"{source}: not a folder")
     checked = None if destination is None else commit.Identity.of(destination)
-    summary = FolderSummary(str(source), None if destination is None else str(destination))
+    summary = FolderSummary(str(source), None if destination is None else str(destination),
+                            family=export_family(source))
     scan = scan_export(source)
+    if destination is not None and not in_place and destination.suffix.lower() in (".xml", ".bin") \
+            and not destination.is_dir():   # an export folder into an IR file's name: refused, as the reverse is
+        raise FolderTargetError(f"{destination} names an IR file, but {source} is an export folder, rewritten into "
+                                f"a folder: -o must name a new or empty folder")
     irs, stateful = set(scan.irs), list(scan.stateful)
     options = options or RewriteOptions()
     target = options.runtime.version

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ovpasses.app.files.io import read_ir
-from ovpasses.app.folder import refuse_without_attention, scan_export
+from ovpasses.app.folder import export_family, refuse_without_attention, scan_export
 from ovpasses.options import RewriteOptions
 from ovpasses.report.inspect import folder_report, inspect_model
 
@@ -22,6 +22,7 @@ class PathInspection:
     source: Path
     reports: list[tuple[str | None, dict]]
     skipped: list[dict] = field(default_factory=list)   # {"file", "reason": an app.folder.Skipped value}
+    family: str | None = None   # the export's model family (export_family), whose measurements the text quotes
 
     @property
     def is_folder(self) -> bool:
@@ -37,7 +38,8 @@ def inspect_path(source: Path, options: RewriteOptions | None = None) -> PathIns
     if not os.path.isdir(source):
         model = read_ir(source)
         refuse_without_attention(Path(source))
-        return PathInspection(source, [(None, inspect_model(model, options))])
+        return PathInspection(source, [(None, inspect_model(model, options))],
+                              family=export_family(Path(source).parent))
     scan = scan_export(source)
     return PathInspection(source, [(name, inspect_model(read_ir(source / name), options)) for name in scan.stateful],
-                          scan.skipped_dicts())
+                          scan.skipped_dicts(), family=export_family(source))

@@ -18,7 +18,7 @@ from ovpasses.devices import resolve_device
 from ovpasses.errors import InputError, OvpassesError
 from ovpasses.app import folder
 from ovpasses.app.files import io
-from ovpasses.options import RewriteOptions
+from ovpasses.options import RewriteOptions, SlidingWindow
 from ovpasses.report import schemas
 
 # the verdict of a folder: the worst of its reports'
@@ -92,7 +92,9 @@ def genai_check(source: Path, device: str, options: RewriteOptions | None = None
     with tempfile.TemporaryDirectory(prefix="ovpass-genai-") as tmp:
         rewritten = Path(tmp) / "rewritten"
         summary = folder.rewrite_folder(source, rewritten, options)
-        keeps = [k[1] for m in summary.models if m.summary is not None and (k := bounded_keeps(m.summary))]
+        # openvino_genai never runs the trimmer: trimmable caches hold every position there, nothing is bounded
+        keeps = [k[1] for m in summary.models if m.summary is not None and (k := bounded_keeps(m.summary))
+                 and m.summary.sliding_window is not SlidingWindow.TRIMMABLE]
         keep = max(keeps, default=None)
         if prefill is None and keep is not None:
             prefill = bound_prefill(keep)

@@ -332,8 +332,8 @@ def check_folders(original: Path, rewritten: Path, prompt: str = DEFAULT_PROMPT,
     try:
         import openvino_genai  # noqa: F401
     except ImportError:
-        raise OvpassesError("--genai needs openvino_genai: pip install openvino-genai of the same release as "
-                            "openvino") from None
+        raise OvpassesError("--genai needs openvino_genai: pip install 'ovpasses[genai]' (openvino-genai and "
+                            "openvino-tokenizers of the installed openvino's release)") from None
     reports = [GenaiPathReport(path, run_isolated(original, path, prompt, max_new_tokens, device, prefill=prefill),
                                run_isolated(rewritten, path, prompt, max_new_tokens, device, prefill=prefill),
                                bound_keep=bound_keep) for path in paths]

@@ -26,6 +26,7 @@ from ovpasses.app.check.verdict import FIXED, INCONCLUSIVE, OK, WORSE, Compariso
 from ovpasses.app.check.verdict import cannot_decide, compare_outputs, decide, fusion_kept, reduced_precision
 from ovpasses.devices import resolve_device
 from ovpasses.errors import OvpassesError
+from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer
 from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
 from ovpasses.options import RewriteOptions, SlidingWindow
 from ovpasses.pipeline import rewrite
@@ -77,9 +78,14 @@ def fusion_disagreements(predicted: dict, fused: list[str] | None) -> list[str]:
 
 
 def run_steps(core: ov.Core, model: ov.Model, device: str, config: dict, feeds: list[dict[str, np.ndarray]],
-              label: str) -> RunResult:
+              label: str, trim: bool = False) -> RunResult:
     """Compile ``model`` and run ``feeds`` through one infer request from a reset state.
 
+    ``trim``: ``model`` was rewritten with ``sliding_window="trimmable"``; the library's trimmer
+    (:class:`~ovpasses.features.sliding_window.trim.SlidingWindowTrimmer`) cuts its sliding-window caches back
+    to their keep after every inference, as a program that trims every step does, and the result records the
+    positions each held after each trim that cut (``trimmed_held``, read back from the request) and after which
+    inferences one cut (``trimmed_after``).
     Exceptions from compiling or inferring are caught and recorded: a model that fails is a result.
     """
     result = RunResult(label, steps_total=len(feeds))
@@ -94,11 +100,19 @@ def run_steps(core: ov.Core, model: ov.Model, device: str, config: dict, feeds: 
             compiled, (n.get_friendly_name() for n in model.get_ordered_ops() if n.get_type_name() == SDPA_TYPE))
         request = compiled.create_infer_request()
         request.reset_state()
-        for feed in feeds:
+        trimmer = SlidingWindowTrimmer.for_model(model, request, release_memory=False) if trim else None
+        if trimmer is not None:
+            result.trimmed_held = {name: [] for name in sorted(trimmer.keep)}
+        for index, feed in enumerate(feeds):
             request.infer(feed)
             result.outputs.append([np.array(request.get_output_tensor(i).data, copy=True)
                                    for i in range(len(compiled.outputs))])
             result.steps_run += 1
+            if trimmer is not None and trimmer.trim():
+                result.trimmed_after.append(index)
+                for state in request.query_state():
+                    if state.name in result.trimmed_held:
+                        result.trimmed_held[state.name].append(int(state.state.shape[trimmer.axis]))
     except Exception as exc:  # noqa: BLE001 - any runtime failure is what this reports
         result.error = _one_line(str(exc)) or type(exc).__name__
         log.debug("%s failed", label, exc_info=True)
@@ -154,11 +168,21 @@ class CheckReport:
     prefill_chosen: bool = False           # the prefill was picked by the check (past the bound), not given
 
     @property
+    def trimming(self) -> bool:
+        """The rewrite made trimmable caches, and the rewritten model ran with the library's trimmer."""
+        return self.sliding_window is SlidingWindow.TRIMMABLE and self.bounded_keep is not None
+
+    @property
     def bounding_exercised(self) -> bool | None:
         """Whether every bounded cache dropped positions before a step that was compared (None: no cache
         bounded): the last inference reads a past of ``prefill + steps - 1`` positions, beyond the most any
-        bounded cache keeps."""
-        return None if self.bounded_keep_max is None else self.prefill + self.steps > self.bounded_keep_max + 1
+        bounded cache keeps. For trimmable caches, whether the trimmer cut them before an inference that was
+        compared (what the rewritten model ran, not what the context would allow)."""
+        if self.bounded_keep_max is None:
+            return None
+        if self.trimming:
+            return any(index < self.steps_compared - 1 for index in self.rewritten.trimmed_after)
+        return self.prefill + self.steps > self.bounded_keep_max + 1
 
     def to_dict(self) -> dict:
         data = {k: v for k, v in asdict(self).items() if k not in ("original", "rewritten", "reference")}
@@ -195,7 +219,9 @@ class CheckReport:
         chunked = f" in chunks of {self.prefill_chunk}" if self.prefill_chunk is not None else ""
         lines = head + [f"inputs: prefill {self.prefill} tokens{chunked} + {self.steps} decode steps{made}; rewrite "
                         f"changed the model: {'yes' if self.changed else 'no'}"]
-        if self.sliding_window is not SlidingWindow.FULL:
+        if self.trimming:
+            lines += trimmed_lines(self)
+        elif self.sliding_window is not SlidingWindow.FULL:
             if self.bounded_keep is None:
                 lines.append(f"sliding window {self.sliding_window}: no cache bounded")
             elif self.bounding_exercised:
@@ -228,6 +254,36 @@ class CheckReport:
                 lines += [f"  {line}" for line in r.fusion_disagreements]
         lines.append(f"verdict: {self.verdict}")
         return "\n".join(lines)
+
+
+def trimmed_lines(report: CheckReport) -> list[str]:
+    """What the trimmer did in a check of trimmable caches: how many positions each trimmed cache held after
+    its trims, or that nothing was trimmed, and whether a compared step read a trimmed cache."""
+    run = report.rewritten
+    head = (f"sliding window trimmable: the rewritten model ran with the library's trimmer (SlidingWindowTrimmer, "
+            f"a trim after every inference); trimmable caches keep {report.bounded_keep}"
+            + (f" to {report.bounded_keep_max}" if report.bounded_keep_max != report.bounded_keep else "")
+            + " positions")
+    held = {name: counts for name, counts in (run.trimmed_held or {}).items() if counts}
+    if not held:
+        return [head, f"  nothing was trimmed: the context ({report.prefill + report.steps} tokens) never exceeded "
+                      f"what a trimmable cache keeps, so the comparison says nothing of trimmed caches; give "
+                      f"--prefill beyond {report.bounded_keep_max}"]
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for name, counts in held.items():
+        groups.setdefault(tuple(counts), []).append(name)
+    lines = [head]
+    for counts, names in groups.items():
+        lines.append(f"  {len(names)} cache{'s' if len(names) > 1 else ''} held {', '.join(map(str, counts))} "
+                     f"positions after {'its' if len(names) == 1 else 'their'} {len(counts)} trim"
+                     f"{'s' if len(counts) > 1 else ''} (the original's held the whole context, up to "
+                     f"{report.prefill + report.steps - 1}): {', '.join(names)}")
+    if report.bounding_exercised:
+        lines.append(f"  the comparison covers {report.steps_compared - 1 - run.trimmed_after[0]} inferences that "
+                     f"read trimmed caches")
+    else:
+        lines.append("  no compared inference came after a trim: the comparison says nothing of trimmed caches")
+    return lines
 
 
 def check_tolerance(name: str, value: float) -> float:
@@ -292,19 +348,25 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, options: R
     else:
         unknown = None
         original = run_steps(core, model, device, config, feeds, "original")
-        rewritten = run_steps(core, rewritten_model, device, config, feeds, "rewritten")
+        rewritten = run_steps(core, rewritten_model, device, config, feeds, "rewritten",
+                              trim=options.sliding_window is SlidingWindow.TRIMMABLE and keeps is not None)
         if device.split(".")[0] == "CPU":   # the prediction is of the CPU plugin's stateful fusion
             original.fusion_disagreements = fusion_disagreements(summary.fusion(unmodified=True),
                                                                  original.fused_sdpa_names)
             rewritten.fusion_disagreements = fusion_disagreements(summary.fusion(), rewritten.fused_sdpa_names)
     installed = installed_version()
+    trimming = options.sliding_window is SlidingWindow.TRIMMABLE and keeps is not None
     names = [o.get_any_name() if o.get_names() else f"output {i}" for i, o in enumerate(model.outputs)]
     comparison = compare_outputs(original.outputs, rewritten.outputs, names)
     tolerance = atol + rtol * comparison.scale
     code, verdict = decide(original, rewritten, comparison, tolerance)
     if unknown is not None:
         code, verdict = INCONCLUSIVE, f"INCONCLUSIVE: no model was run: {unknown}"
-    elif code == OK and keeps is not None and prefill + steps <= keeps[1] + 1:
+    elif code == OK and trimming and not any(i < comparison.steps - 1 for i in rewritten.trimmed_after):
+        code, verdict = INCONCLUSIVE, (f"INCONCLUSIVE: the outputs agree, but no compared inference read a trimmed "
+                                       f"cache (the trimmer cut nothing before the last one): give --prefill beyond "
+                                       f"{keeps[1]}")
+    elif code == OK and not trimming and keeps is not None and prefill + steps <= keeps[1] + 1:
         code, verdict = INCONCLUSIVE, (f"INCONCLUSIVE: the outputs agree, but the context ({prefill + steps} tokens) "
                                        f"never exceeds what a bounded cache keeps ({keeps[1]} positions): the "
                                        f"bound was not exercised; give --prefill beyond {keeps[1]}")

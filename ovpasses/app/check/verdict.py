@@ -28,6 +28,10 @@ class RunResult:
     compile_seconds: float | None = None
     # what the compiled model computes in (ovpasses.precision); None: not compiled, or not read
     precision: Precision | None = None
+    # with the library's trimmer (sliding_window="trimmable"): per trimmed state, the positions it held right
+    # after each trim that cut it (read back from the request), and the inferences (0-based) after which one cut
+    trimmed_held: dict[str, list[int]] | None = None
+    trimmed_after: list[int] = field(default_factory=list)
     outputs: list[list[np.ndarray]] = field(default_factory=list, repr=False)
 
     @property

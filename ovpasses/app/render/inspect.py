@@ -22,7 +22,9 @@ from ovpasses.app.render.text import (
     op_action_text,
     paged_heads_lines,
     paged_warning_text,
+    NO_SLIDING_LAYER_TEXT,
     payoff_lines,
+    profile_text,
     size_text,
 )
 from ovpasses.errors import OvpassesError
@@ -47,14 +49,15 @@ def _reads(report_sdpa: dict, owners: dict[str, int | None]) -> str:
     return ", ".join("?" if s is None else ("own" if s == report_sdpa["layer"] else f"layer {s}") for s in sources)
 
 
-def inspect_text(report: dict, verbose: bool = False) -> str:
+def inspect_text(report: dict, verbose: bool = False, family: str | None = None) -> str:
     """The report as text: one row per layer (index, kind, status, whose cache it reads, whether it is
     expected to be fused and why), the shared caches by layer, the lint's findings. ``verbose`` adds the
-    SDPAs' and caches' full names."""
+    SDPAs' and caches' full names. ``family``: the export's model family, whose measurements the payoff
+    quotes."""
     counts = report["detected"]
     by_name = {s["name"]: s for s in report["sdpa"]}
     owners = {v["variable_id"]: by_name[v["owner"]]["layer"] if v["owner"] else None for v in report["variables"]}
-    lines = [f"runtime {report['runtime']} ({report['profile']} profile)",
+    lines = [f"runtime {report['runtime']} ({profile_text(report['profile'])})",
              f"{len(report['variables'])} caches ({sum(v['shared'] for v in report['variables'])} shared); "
              f"SDPA exclusive={counts['exclusive']} shared={counts['shared']} stateless={counts['stateless']}; "
              f"expected fused: {report['fused_expected']} of {len(report['sdpa'])} "
@@ -87,22 +90,35 @@ def inspect_text(report: dict, verbose: bool = False) -> str:
         if verbose:
             lines.append(f"{indent}SDPA {s['name']}")
             lines.append(f"{indent}caches {', '.join(s['kv_variables']) or '-'}; action: {action_text(s['action'], s['not_applied'])}")
-    if report.get("sliding_window", "full") != "full":
-        lines += ["", f"sliding window: {report['sliding_window']}"]
-        for s in report["sdpa"]:
-            if "window" in s:
-                held = ("trimmable" if report["sliding_window"] == "trimmable" else "bounded") \
-                    if s["cache_bounded"] else "whole"
-                lines.append(f"  layer {s['layer']}: " + ("full attention" if s["window"] is None else
-                             f"window {s['window']}, cache {held}"))
+    windows = sorted({s["kind"]["window"] for s in report["sdpa"] if s["kind"].get("window")})
+    mode = report.get("sliding_window", "full")
+    if mode == "full" and windows:   # the modes that would pay, in one line
+        sliding = sum(bool(s["kind"].get("window")) for s in report["sdpa"])
+        lines += ["", f"sliding window: {sliding} of {len(report['sdpa'])} layers attend to a window of "
+                      f"{', '.join(map(str, windows))} positions: --sliding-window trimmable (programs that trim) "
+                      "or bounded would hold less KV past it; 'ovpass inspect' with either says what each would "
+                      "hold and when it pays"]
+    elif mode != "full" and not windows:
+        lines += ["", f"sliding window: {mode}: {NO_SLIDING_LAYER_TEXT}"]
+    elif mode != "full":
+        lines += ["", f"sliding window: {mode}"]
+        for s in report["sdpa"]:   # the full-attention layers keep every position, as they must: not listed
+            if s.get("window") is not None:
+                held = ("trimmable" if mode == "trimmable" else "bounded") if s["cache_bounded"] else "whole"
+                lines.append(f"  layer {s['layer']}: window {s['window']}, cache {held}")
+        full = [str(s["layer"]) for s in report["sdpa"] if "window" in s and s["window"] is None]
+        if full:
+            lines.append(f"  full-attention layer{'s' if len(full) > 1 else ''} {', '.join(full)}: cache kept whole "
+                         "(they read every position)")
         kv = report["kv_bytes"]
-        lines.append(f"  KV bytes at batch 1, {kv['context']} tokens, as declared: {size_text(kv['full'])} "
-                     f"as exported, {size_text(kv['bounded'])} {'once trimmed' if report['sliding_window'] == 'trimmable' else 'bounded'} ({kv['per_token']} B per token)")
+        lines.append(f"  KV bytes at batch 1, {kv['context']:,} tokens, in the element types the IR declares: "
+                     f"{size_text(kv['full'])} as exported, {size_text(kv['bounded'])} "
+                     f"{'once trimmed' if mode == 'trimmable' else 'bounded'} ({_size(kv['per_token'])} per token)")
         lines += [f"  held, {held_text(h)}: " + (f"{size_text(h['full'])} as exported, {size_text(h['bounded'])} "
                   "bounded" if "bounded" in h else held_bytes_text(h)) for h in kv.get("held", [])]
         if report.get("sliding_window_payoff"):
-            lines += ["  " + line for line in payoff_lines(report["sliding_window_payoff"])]
-        if report["sliding_window"] == "trimmable":
+            lines += ["  " + line for line in payoff_lines(report["sliding_window_payoff"], family)]
+        if mode == "trimmable":
             lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
     if report.get("first_prompt", {}).get("mode") == "blocked":
         lines += ["", *blocked_lines(report["first_prompt"])]

@@ -15,7 +15,7 @@ from ovpasses.analysis.kv_memory import QUANTIZED
 from ovpasses.features.sliding_window.caches import HELD_CONTEXT, REFUSALS, Refusal
 from ovpasses.features.sliding_window.plan import MaskAction
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
-from ovpasses.errors import UnreadableOperationError
+from ovpasses.errors import InvalidOptionError, UnreadableOperationError
 from ovpasses.features.old_runtimes.plan import refusal_message
 from ovpasses.modes import FirstPrompt, KVSharing, OptionChoice, PagedHeads, SlidingWindow
 from ovpasses.features.paged_heads.plan import PagedHeadsAction
@@ -45,7 +45,7 @@ ACTION_TEXT = {
 MASK_ACTION_TEXT = {
     MaskAction.SLICE: "Slice inserted: the paged converter reads the window from it",
     MaskAction.SLICED_ALREADY: "none: read through a Slice already; the paged converter reads the window",
-    MaskAction.NATIVE: "none: this runtime's paged converter reads the window as it is",
+    MaskAction.NATIVE: "nothing to do: openvino_genai's paged path on this runtime reads this window as exported",
     MaskAction.IGNORED: "none: this runtime's CPU PagedAttention ignores sliding windows (see the warning)",
 }
 
@@ -130,16 +130,28 @@ def held_bytes_text(held: dict) -> str:
     per = "?" if held["per_position"] is None else size_text(held["per_position"])
     return (f"{size_text(held['untrimmed'])} whole until the program trims (a client that never trims, or a prompt "
             f"fed whole until the trim after it), {size_text(held['trimmed'])} right after a trim, + {per} per "
-            f"position gained between trims (at most every - 1 + a prefill chunk)")
+            f"position gained between trims (at most one less than the steps between trims, plus a prefill chunk)")
+
+
+# whose process holds what each configuration of ``SlidingWindowCaches.held_at`` says
+HELD_BY = {
+    "plugin defaults": "what your program holds when it compiles for CPU with no config (ov.Core, optimum-intel, "
+                       "openvino_genai)",
+    "exact": "what ovpass check holds (its exact config)",
+    "given": "under the config given",
+}
 
 
 def held_text(held: dict) -> str:
-    """How a configuration holds the caches (an entry of ``SlidingWindowCaches.held_at``), in words."""
+    """How a configuration holds the caches (an entry of ``SlidingWindowCaches.held_at``), in words: whose
+    process holds it, and in which element types."""
     fused = held["key"] if held["key"] == held["value"] else f"K {held['key']}, V {held['value']}"
     scales = " + scale and zero point" if held["key"] in QUANTIZED else ""
-    config = "exact config" if held["config"] == "exact" else held["config"]
-    source = f" from the {held['source']}" if held["source"] != "device" else ""
-    return f"{config} (fused caches {fused}{scales}{source}, other states {held['plain']} x2)"
+    who = HELD_BY.get(held["config"], held["config"])
+    source = {"IR runtime_options": ", as the IR's runtime options ask", "config": ", as the config asks"}.get(
+        held["source"], "")
+    return (f"{who}: caches in the fused kernel {fused}{scales}{source}; the others {held['plain']}, held twice "
+            f"(the plugin keeps a state's old and new value)")
 
 
 def past_length_source(caches) -> str:
@@ -166,14 +178,13 @@ def eager_lines(entries: list[dict]) -> list[str]:
 # who gets what from sliding_window="trimmable" (measured: benchmarks/records/2026-11-26-bounded-vs-native.md)
 TRIMMABLE_CLIENTS = {
     "ov.Core / optimum-intel with ovpasses.features.sliding_window.trim": (
-        "each sliding cache cut to its last W-1 (+ margin) positions every K steps and after each prefill chunk, "
+        "each sliding cache cut to its last window - 1 (+ margin) positions every few steps and after each prefill chunk, "
         "still in the plugin's fused kernel: less KV memory and faster decode once the context passes the window"),
     "openvino_genai (stateful or paged), or a program that does not trim": (
         "nothing trims: the model computes as unmodified (same tokens, caches and kernels; the layers the plugin "
         "does not fuse read their caches without the GQA expand's copies), a sync point after each SDPA lets "
-        "the CPU plugin free what the layer read, and the masks are not expanded before the SDPAs (a prompt fed "
-        "whole at gpt-oss-20b widths, 4k / 8k / 16k: 0.97-0.98x the unmodified peak RSS; "
-        "benchmarks/records/2026-11-27-mask-expand.md)"),
+        "the CPU plugin free what the layer read, and the masks are not expanded before the SDPAs: a little less "
+        "peak memory for a prompt fed whole (benchmarks/records/2026-11-27-mask-expand.md)"),
 }
 
 
@@ -209,29 +220,56 @@ def blocked_lines(first_prompt: dict) -> list[str]:
     return lines
 
 
-def payoff_lines(payoff: dict) -> list[str]:
-    """When a sliding-window mode pays (``sliding_window_payoff`` of the reports), as lines."""
+PROFILE_TEXT = {
+    "fixed": "fixed profile: its CPU plugin keeps the state of the caches it fuses",
+    "affected": "affected profile: its CPU plugin can lose the state of a cache it fuses; the rewrite works around it",
+}
+
+
+def profile_text(name: str) -> str:
+    """What a runtime profile's name means to a user."""
+    return PROFILE_TEXT.get(name, f"{name} profile")
+
+
+NO_SLIDING_LAYER_TEXT = "this model has no sliding-window layer: --sliding-window has no effect"
+BENCH_HINT = "measure it on your machine: ovpass bench DIR"
+
+
+def payoff_lines(payoff: dict, family: str | None = None) -> list[str]:
+    """When a sliding-window mode pays (``sliding_window_payoff`` of the reports), as lines. Only the rows
+    measured on ``family`` (the export's, :func:`ovpasses.app.folder.export_family`) are quoted: another
+    family's figures say nothing of this one; without any, the lines point to ``ovpass bench``."""
     lines = [f"pays from: less KV than unmodified once the context passes {payoff['kv_from'] - 1} positions"
              + (" (right after a trim)" if payoff["mode"] == "trimmable" else "")]
-    rows = payoff["measured"]
+    rows = [r for r in payoff["measured"] if family is not None and r.get("family") == family]
+    unmeasured = (f"decode time: not measured on {'this family' if family is None else family} models; "
+                  f"{BENCH_HINT}")
     if payoff["advice"] == "prefer_trimmable":
-        lines.append(f"slower to decode here: the CPU plugin fuses all {payoff['caches']} of these caches as "
-                     "exported, and the bounding takes them out of its kernel (measured "
-                     + ", ".join(f"{r['decode']:.2f}x at {r['context']:,} ({r['prompt']}, {r['widths']} widths)"
-                                 for r in rows)
-                     + "); --sliding-window trimmable keeps them fused and bounds them from ov.Core and "
-                     "optimum-intel programs")
-    elif payoff["decode_from"] is not None:
-        best = min(rows, key=lambda r: r["decode"])
-        at = f" with windows of {payoff['window']:,}" if payoff["window"] else ""
-        lines.append(f"decode measured faster than native from {payoff['decode_from']:,} positions on models "
-                     f"whose sliding caches stand as these do{at} (down to {best['decode']:.2f}x at "
-                     f"{best['context']:,}, {best['widths']} widths; {best['record']})")
-    if payoff["shared_caches"] and payoff["unshared_whole"]:
+        measured = (" (measured " + ", ".join(f"{r['decode']:.2f}x at {r['context']:,} ({r['prompt']}, "
+                                              f"{r['widths']} widths)" for r in rows) + ")") if rows else ""
+        lines.append(f"{'slower' if rows else 'likely slower'} to decode here: the CPU plugin fuses all "
+                     f"{payoff['caches']} of these caches as exported, and the bounding takes them out of its kernel"
+                     f"{measured}; --sliding-window "
+                     "trimmable keeps them fused and bounds them from ov.Core and optimum-intel programs")
+        if not rows:
+            lines.append(unmeasured)
+    else:
+        faster = [r for r in rows if r["decode"] < 1.0]
+        if faster:
+            best = min(faster, key=lambda r: r["decode"])
+            at = f" with windows of {payoff['window']:,}" if payoff["window"] else ""
+            lines.append(f"decode measured faster than native from {min(r['context'] for r in faster):,} "
+                         f"positions at {best['widths']} widths{at} (down to {best['decode']:.2f}x at "
+                         f"{best['context']:,}; {best['record']})")
+        else:
+            lines.append(unmeasured)
+    unshared = [r for r in payoff["unshared_whole"] if family is not None and r.get("family") == family]
+    if payoff["shared_caches"]:
         lines.append(f"fed whole: the layers that read the {payoff['shared_caches']} shared caches run outside the "
                      "CPU plugin's fused kernel, which holds their scores whole (this form fed whole holds what the "
-                     "unmodified model holds); --kv-sharing unshare fuses every layer (measured fed whole with it, "
-                     + _unshared_whole(payoff["unshared_whole"]) + f"; {payoff['unshared_whole'][0]['record']})")
+                     "unmodified model holds); --kv-sharing unshare fuses every layer"
+                     + (" (measured fed whole with it, " + _unshared_whole(unshared) + f"; {unshared[0]['record']})"
+                        if unshared else ""))
     return lines
 
 
@@ -270,13 +308,14 @@ def states_text(states: list[dict]) -> str | None:
             f"left as {'they are' if many else 'it is'}")
 
 
-def summary_text(summary: RewriteSummary) -> str:
+def summary_text(summary: RewriteSummary, family: str | None = None) -> str:
     """The rewrite summary as lines: what was detected, what each pass changed, what was not applied and
-    how the model is left, the masks, the caches unshared or bounded, and every warning."""
+    how the model is left, the masks, the caches unshared or bounded, and every warning. ``family``: the
+    export's model family, whose measurements the payoff quotes (:func:`payoff_lines`)."""
     counts = summary.analysis.status_counts()
     caches = summary.analysis.caches
     lines = [
-        f"runtime {summary.profile.version_string} ({summary.profile.name} profile)",
+        f"runtime {summary.profile.version_string} ({profile_text(summary.profile.name)})",
         f"detected: {len(caches)} caches ({summary.analysis.shared_cache_count} shared), "
         f"SDPA exclusive={counts['exclusive']} shared={counts['shared']} stateless={counts['stateless']}",
     ]
@@ -314,7 +353,9 @@ def summary_text(summary: RewriteSummary) -> str:
     for cache, reason in summary.kept_shared.items():
         lines.append(f"kept shared: {cache}: {reason}")
     bounded = summary.sliding_window_caches
-    if "sliding_window" in no_effect:   # one line, whatever the number of caches
+    if "sliding_window" in no_effect and bounded is not None and not bounded.has_sliding_layer:
+        lines.append(f"sliding window: {summary.sliding_window}: {NO_SLIDING_LAYER_TEXT}")
+    elif "sliding_window" in no_effect:   # one line, whatever the number of caches
         reasons = "; ".join(f"{count} cache{'s' if count > 1 else ''}: {REFUSALS[Refusal(reason)]}"
                             for reason, count in no_effect["sliding_window"].items())
         lines.append(f"sliding window: {summary.sliding_window}: changed nothing: {reasons or 'the model has no cache'}")
@@ -324,14 +365,19 @@ def summary_text(summary: RewriteSummary) -> str:
         lines.append(f"sliding window: {summary.sliding_window}: {len(bounded.bounded)} caches {verb}"
                      + (f" (window {', '.join(map(str, sorted({b.window for b in bounded.bounded.values()})))}, "
                         f"past length from {past_length_source(bounded)})" if bounded.bounded else ""))
+        whole = [vid for vid, refusal in bounded.refused.items() if refusal.reason is Refusal.FULL_ATTENTION]
+        if whole:   # as it must be: a full-attention layer reads every position
+            lines.append(f"  kept whole: {len(whole)} cache{'s' if len(whole) > 1 else ''} of full-attention layers, "
+                         "which read every position")
         for vid, refusal in bounded.refused.items():
-            lines.append(f"  not {'trimmable' if summary.sliding_window is SlidingWindow.TRIMMABLE else 'bounded'}: "
-                         f"{vid}: {refusal.message}")
+            if refusal.reason is not Refusal.FULL_ATTENTION:
+                lines.append(f"  not {'trimmable' if summary.sliding_window is SlidingWindow.TRIMMABLE else 'bounded'}: "
+                             f"{vid}: {refusal.message}")
         trimmable = summary.sliding_window is SlidingWindow.TRIMMABLE
         lines += [f"  KV held at {h['context']} tokens, {held_text(h)}: {held_bytes_text(h)}"
                   for h in bounded.held_at(HELD_CONTEXT, trimmable)]
         if (pays := summary.sliding_window_payoff) is not None:
-            lines += ["  " + line for line in payoff_lines(pays.to_dict())]
+            lines += ["  " + line for line in payoff_lines(pays.to_dict(), family)]
         if trimmable and bounded.bounded:
             lines += [f"  {client}: {benefit}" for client, benefit in TRIMMABLE_CLIENTS.items()]
     if summary.options.first_prompt is FirstPrompt.BLOCKED:
@@ -351,11 +397,14 @@ def summary_text(summary: RewriteSummary) -> str:
 
 
 def error_text(error: Exception) -> str:
-    """What ``ovpass`` says of an error: an operation the target cannot read names its ``--runtime`` option;
-    any other error says its own message."""
+    """What ``ovpass`` says of an error: an operation the target cannot read names its ``--runtime`` option, an
+    option that needs another names both as flags; any other error says its own message."""
     if isinstance(error, UnreadableOperationError) and error.refused:
         message = refusal_message(error.target, error.refused, lambda _release: "--runtime")
         return message if error.path is None else f"{error.path}: {message}"
+    if isinstance(error, InvalidOptionError) and error.needs is not None:   # the CLI speaks in its flags
+        return (f"{option_flag(error.choice)} needs {option_flag(error.needs)}"
+                + (f", not {option_flag(error.given)}" if error.given is not None else ""))
     return str(error)
 
 

@@ -146,6 +146,11 @@ class SlidingWindowCaches:
     context_inputs: tuple[str, str] | None = None
 
     @property
+    def has_sliding_layer(self) -> bool:
+        """Whether any SDPA that reads a cache attends through a sliding window."""
+        return any(window is not None for window in self.windows.values())
+
+    @property
     def model_refusal(self) -> CacheRefusal | None:
         """Set when no cache can be bounded for a reason of the whole model (:data:`Refusal.NO_FULL_CACHE`)."""
         reasons = {r.reason for r in self.refused.values()}

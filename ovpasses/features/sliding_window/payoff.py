@@ -49,10 +49,30 @@ class Measured:
     window: int           # the sliding window of the model measured
     cpu: str = EPYC
 
+    @property
+    def family(self) -> str:
+        """The model family measured, as its export's ``config.json`` names it (:data:`FAMILIES`)."""
+        return FAMILIES[self.widths]
+
     def to_dict(self) -> dict:
-        return {"mode": self.mode.value, "widths": self.widths, "natively_fused": self.natively_fused,
-                "context": self.context, "prompt": self.prompt, "decode": self.decode, "record": self.record,
-                "window": self.window, "cpu": self.cpu}
+        return {"mode": self.mode.value, "widths": self.widths, "family": self.family,
+                "natively_fused": self.natively_fused, "context": self.context, "prompt": self.prompt,
+                "decode": self.decode, "record": self.record, "window": self.window, "cpu": self.cpu}
+
+
+# The family of each widths measured: the ``model_type`` of its Hugging Face config, less a ``_text`` suffix
+# (what :func:`family_of` makes of a config), so that a report quotes only the user's own family's rows.
+FAMILIES: dict[str, str] = {
+    "Gemma 4 E2B": "gemma4", "Gemma 3 4B": "gemma3", "gpt-oss-20b": "gpt_oss", "Command R7B": "cohere2",
+    "EXAONE 4 32B": "exaone4", "Gemma 2 2B": "gemma2",
+}
+
+
+def family_of(model_type: str | None) -> str | None:
+    """The family a config's ``model_type`` names (``gemma3_text`` -> ``gemma3``), as :data:`FAMILIES` spells it."""
+    if not isinstance(model_type, str) or not model_type:
+        return None
+    return model_type[:-len("_text")] if model_type.endswith("_text") else model_type
 
 
 _E2B = "benchmarks/records/2026-11-25-sliding-window-real-widths.md"
@@ -115,8 +135,13 @@ class MeasuredUnshared:
     memory_gib: float | None = None
     cpu: str = XEON_AMX
 
+    @property
+    def family(self) -> str:
+        return FAMILIES[self.widths]
+
     def to_dict(self) -> dict:
-        return {"mode": self.mode.value, "widths": self.widths, "context": self.context, "record": self.record,
+        return {"mode": self.mode.value, "widths": self.widths, "family": self.family, "context": self.context,
+                "record": self.record,
                 "peak": self.peak, "context_memory": self.context_memory, "peak_mib": self.peak_mib,
                 "memory_gib": self.memory_gib, "cpu": self.cpu}
 
