@@ -47,6 +47,7 @@ import numpy as np
 
 from common import ROOT, markdown_table, progress, stateful_feeder, write_record  # noqa: E402  (sibling module)
 
+from ovpasses.app.bench.worker import reset_peak, rss_kib  # the RSS readings ovpass bench takes
 from ovpasses.units import size_text
 
 FORMS = {"unmodified": None, "rewritten": ("keep", "full"), "bounded": ("keep", "bounded"), "trimmable": ("keep", "trimmable"),
@@ -157,30 +158,12 @@ def _type_name(value) -> str:
     return value.to_string() if hasattr(value, "to_string") else str(value)
 
 
-def _rss_kib(field: str) -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def _reset_peak_rss() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
-
-
 def measure(compiled, context: int, chunk: int, decode: int, vocab: int, trimmable: dict | None = None,
             every: int = 1) -> dict:
     """One measurement on a fresh request; ``chunk`` 0 feeds the prompt whole; ``trimmable`` (variable id ->
     positions kept) trims those states after each prefill chunk and every ``every`` decode steps."""
-    rss_before = _rss_kib("VmRSS")
-    peak_reset = _reset_peak_rss()
+    rss_before = rss_kib("VmRSS")
+    peak_reset = reset_peak()
     request = compiled.create_infer_request()
     request.reset_state()
     prompt = np.random.default_rng(0).integers(4, vocab, context)
@@ -197,7 +180,7 @@ def measure(compiled, context: int, chunk: int, decode: int, vocab: int, trimmab
         if trimmer:
             trimmer.trim()
     prefill = time.perf_counter() - start
-    peak_prefill = _rss_kib("VmHWM")
+    peak_prefill = rss_kib("VmHWM")
     states = [(s.name, s.state) for s in request.query_state()]
     state_prefill = sum(t.get_byte_size() for _, t in states)
     positions = {name: t.shape[2] for name, t in states}   # what each state holds after the prefill
@@ -212,7 +195,7 @@ def measure(compiled, context: int, chunk: int, decode: int, vocab: int, trimmab
             trimmer.step()
         steps.append(time.perf_counter() - start)
     state_end = sum(s.state.get_byte_size() for s in request.query_state())
-    peak = _rss_kib("VmHWM")
+    peak = rss_kib("VmHWM")
     del request
     return {"prefill_s": prefill, "decode_ms": 1000 * statistics.median(steps),
             "decode_ms_mean": 1000 * statistics.fmean(steps),

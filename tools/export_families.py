@@ -298,8 +298,6 @@ def image_greedy_reference(model, inputs, n: int, first: int) -> dict[str, Any]:
 
 def export(name: str, out_dir: Path, work: Path | None) -> Path:
     import torch
-    from optimum.exporters.openvino import main_export
-    from optimum.intel import OVConfig
 
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
@@ -312,37 +310,14 @@ def export(name: str, out_dir: Path, work: Path | None) -> Path:
     processor = vlm_processor(fam, tok) if is_vlm(fam) else None
     refs = references(fam, model, tok, processor)
 
-    work_root = Path(work or tempfile.mkdtemp(prefix="families_export_")).resolve()
-    hf_dir, ov_tmp = work_root / "hf", work_root / "ov"
-    for d in (hf_dir, ov_tmp):
-        shutil.rmtree(d, ignore_errors=True)
-    hf_dir.mkdir(parents=True)
-    model.save_pretrained(hf_dir, safe_serialization=True)
-    (processor or tok).save_pretrained(hf_dir)
-    if processor is not None:   # preprocessor_config.json as the real checkpoint has it (genai reads it)
-        processor.image_processor.save_pretrained(hf_dir)
-    task = fam.get("task", "text-generation-with-past")
-    core.log(f"exporting with optimum-intel ({task}, stateful, fp32) ...")
-    lift_transformers_bound(fam.get("lift", []))
-    main_export(model_name_or_path=str(hf_dir), output=str(ov_tmp), task=task, framework="pt", stateful=True,
-                ov_config=OVConfig(dtype="fp32"), convert_tokenizer=True, library_name="transformers",
-                local_files_only=True, **fam.get("export_kwargs", {}))
+    work_root, ov_tmp = optimum_export(model, tok, fam, work, "families_export_", processor)
     if processor is not None and not (ov_tmp / "preprocessor_config.json").exists():
         # transformers 5 saves the processor as processor_config.json with the image keys nested, and optimum
         # writes only that; genai 2026.4.1's VLMPipeline reads the image size from preprocessor_config.json
         # (without it it resizes to its default and the vision IR fails: "Eltwise shape infer input shapes
         # dim index: 1 mismatch"), as the real checkpoint and older exports have it
-        shutil.copy(hf_dir / "preprocessor_config.json", ov_tmp / "preprocessor_config.json")
-    main_xml = ov_tmp / ("openvino_language_model.xml" if is_vlm(fam) else "openvino_model.xml")
-    if not main_xml.exists():
-        core.die(f"optimum-intel did not write {main_xml.name}")
-    if not (ov_tmp / "openvino_tokenizer.xml").exists():
-        import openvino as ov
-        from openvino_tokenizers import convert_tokenizer
-
-        ov_tok, ov_detok = convert_tokenizer(tok, with_detokenizer=True)
-        ov.save_model(ov_tok, ov_tmp / "openvino_tokenizer.xml")
-        ov.save_model(ov_detok, ov_tmp / "openvino_detokenizer.xml")
+        shutil.copy(work_root / "hf" / "preprocessor_config.json", ov_tmp / "preprocessor_config.json")
+    check_exported(ov_tmp, "openvino_language_model.xml" if is_vlm(fam) else "openvino_model.xml", tok)
 
     reference = {
         "description": f"Tiny random-weight {fam['model']} exported by tools/export_families.py --family {name}",
@@ -378,6 +353,48 @@ def export(name: str, out_dir: Path, work: Path | None) -> Path:
         import numpy as np
 
         np.save(ov_tmp / core.REFERENCE_IMAGE_FILE, core.reference_image(fam["vision"]["image_size"]))
+    return write_fixture(ov_tmp, out_dir, work, work_root)
+
+
+def optimum_export(model, tok, fam: dict[str, Any], work: Path | None, prefix: str, processor=None) -> tuple[Path, Path]:
+    """Save the transformers model (and tokenizer or processor) and export it with optimum-intel's
+    ``main_export`` (stateful, fp32, the family's task and lifted bound): (the scratch root, the export folder)."""
+    from optimum.exporters.openvino import main_export
+    from optimum.intel import OVConfig
+
+    work_root = Path(work or tempfile.mkdtemp(prefix=prefix)).resolve()
+    hf_dir, ov_tmp = work_root / "hf", work_root / "ov"
+    for d in (hf_dir, ov_tmp):
+        shutil.rmtree(d, ignore_errors=True)
+    hf_dir.mkdir(parents=True)
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    (processor or tok).save_pretrained(hf_dir)
+    if processor is not None:   # preprocessor_config.json as the real checkpoint has it (genai reads it)
+        processor.image_processor.save_pretrained(hf_dir)
+    task = fam.get("task", "text-generation-with-past")
+    core.log(f"exporting with optimum-intel ({task}, stateful, fp32) ...")
+    lift_transformers_bound(fam.get("lift", []))
+    main_export(model_name_or_path=str(hf_dir), output=str(ov_tmp), task=task, framework="pt", stateful=True,
+                ov_config=OVConfig(dtype="fp32"), convert_tokenizer=True, library_name="transformers",
+                local_files_only=True, **fam.get("export_kwargs", {}))
+    return work_root, ov_tmp
+
+
+def check_exported(ov_tmp: Path, main_xml: str, tok) -> None:
+    """The export wrote its decoder IR; the tokenizer IRs are converted here where optimum did not write them."""
+    if not (ov_tmp / main_xml).exists():
+        core.die(f"optimum-intel did not write {main_xml}")
+    if not (ov_tmp / "openvino_tokenizer.xml").exists():
+        import openvino as ov
+        from openvino_tokenizers import convert_tokenizer
+
+        ov_tok, ov_detok = convert_tokenizer(tok, with_detokenizer=True)
+        ov.save_model(ov_tok, ov_tmp / "openvino_tokenizer.xml")
+        ov.save_model(ov_detok, ov_tmp / "openvino_detokenizer.xml")
+
+
+def write_fixture(ov_tmp: Path, out_dir: Path, work: Path | None, work_root: Path) -> Path:
+    """Keep the files a fixture holds (``KEEP_FILES``), replace ``out_dir`` with them and drop the scratch root."""
     for p in sorted(ov_tmp.iterdir()):
         if p.name not in core.KEEP_FILES:
             shutil.rmtree(p) if p.is_dir() else p.unlink()

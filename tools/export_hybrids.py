@@ -31,9 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -283,8 +281,6 @@ def scan_seeds(name: str, seeds: list[int]) -> None:
 
 def export(name: str, out_dir: Path, work: Path | None) -> Path:
     import torch
-    from optimum.exporters.openvino import main_export
-    from optimum.intel import OVConfig
 
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
@@ -297,28 +293,9 @@ def export(name: str, out_dir: Path, work: Path | None) -> Path:
     refs = references(fam, model)
     unchunked = unchunked_references(fam, model, refs) if fam["model_type"] == "llama4_text" else None
 
-    work_root = Path(work or tempfile.mkdtemp(prefix="hybrids_export_")).resolve()
-    hf_dir, ov_tmp = work_root / "hf", work_root / "ov"
-    for d in (hf_dir, ov_tmp):
-        shutil.rmtree(d, ignore_errors=True)
-    hf_dir.mkdir(parents=True)
-    model.save_pretrained(hf_dir, safe_serialization=True)
-    tok.save_pretrained(hf_dir)
-    core.log("exporting with optimum-intel (text-generation-with-past, stateful, fp32) ...")
-    families.lift_transformers_bound(fam.get("lift", []))
-    main_export(model_name_or_path=str(hf_dir), output=str(ov_tmp), task="text-generation-with-past",
-                framework="pt", stateful=True, ov_config=OVConfig(dtype="fp32"), convert_tokenizer=True,
-                library_name="transformers", local_files_only=True)
+    work_root, ov_tmp = families.optimum_export(model, tok, fam, work, "hybrids_export_")
     xml = ov_tmp / "openvino_model.xml"
-    if not xml.exists():
-        core.die(f"optimum-intel did not write {xml.name}")
-    if not (ov_tmp / "openvino_tokenizer.xml").exists():
-        import openvino as ov
-        from openvino_tokenizers import convert_tokenizer
-
-        ov_tok, ov_detok = convert_tokenizer(tok, with_detokenizer=True)
-        ov.save_model(ov_tok, ov_tmp / "openvino_tokenizer.xml")
-        ov.save_model(ov_detok, ov_tmp / "openvino_detokenizer.xml")
+    families.check_exported(ov_tmp, xml.name, tok)
 
     reference = {
         "description": f"Tiny random-weight {fam['model']} exported by tools/export_hybrids.py --family {name}",
@@ -354,16 +331,7 @@ def export(name: str, out_dir: Path, work: Path | None) -> Path:
             "source": f"{fam['model']} has no KV sharing",
         }
     (ov_tmp / "reference.json").write_text(json.dumps(reference, indent=1) + "\n")
-    for p in sorted(ov_tmp.iterdir()):
-        if p.name not in core.KEEP_FILES:
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
-    shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(ov_tmp, out_dir)
-    if work is None:
-        shutil.rmtree(work_root, ignore_errors=True)
-    core.log(f"wrote {out_dir} ({sum(p.stat().st_size for p in out_dir.iterdir()) / 1e6:.2f} MB)")
-    return out_dir
+    return families.write_fixture(ov_tmp, out_dir, work, work_root)
 
 
 def seed_range(text: str) -> list[int]:
