@@ -69,14 +69,14 @@ def test_bench_on_a_model_no_form_changes_measures_the_unmodified_one_and_says_s
     assert "recommended for memory, at 16 tokens: unmodified" in result.stdout
 
 
-def row(form: str, context_mib: float, decode_ms: float, equal: bool = True) -> BenchRow:
+def row(form: str, context_mib: float, decode_ms: float, equal: bool | None = True) -> BenchRow:
     return BenchRow(form, 4096, 0, peak_rss_mib=1000 + context_mib, context_mib=context_mib, decode_ms=decode_ms,
                     tokens_equal=equal)
 
 
 @pytest.mark.parametrize("goal, rows, form", [
     ("memory", [row("unmodified", 800, 50), row("trimmable", 300, 45), row("bounded", 200, 80)], "trimmable"),
-    ("memory", [row("unmodified", 800, 50), row("trimmable", 300, 52)], "trimmable"),      # within 5 %
+    ("memory", [row("unmodified", 800, 50), row("trimmable", 300, 54)], "trimmable"),      # within 10 %
     ("memory", [row("unmodified", 800, 50), row("trimmable", 300, 45, equal=False)], "unmodified"),
     ("speed", [row("unmodified", 800, 50), row("unshare", 900, 30), row("trimmable", 700, 40)], "trimmable"),
     ("speed", [row("unmodified", 800, 50), row("bounded", 200, 80)], "unmodified"),
@@ -109,28 +109,41 @@ def test_bench_refuses_a_client_whose_package_is_missing(monkeypatch):
     assert result.returncode == 2 and "pip install 'ovpasses[genai]'" in result.stderr
 
 
-def workers() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if "ovpasses.app.bench.worker" in line]
+def children(pid: int) -> set[int]:
+    out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+    return {int(line.split()[0]) for line in out.splitlines()[1:]
+            if int(line.split()[1]) == pid and "ovpasses.app.bench.worker" in line}
+
+
+def alive(pids: set[int]) -> set[int]:
+    gone = set()
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            gone.add(pid)
+    return pids - gone
 
 
 def test_ctrl_c_prints_the_rows_done_and_leaves_no_process():
-    assert not workers()
     proc = subprocess.Popen([str(OVPASS), "bench", str(GEMMA3), "--context", "40,60,80,100,120,140", "--steps", "2"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen = []
+    seen, workers = [], set()
     while len(seen) < 4:   # the 3rd run has started: two rows are done
         line = proc.stderr.readline()
         assert line, proc.communicate()
         if line.startswith("bench: ["):
             seen.append(line)
-    time.sleep(0.3)
+    deadline = time.monotonic() + 30
+    while not workers and time.monotonic() < deadline:   # the worker of the run under way
+        workers = children(proc.pid)
+        time.sleep(0.05)
+    assert workers
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, out
     assert "interrupted: the rows above are the runs that finished" in out and "unmodified" in out
-    time.sleep(0.5)
-    assert not workers()
+    assert not alive(workers), "a worker outlived the Ctrl-C"
 
 
 @pytest.mark.parametrize("client", ["core", "optimum", "genai", "genai-paged"])
@@ -168,3 +181,13 @@ def test_the_trimmer_is_public_api():
     assert ovpasses.SlidingWindowTrimmer is SlidingWindowTrimmer and "SlidingWindowTrimmer" in ovpasses.__all__
     assert os.path.exists(ROOT / "docs" / "library.md") and "SlidingWindowTrimmer" in \
         (ROOT / "docs" / "library.md").read_text()
+
+
+def test_the_exact_run_goes_past_the_widest_window_and_a_failed_one_is_said():
+    from ovpasses.app.bench.run import widest_window
+
+    assert widest_window(GEMMA3) == 8 and widest_window(FIXTURES / "lfm2" / "tiny4") == 0
+    failed = row("trimmable", 300, 45, equal=None)
+    failed.tokens_error = "the exact run failed: boom"
+    rec = recommend(BenchReport("m", "core", "memory", rows=[row("unmodified", 800, 50), failed]), "memory")
+    assert rec["form"] == "unmodified" and "could not be compared" in rec["why"] and "boom" in rec["why"]

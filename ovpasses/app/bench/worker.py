@@ -1,15 +1,18 @@
 """One form of a model, measured in a process of its own (``python -m ovpasses.app.bench.worker JOB``): what
 ``ovpass bench`` asks of each form, so that each one's memory is its own.
 
-The job (JSON on the command line) names the form's export folder, the client, the context, the prompt's
-chunk (0: whole), the decode steps and the config (``{}``: plugin defaults). The worker compiles the model as
+The job (JSON on the command line) names the export folder (for genai, the form's own folder; for ov.Core
+and optimum-intel the export and the form's rewrite ``options``, applied here in memory), the client, the
+context, the prompt's chunk (0: whole), the decode steps and the config (``{}``: plugin defaults). The worker compiles the model as
 the client does, fills a fresh request with a prompt of ``context`` token ids (seeded, the same for every
 form), decodes ``steps`` greedy tokens one by one and prints one JSON line:
 
 * ``peak_rss_mib``: the process's peak RSS over its whole life (``ru_maxrss``: the model, its compilation
   and the request), what a user's process of that form needs;
-* ``context_mib``: the request's peak RSS over the RSS of the compiled model before it (``/proc/self/
-  clear_refs`` resets the high-water mark; the KV caches, the prompt's activations, the plugin's blocks);
+* ``context_mib``: the request's peak RSS over the RSS of the compiled model before it, after a warm-up
+  inference of 16 tokens (a first inference keeps 380-700 MiB at the width models whatever the context:
+  benchmarks/records/2026-12-06-bench-vs-script.md; ``/proc/self/clear_refs`` resets the high-water mark): the
+  KV caches, the prompt's activations, the plugin's blocks;
 * ``kv_mib``: the KV caches as the CPU plugin holds them after the prompt
   (:func:`ovpasses.analysis.kv_memory.model_kv_bytes_held` with the compiled model's precisions; a trimmed
   cache at what it holds), None for genai's paged path (its cache is the scheduler's);
@@ -97,11 +100,22 @@ def run_core(job: dict) -> dict:
 
     core = ov.Core()
     model = core.read_model(Path(job["folder"]) / "openvino_model.xml")
+    if job.get("options") is not None:   # the form, rewritten here in memory: no folder written per form
+        from ovpasses.options import RewriteOptions
+        from ovpasses.pipeline import rewrite
+
+        rewrite(model, options=RewriteOptions(**job["options"]))
     compiled = core.compile_model(model, "CPU", job["config"])
     keep = trimmable_caches(model) if job["trim"] else {}
     names = {name for port in compiled.inputs for name in port.get_names()}
     vocab = compiled.outputs[0].get_partial_shape()[-1]
     vocab = vocab.get_length() if vocab.is_static else 1000
+    warm = compiled.create_infer_request()   # a first inference holds memory it keeps (380-700 MiB at the width
+    warm.reset_state()                       # models): not the context's, so it is spent before the baseline
+    warm_feed = feeder(warm, names)
+    warm_feed(prompt_ids(16, vocab, seed=1))
+    warm_feed([5])
+    del warm, warm_feed
     rss_compiled = rss_kib("VmRSS")
     peak_reset = reset_peak()
     request = compiled.create_infer_request()
@@ -143,15 +157,18 @@ def run_genai(job: dict) -> dict:
     kwargs = {"ATTENTION_BACKEND": "SDPA"} if job["client"] == "genai" else \
         {"scheduler_config": genai.SchedulerConfig()}
     pipe = genai.LLMPipeline(str(folder), "CPU", **kwargs, **job["config"])
-    rss_compiled = rss_kib("VmRSS")
-    peak_reset = reset_peak()
     config = genai.GenerationConfig()
-    config.max_new_tokens = config.min_new_tokens = max(job["steps"], 1)
+    config.max_new_tokens = config.min_new_tokens = 1
     config.do_sample = False
     if pipe.get_generation_config().eos_token_id < 0:   # genai refuses a stop token of -1 (check --genai's note)
         config.eos_token_id = 0
     vocab = int(json.loads((folder / "config.json").read_text()).get("vocab_size", 1000)) \
         if (folder / "config.json").exists() else 1000
+    warm = prompt_ids(16, vocab, seed=1)[None]   # the first inference's one-time cost, before the baseline
+    pipe.generate(genai.TokenizedInputs(ov.Tensor(warm), ov.Tensor(np.ones_like(warm))), config)
+    rss_compiled = rss_kib("VmRSS")
+    peak_reset = reset_peak()
+    config.max_new_tokens = config.min_new_tokens = max(job["steps"], 1)
     ids = prompt_ids(job["context"], vocab)[None]
     result = pipe.generate(genai.TokenizedInputs(ov.Tensor(ids), ov.Tensor(np.ones_like(ids))), config)
     peak = rss_kib("VmHWM")
