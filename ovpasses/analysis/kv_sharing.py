@@ -214,7 +214,7 @@ def analyze_kv_sharing(model: ov.Model, ordered_ops: list[ov.Node] | None = None
 
 
 def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns, rv_names, opaque,
-               holds_state_or_attention, bounded=frozenset(), states=None) -> KVSharingAnalysis:
+               holds_state_or_attention, bounded, states) -> KVSharingAnalysis:
     by_var: dict[str, list[ov.Node]] = {vid: [] for vid in rv_names}
     for node in sorted(readers, key=order.__getitem__):
         for key in readers[node]:
@@ -272,7 +272,7 @@ def _summarise(order, readers, shape_consumers, concat_shape_consumers, assigns,
                                    {n: s.order for n, s in sdpa.items()})
     for message in unhandled:
         log.warning("analyze_kv_sharing: %s", message)
-    return KVSharingAnalysis(caches=caches, sdpa=sdpa, unhandled=unhandled, states=dict(states or {}))
+    return KVSharingAnalysis(caches=caches, sdpa=sdpa, unhandled=unhandled, states=states)
 
 
 _LAYER_NUMBER = re.compile(r"(?:^|[^A-Za-z0-9])layers?[._/](\d+)(?![0-9])")

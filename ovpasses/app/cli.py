@@ -259,15 +259,15 @@ def _tolerance(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, not {text!r}") from error
 
 
-def _options(args) -> RewriteOptions:
-    """The rewrite's options, from the arguments: a malformed or unsupported value is rejected here, before
-    any work."""
-    if args.sliding_window_margin and args.sliding_window == "full":   # a margin of nothing would be ignored
+def _options(args, form: dict | None = None) -> RewriteOptions:
+    """The rewrite's options, from the arguments (the modes from ``form`` where ``--for`` chose one): a malformed
+    or unsupported value is rejected here, before any work."""
+    if form is None and args.sliding_window_margin and args.sliding_window == "full":   # it would be ignored
         raise OvpassesError(f"--sliding-window-margin {args.sliding_window_margin} needs --sliding-window bounded "
                             f"or trimmable")
+    modes = {name: getattr(args, name) for name in MODES} if form is None else form
     return RewriteOptions(runtime=None if args.runtime == "auto" else args.runtime,
-                          passes=getattr(args, "passes", None),
-                          **{name: getattr(args, name) for name in MODES},
+                          passes=getattr(args, "passes", None), **modes,
                           sliding_window_margin=args.sliding_window_margin)
 
 
@@ -288,8 +288,7 @@ def _for_client(args) -> RewriteOptions:
     print(text.fit(f"--for {args.for_client}: {form}: {why}"), file=out)
     for line in trimmer_note(args.for_client, form):
         print(f"  {line}", file=out)
-    return RewriteOptions(runtime=None if args.runtime == "auto" else args.runtime, passes=getattr(args, "passes", None),
-                          sliding_window_margin=args.sliding_window_margin, **form_options(form))
+    return _options(args, form_options(form))
 
 
 def cmd_rewrite(args) -> int:

@@ -95,7 +95,7 @@ def scan_export(folder: str | os.PathLike) -> ExportScan:
     that does not parse, a ``config.json`` that is not a JSON object. :class:`FolderError` when no IR
     holds stateful attention."""
     folder = Path(folder)
-    irs, stateful, skipped = [], [], []
+    irs, stateful, skipped, states_only = [], [], [], []
     entries = sorted(folder.iterdir())
     names = {entry.name for entry in entries}
     for path in entries:
@@ -118,13 +118,14 @@ def scan_export(folder: str | os.PathLike) -> ExportScan:
                 stateful.append(path.name)
             else:
                 skipped.append((path.name, Skipped.NO_STATEFUL_ATTENTION))
+                if _states_without_attention(types):
+                    states_only.append(path.name)
         elif suffix == ".bin" and path.name.startswith("openvino_") and path.with_suffix(".xml").name not in names:
             raise FolderError(f"{path}: the weights of an IR whose {path.with_suffix('.xml').name} is missing; "
                               "copy or export the folder again")
         elif suffix == ".json":
             _check_json(path)
     if not stateful:
-        states_only = [name for name in irs if _states_without_attention(io.scan_ir(folder / name).types)]
         if states_only:
             raise FolderError(f"{folder / states_only[0]}: {NO_ATTENTION}")
         raise FolderError(f"{folder}: no IR in this folder holds stateful attention (ReadValue and "

@@ -44,20 +44,11 @@ def from_bench(path: str, client: str, context: int | None) -> tuple[str, str]:
 
 def from_records(source: Path, client: str, context: int | None) -> tuple[str, str]:
     """The form the records advise for ``client`` on the model at ``source``, and why."""
-    import openvino as ov
-
-    from ovpasses.features.sliding_window.caches import trimmable_caches
-    from ovpasses.pipeline import rewrite
-
-    forms, _ = forms_that_apply(source, client)
-    if client in ("core", "optimum") and "trimmable" in forms:
-        xml = source if source.suffix == ".xml" else source / "openvino_model.xml"
-        model = ov.Core().read_model(xml)
-        rewrite(model, sliding_window="trimmable")
-        keep = max(trimmable_caches(model).values())
-        if context is None or context > keep + 1:
-            return "trimmable", (f"the records: trimmed by your program, the sliding caches hold their window "
-                                 f"({keep + 1:,}) and every layer stays fused; ovpass bench measures it here")
+    applicable = forms_that_apply(source, client)
+    forms, keep = applicable.forms, applicable.keep
+    if client in ("core", "optimum") and "trimmable" in forms and (context is None or context > keep + 1):
+        return "trimmable", (f"the records: trimmed by your program, the sliding caches hold their window "
+                             f"({keep + 1:,}) and every layer stays fused; ovpass bench measures it here")
     if client == "genai" and "trimmable+blocked" in forms and (context or 0) >= BLOCKED_PAYS_FROM:
         return "trimmable+blocked", ("the records: a first prompt of 4k tokens or more fed whole is held less and "
                                      "prefilled faster; ovpass bench measures it here")

@@ -99,27 +99,46 @@ def check_client(client: str) -> None:
                              "'ovpasses[genai]'") from None
 
 
-def forms_that_apply(source: Path, client: str) -> tuple[list[str], dict[str, str]]:
-    """The forms of ``client`` that change the model at ``source`` (an export folder, or its IR), and why the
-    others are left (:func:`widest_window` says how far the exact run must go)."""
+@dataclass(frozen=True)
+class Applicable:
+    """What :func:`forms_that_apply` learnt of a model for a client, from one pipeline run per form."""
+
+    forms: list[str]             # the forms measured, "unmodified" first
+    skipped: dict[str, str]      # form -> why it is not measured
+    window: int                  # the widest sliding window (0: none): the exact run goes past it
+    keep: int | None = None      # the most positions a trimmed cache keeps (None: no trimmable form)
+
+
+def decoder_xml(source: Path) -> Path:
+    """The decoder IR of ``source``: an export folder's ``openvino_model.xml``, or the ``.xml`` given."""
+    return source if source.suffix == ".xml" else source / "openvino_model.xml"
+
+
+def forms_that_apply(source: Path, client: str) -> Applicable:
+    """The forms of ``client`` that change the model at ``source`` (an export folder, or its IR), why the others
+    are left, and the sliding windows those runs found, so that nothing runs the pipeline twice for them."""
     import openvino as ov
 
     from ovpasses.features.sliding_window.caches import trimmable_caches
     from ovpasses.pipeline import run_pipeline
 
-    xml = source if source.suffix == ".xml" else source / "openvino_model.xml"
-    forms, skipped = ["unmodified"], {}
+    forms, skipped, window, keep = ["unmodified"], {}, None, None
     for form in CLIENT_FORMS[client][1:]:
         options, _ = FORMS[form]
-        model = ov.Core().read_model(xml)
+        model = ov.Core().read_model(decoder_xml(source))
         summary = run_pipeline(model, RewriteOptions(**options))
         caches = summary.sliding_window_caches
+        if options.get("sliding_window") is not None:   # a sliding-window run saw every sliding cache
+            window = max(window or 0, max((b.window for b in caches.bounded.values()), default=0)
+                         if caches is not None else 0)
         if form == "default":
             why = None if summary.changed else "the default rewrite changes nothing on this model"
         elif form == "bounded":
             why = None if caches is not None and caches.bounded else "no cache is read by sliding-window layers only"
         elif form == "trimmable":
-            why = None if trimmable_caches(model) else "no cache is read by sliding-window layers only"
+            kept = trimmable_caches(model)
+            keep = max(kept.values()) if kept else None
+            why = None if kept else "no cache is read by sliding-window layers only"
         elif form == "trimmable+blocked":
             blocked = any(p.name == "BlockedFirstPrompt" and p.changed for p in summary.passes)
             why = None if blocked else "no sliding layer takes the blocked first prompt (windows too wide, or none)"
@@ -129,18 +148,17 @@ def forms_that_apply(source: Path, client: str) -> tuple[list[str], dict[str, st
             forms.append(form)
         else:
             skipped[form] = why
-    return forms, skipped
+    return Applicable(forms, skipped, widest_window(source) if window is None else window, keep)
 
 
 def widest_window(source: Path) -> int:
-    """The widest sliding window of the model at ``source`` (0: none): the exact run that compares tokens goes
-    past it, so that a form that got the window wrong cannot give the unmodified model's tokens."""
+    """The widest sliding window of the model at ``source`` (0: none), where no form's run has said it."""
     import openvino as ov
 
     from ovpasses.pipeline import run_pipeline
 
-    xml = source if source.suffix == ".xml" else source / "openvino_model.xml"
-    caches = run_pipeline(ov.Core().read_model(xml), RewriteOptions(sliding_window="bounded")).sliding_window_caches
+    caches = run_pipeline(ov.Core().read_model(decoder_xml(source)),
+                          RewriteOptions(sliding_window="bounded")).sliding_window_caches
     return max((b.window for b in caches.bounded.values()), default=0) if caches is not None else 0
 
 
@@ -151,7 +169,7 @@ def estimate_mib(source: Path, context: int) -> float:
 
     from ovpasses.analysis.kv_memory import held_precision, model_kv_bytes_held
 
-    model = ov.Core().read_model(source / "openvino_model.xml")
+    model = ov.Core().read_model(decoder_xml(source))
     kv = model_kv_bytes_held(model, context, held_precision(model)) or 0
     return ((source / "openvino_model.bin").stat().st_size + kv) / 2**20
 
@@ -213,9 +231,10 @@ def bench(source: Path, client: str, contexts: list[int], chunk: int = 0, steps:
         raise InputError(f"a context of {max(contexts):,} tokens needs at least {need:,.0f} MiB for the unmodified "
                          f"model (weights and KV caches, before activations); this machine has {available:,.0f} MiB "
                          "available: give a shorter --context")
-    forms, skipped = forms_that_apply(source, client)
+    applicable = forms_that_apply(source, client)
+    forms, skipped = applicable.forms, applicable.skipped
     report = BenchReport(str(source), client, goal, skipped=skipped)
-    short_context = max(SHORT_CONTEXT, widest_window(source) + SHORT_STEPS)
+    short_context = max(SHORT_CONTEXT, applicable.window + SHORT_STEPS)
     with tempfile.TemporaryDirectory(prefix="ovpass-bench-") as tmp:
         folders = {form: source for form in forms}
         if client.startswith("genai"):   # genai reads a folder; the other clients' workers rewrite in memory

@@ -335,6 +335,10 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, options: R
     rewritten_model = model.clone()
     summary = rewrite(rewritten_model, options=options)
     keeps = bounded_keeps(summary)
+    trimming = options.sliding_window is SlidingWindow.TRIMMABLE and keeps is not None
+    # the plan's fusion is the CPU plugin's: per SDPA, fused as the model was and as the rewrite leaves it
+    cpu = device.split(".")[0] == "CPU"
+    fusion_before, fusion_after = (summary.fusion(unmodified=True), summary.fusion()) if cpu else ({}, {})
     prefill_chosen = prefill is None
     if prefill is None:
         prefill = DEFAULT_PREFILL if keeps is None else bound_prefill(keeps[1])
@@ -348,14 +352,11 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, options: R
     else:
         unknown = None
         original = run_steps(core, model, device, config, feeds, "original")
-        rewritten = run_steps(core, rewritten_model, device, config, feeds, "rewritten",
-                              trim=options.sliding_window is SlidingWindow.TRIMMABLE and keeps is not None)
-        if device.split(".")[0] == "CPU":   # the prediction is of the CPU plugin's stateful fusion
-            original.fusion_disagreements = fusion_disagreements(summary.fusion(unmodified=True),
-                                                                 original.fused_sdpa_names)
-            rewritten.fusion_disagreements = fusion_disagreements(summary.fusion(), rewritten.fused_sdpa_names)
+        rewritten = run_steps(core, rewritten_model, device, config, feeds, "rewritten", trim=trimming)
+        if cpu:
+            original.fusion_disagreements = fusion_disagreements(fusion_before, original.fused_sdpa_names)
+            rewritten.fusion_disagreements = fusion_disagreements(fusion_after, rewritten.fused_sdpa_names)
     installed = installed_version()
-    trimming = options.sliding_window is SlidingWindow.TRIMMABLE and keeps is not None
     names = [o.get_any_name() if o.get_names() else f"output {i}" for i, o in enumerate(model.outputs)]
     comparison = compare_outputs(original.outputs, rewritten.outputs, names)
     tolerance = atol + rtol * comparison.scale
@@ -370,9 +371,9 @@ def check_model(model: ov.Model, device: str = "CPU", steps: int = 3, options: R
         code, verdict = INCONCLUSIVE, (f"INCONCLUSIVE: the outputs agree, but the context ({prefill + steps} tokens) "
                                        f"never exceeds what a bounded cache keeps ({keeps[1]} positions): the "
                                        f"bound was not exercised; give --prefill beyond {keeps[1]}")
-    elif device.split(".")[0] == "CPU":   # the plan's fusion is the CPU plugin's
-        before, after = summary.fusion(unmodified=True), summary.fusion()
-        intended = {n for n, v in after.items() if not v.expected and n in before and before[n].expected}
+    elif cpu:
+        intended = {n for n, v in fusion_after.items()
+                    if not v.expected and n in fusion_before and fusion_before[n].expected}
         code, verdict = fusion_kept(code, verdict, original, rewritten, intended)
     reference = reference_cmp = None
     if code == FIXED:   # as strong as what ran: compare with a reference that can run
