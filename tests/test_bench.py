@@ -92,7 +92,7 @@ def test_recommend_reads_the_rows(goal, rows, form):
 
 @pytest.mark.parametrize("args, says", [
     (["tests/fixtures"], "no IR in this folder"),
-    ([str(GEMMA3), "--context", "1000000000"], "needs at least"),
+    ([str(GEMMA3), "--context", "1000000000"], "no form fits: the least, "),
     ([str(GEMMA3), "--context", "0"], "--context takes token counts of 1 or more"),
     ([str(GEMMA3 / "openvino_model.xml")], "give the folder, not a file"),
     ([str(GEMMA3), "--client", "genai", "--chunk", "8"], "feeds the prompt whole"),
@@ -191,3 +191,51 @@ def test_the_exact_run_goes_past_the_widest_window_and_a_failed_one_is_said():
     failed.tokens_error = "the exact run failed: boom"
     rec = recommend(BenchReport("m", "core", "memory", rows=[row("unmodified", 800, 50), failed]), "memory")
     assert rec["form"] == "unmodified" and "could not be compared" in rec["why"] and "boom" in rec["why"]
+
+
+def test_the_estimate_holds_the_unfused_layers_whole_scores():
+    """text6: 6 layers of 4 query heads, the first 5 sliding (W = 8), the bounded caches keeping 7 positions. Bounded,
+    those 5 leave the fused kernel and hold their scores, query heads x rows x keys in f32; fed in chunks, the fused
+    layer holds its kernel's buffer for the chunk's rows over the whole context."""
+    from ovpasses.app.bench.estimate import HELD_SCORE_MATRICES
+    from ovpasses.app.bench.run import forms_that_apply
+
+    whole = forms_that_apply(GEMMA3, "core", [200]).estimates
+    chunked = forms_that_apply(GEMMA3, "core", [200], chunk=50).estimates
+    assert HELD_SCORE_MATRICES >= 5
+    assert whole["bounded", 200].scores == 5 * 4 * 200 * 200 * 4
+    assert chunked["bounded", 200].scores == 5 * 4 * 50 * (7 + 50) * 4 + 4 * 50 * 200 * 4
+    assert whole["unmodified", 200].scores == whole["trimmable+blocked", 200].scores == 0
+    assert chunked["unmodified", 200].scores == 4 * 50 * 200 * 4
+    # a trimmed cache holds its keep and a chunk at most; the bounded ones hold their keep, as a plain state
+    assert chunked["trimmable", 200].kv < whole["trimmable", 200].kv == whole["unmodified", 200].kv
+    assert whole["bounded", 200].kv < whole["unmodified", 200].kv
+    # tiny8 (Gemma 4): the layers that read another layer's cache stay out of the kernel unless it is unshared
+    shared = forms_that_apply(FIXTURES / "gemma4" / "tiny8", "core", [200]).estimates
+    assert shared["unmodified", 200].scores > 0 and shared["unshare", 200].scores == 0
+
+
+@pytest.mark.parametrize("fixture, measured", [
+    ("gemma3/text6", {"unmodified", "trimmable", "trimmable+blocked"}),   # bounded holds the sliding layers' scores
+    ("gemma4/tiny8", {"unshare"}),   # the unmodified model too: its tokens are still the reference
+])
+def test_bench_skips_a_form_whose_estimate_exceeds_the_memory_available(fixture, measured):
+    from ovpasses.app.bench.run import bench, forms_that_apply
+    from ovpasses.app.render.bench import bench_text
+
+    source = FIXTURES / fixture
+    estimates = {form: e.mib for (form, _), e in forms_that_apply(source, "core", [200]).estimates.items()}
+    fits, needs = max(estimates[f] for f in measured), min(e for f, e in estimates.items() if f not in measured)
+    assert fits < needs
+    limit = (fits + needs) / 2   # as if this machine had that much available
+    report = bench(source, "core", [200], steps=2, available=lambda: limit)
+    assert {r.form for r in report.rows} == set(estimates) and report.measured
+    for r in report.rows:
+        if r.form in measured:
+            assert r.skipped is None and r.error is None and r.tokens_equal is True and r.peak_rss_mib > 0, r
+        else:
+            assert r.skipped == f"needs about {estimates[r.form]:,.0f} MiB, {limit:,.0f} MiB available", r
+            assert r.peak_rss_mib is None and r.tokens_equal is None and r.estimate_mib == round(estimates[r.form], 1)
+    data = report.to_dict()
+    assert all("skipped" in row and "estimate_mib" in row for row in data["rows"])
+    assert "skipped: needs about" in bench_text(report)

@@ -424,7 +424,7 @@ def cmd_bench(args) -> int:
         print(text.fit(bench_text(report)))
     if report.interrupted:
         return 128 + signal.SIGINT
-    return EXIT_OK if any(r.error is None for r in report.rows) else EXIT_USAGE
+    return EXIT_OK if report.measured else EXIT_USAGE
 
 
 COMMANDS = {"rewrite": cmd_rewrite, "inspect": cmd_inspect, "check": cmd_check, "bench": cmd_bench,

@@ -9,7 +9,9 @@ it (:data:`CLIENT_FORMS`: genai cannot call the trimmer, so it gets ``trimmable`
 
 Each form and context is run in a fresh process (:mod:`ovpasses.app.bench.worker`) at the plugin's defaults,
 then once more, short, under the exact config (:data:`ovpasses.precision.EXACT_CPU_CONFIG`) so that its tokens
-can be compared with the unmodified model's. :func:`recommend` picks the form for ``--goal``.
+can be compared with the unmodified model's. A form whose estimated memory at a context
+(:mod:`ovpasses.app.bench.estimate`) exceeds what this machine has available is skipped there, with its
+estimate. :func:`recommend` picks the form for ``--goal``.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ovpasses.app.bench.estimate import Estimate, attention, estimate, query_heads
+from ovpasses.app.bench.worker import TRIM_EVERY
 from ovpasses.errors import InputError
 from ovpasses.options import RewriteOptions
 from ovpasses.precision import EXACT_CPU_CONFIG
@@ -68,6 +72,8 @@ class BenchRow:
     tokens_equal: bool | None = None
     error: str | None = None
     tokens_error: str | None = None   # why the tokens could not be compared
+    estimate_mib: float | None = None   # what the form was estimated to hold (weights, KV, scores) before it ran
+    skipped: str | None = None          # why it was not run: its estimate exceeds the memory available
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,6 +88,11 @@ class BenchReport:
     skipped: dict[str, str] = field(default_factory=dict)   # form -> why it was not measured
     recommended: dict | None = None
     interrupted: bool = False
+
+    @property
+    def measured(self) -> bool:
+        """Whether any run finished (a skipped or failed row is none)."""
+        return any(r.error is None and r.skipped is None for r in self.rows)
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "source": self.source, "client": self.client, "goal": self.goal,
@@ -107,6 +118,8 @@ class Applicable:
     skipped: dict[str, str]      # form -> why it is not measured
     window: int                  # the widest sliding window (0: none): the exact run goes past it
     keep: int | None = None      # the most positions a trimmed cache keeps (None: no trimmable form)
+    # (form, context) -> what the form holds there, fed as asked (None: not known; empty: no contexts asked)
+    estimates: dict[tuple[str, int], Estimate | None] = field(default_factory=dict)
 
 
 def decoder_xml(source: Path) -> Path:
@@ -114,19 +127,43 @@ def decoder_xml(source: Path) -> Path:
     return source if source.suffix == ".xml" else source / "openvino_model.xml"
 
 
-def forms_that_apply(source: Path, client: str) -> Applicable:
+def forms_that_apply(source: Path, client: str, contexts: Sequence[int] = (), chunk: int = 0) -> Applicable:
     """The forms of ``client`` that change the model at ``source`` (an export folder, or its IR), why the others
-    are left, and the sliding windows those runs found, so that nothing runs the pipeline twice for them."""
+    are left, the sliding windows those runs found, and each form's estimate at ``contexts`` fed in ``chunk``
+    tokens (0: whole), so that nothing runs the pipeline twice for them."""
     import openvino as ov
 
+    from ovpasses.analysis.kv_memory import held_precision, model_kv_bytes_held
     from ovpasses.features.sliding_window.caches import trimmable_caches
     from ovpasses.pipeline import run_pipeline
 
+    xml = decoder_xml(source)
+    bin_path = xml.with_suffix(".bin")
+    weights = bin_path.stat().st_size if bin_path.exists() else 0
+    estimates: dict[tuple[str, int], Estimate | None] = {}
+
+    def estimate_at(form: str, model, layers, trims: dict[str, int]) -> None:
+        """Per context: the form's weights, its KV caches as held when its prompt ends (a cache the program trims
+        after each chunk at most its keep and a chunk more), its prompt's scores (genai's paged path: its own
+        kernel, no scores counted)."""
+        precision = held_precision(model) if contexts else None
+        for context in contexts:
+            positions = {vid: min(context, keep + max(chunk, TRIM_EVERY)) for vid, keep in trims.items()} \
+                if chunk else None
+            kv = model_kv_bytes_held(model, context, precision, positions or None)
+            estimates[form, context] = estimate(weights, kv, () if client == "genai-paged" else layers, context,
+                                                chunk)
+
+    unmodified = ov.Core().read_model(xml)
+    heads = query_heads(unmodified)
     forms, skipped, window, keep = ["unmodified"], {}, None, None
     for form in CLIENT_FORMS[client][1:]:
         options, _ = FORMS[form]
-        model = ov.Core().read_model(decoder_xml(source))
+        model = ov.Core().read_model(xml)
         summary = run_pipeline(model, RewriteOptions(**options))
+        if form == "default":   # its run holds the unmodified model's verdicts too
+            estimate_at("unmodified", unmodified, attention(summary, heads, unmodified=True), {})
+            del unmodified
         caches = summary.sliding_window_caches
         if options.get("sliding_window") is not None:   # a sliding-window run saw every sliding cache
             window = max(window or 0, max((b.window for b in caches.bounded.values()), default=0)
@@ -146,9 +183,11 @@ def forms_that_apply(source: Path, client: str) -> Applicable:
             why = None if summary.analysis.shared_cache_count else "no cache is shared"
         if why is None:
             forms.append(form)
+            trims = trimmable_caches(model) if form in TRIMMED and not client.startswith("genai") else {}
+            estimate_at(form, model, attention(summary, heads), trims)
         else:
             skipped[form] = why
-    return Applicable(forms, skipped, widest_window(source) if window is None else window, keep)
+    return Applicable(forms, skipped, widest_window(source) if window is None else window, keep, estimates)
 
 
 def widest_window(source: Path) -> int:
@@ -162,19 +201,8 @@ def widest_window(source: Path) -> int:
     return max((b.window for b in caches.bounded.values()), default=0) if caches is not None else 0
 
 
-def estimate_mib(source: Path, context: int) -> float:
-    """A lower bound of what the unmodified model needs at ``context`` tokens: its weights and its KV caches as
-    the plugin holds them by default (no activations)."""
-    import openvino as ov
-
-    from ovpasses.analysis.kv_memory import held_precision, model_kv_bytes_held
-
-    model = ov.Core().read_model(decoder_xml(source))
-    kv = model_kv_bytes_held(model, context, held_precision(model)) or 0
-    return ((source / "openvino_model.bin").stat().st_size + kv) / 2**20
-
-
 def available_mib() -> float | None:
+    """``MemAvailable`` of this machine, in MiB (None where /proc does not say)."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
@@ -208,10 +236,17 @@ def run_worker(job: dict, timeout: float) -> dict:
     return {"error": tail[-1][:300] if tail else f"exit {proc.returncode}"}
 
 
+def too_big(need: Estimate | None, available: float | None) -> bool:
+    """Whether an estimate exceeds the memory available (not where either is unknown)."""
+    return need is not None and available is not None and need.mib > available
+
+
 def bench(source: Path, client: str, contexts: list[int], chunk: int = 0, steps: int = 32, goal: str = "memory",
-          progress: Callable[[str], None] = lambda message: None, timeout: float = 3600) -> BenchReport:
+          progress: Callable[[str], None] = lambda message: None, timeout: float = 3600,
+          available: Callable[[], float | None] = available_mib) -> BenchReport:
     """Measure every form of ``client`` that changes the model at ``source`` (an export folder) at each of
-    ``contexts``, the prompt whole (``chunk`` 0) or in chunks, ``steps`` decode steps; then recommend one."""
+    ``contexts``, the prompt whole (``chunk`` 0) or in chunks, ``steps`` decode steps; then recommend one.
+    A form whose estimate exceeds ``available()`` MiB (asked before each run) is skipped at that context."""
     if client not in CLIENTS:
         raise InputError(f"--client must be one of {', '.join(CLIENTS)}, not {client!r}")
     if goal not in ("memory", "speed"):
@@ -225,14 +260,15 @@ def bench(source: Path, client: str, contexts: list[int], chunk: int = 0, steps:
     if not (source / "openvino_model.xml").exists():
         raise InputError(f"{source}: bench measures an export folder with openvino_model.xml (optimum-cli export "
                          "openvino), which this is not")
-    available = available_mib()
-    need = estimate_mib(source, max(contexts))
-    if available is not None and need > available:
-        raise InputError(f"a context of {max(contexts):,} tokens needs at least {need:,.0f} MiB for the unmodified "
-                         f"model (weights and KV caches, before activations); this machine has {available:,.0f} MiB "
-                         "available: give a shorter --context")
-    applicable = forms_that_apply(source, client)
+    applicable = forms_that_apply(source, client, contexts, chunk)
     forms, skipped = applicable.forms, applicable.skipped
+    runs = [(form, context) for context in contexts for form in forms]
+    free = available()
+    if all(too_big(applicable.estimates.get(run), free) for run in runs):
+        form, context = min(runs, key=lambda run: applicable.estimates[run].mib)
+        need = applicable.estimates[form, context]
+        raise InputError(f"no form fits: the least, {form} at {context:,} tokens, needs about {need.mib:,.0f} MiB "
+                         f"({parts(need)}); this machine has {free:,.0f} MiB available: give a shorter --context")
     report = BenchReport(str(source), client, goal, skipped=skipped)
     short_context = max(SHORT_CONTEXT, applicable.window + SHORT_STEPS)
     with tempfile.TemporaryDirectory(prefix="ovpass-bench-") as tmp:
@@ -242,25 +278,40 @@ def bench(source: Path, client: str, contexts: list[int], chunk: int = 0, steps:
             for form in forms[1:]:
                 folders[form] = Path(tmp) / form.replace("+", "-")
                 rewrite_folder(source, folders[form], RewriteOptions(**FORMS[form][0]))
-        runs = [(form, context) for context in contexts for form in forms]
         short: dict[str, list[int] | str] = {}
+
+        def exact_tokens(job: dict) -> list[int] | str:
+            """The form's tokens on the short run under the exact config, or why there are none."""
+            exact_job = dict(job, context=short_context, steps=SHORT_STEPS, config=dict(EXACT_CPU_CONFIG),
+                             chunk=min(chunk, short_context // 2) if chunk else 0)
+            exact = run_worker(exact_job, timeout)
+            if "tokens" not in exact:   # once more: a run was measured failing once and not again
+                exact = run_worker(exact_job, timeout)
+            return exact["tokens"] if "tokens" in exact else f"the exact run failed: {exact['error']}"
+
         started = time.monotonic()
         try:
             for index, (form, context) in enumerate(runs, 1):
-                progress(f"bench: [{index}/{len(runs)}] {form}, {context:,} tokens"
-                         f"{f' in chunks of {chunk:,}' if chunk else ' whole'} ({time.monotonic() - started:.0f} s)")
+                need, free = applicable.estimates.get((form, context)), available()
+                line = (f"bench: [{index}/{len(runs)}] {form}, {context:,} tokens"
+                        f"{f' in chunks of {chunk:,}' if chunk else ' whole'} ({time.monotonic() - started:.0f} s)")
                 job = {"folder": str(folders[form]), "client": client, "context": context, "chunk": chunk,
                        "steps": steps, "config": {}, "trim": form in TRIMMED and not client.startswith("genai"),
                        "options": None if client.startswith("genai") else FORMS[form][0]}
+                estimate_mib = None if need is None else round(need.mib, 1)
+                if too_big(need, free):
+                    row = BenchRow(form, context, chunk, estimate_mib=estimate_mib,
+                                   skipped=f"needs about {need.mib:,.0f} MiB, {free:,.0f} MiB available")
+                    progress(f"{line}: skipped, {row.skipped} ({parts(need)})")
+                    if form == "unmodified" and form not in short:   # still the tokens the others are held to
+                        short[form] = exact_tokens(job)
+                    report.rows.append(row)
+                    continue
+                progress(line)
                 result = run_worker(job, timeout)
                 if form not in short:
-                    exact_job = dict(job, context=short_context, steps=SHORT_STEPS, config=dict(EXACT_CPU_CONFIG),
-                                     chunk=min(chunk, short_context // 2) if chunk else 0)
-                    exact = run_worker(exact_job, timeout)
-                    if "tokens" not in exact:   # once more: a run was measured failing once and not again
-                        exact = run_worker(exact_job, timeout)
-                    short[form] = exact["tokens"] if "tokens" in exact else f"the exact run failed: {exact['error']}"
-                row = BenchRow(form, context, chunk, **{k: result.get(k) for k in (
+                    short[form] = exact_tokens(job)
+                row = BenchRow(form, context, chunk, estimate_mib=estimate_mib, **{k: result.get(k) for k in (
                     "peak_rss_mib", "context_mib", "kv_mib", "prefill_s", "decode_ms", "fused", "error")})
                 base = short.get("unmodified")
                 failed = next((t for t in (short[form], base) if isinstance(t, str)), None)
@@ -271,6 +322,11 @@ def bench(source: Path, client: str, contexts: list[int], chunk: int = 0, steps:
             report.interrupted = True
     report.recommended = recommend(report, goal)
     return report
+
+
+def parts(need: Estimate) -> str:
+    return (f"weights {need.weights / 2**20:,.0f}, KV caches {need.kv / 2**20:,.0f}, attention scores "
+            f"{need.scores / 2**20:,.0f}")
 
 
 def recommend(report: BenchReport, goal: str) -> dict | None:

@@ -14,13 +14,15 @@ def bench_text(report) -> str:
     header = ("form", "context", "peak RSS MiB", "context MiB", "KV MiB", "prefill s", "decode ms", "fused", "tokens")
     rows = [header]
     for r in report.rows:
-        if r.error:
-            rows.append((r.form, f"{r.context:,}", f"FAILED: {r.error}", "", "", "", "", "", ""))
+        if r.error or r.skipped:
+            rows.append((r.form, f"{r.context:,}", f"FAILED: {r.error}" if r.error else f"skipped: {r.skipped}",
+                         "", "", "", "", "", ""))
             continue
         rows.append((r.form, f"{r.context:,}", _cell(r.peak_rss_mib, ",.0f"), _cell(r.context_mib, ",.0f"),
                      _cell(r.kv_mib, ",.1f"), _cell(r.prefill_s, ".2f"), _cell(r.decode_ms, ".1f"), _cell(r.fused),
                      "-" if r.tokens_equal is None else "equal" if r.tokens_equal else "DIFFER"))
-    widths = [max(len(row[i]) for row in rows if not row[2].startswith("FAILED") or i < 3) for i in range(len(header))]
+    whole = [row for row in rows if not row[2].startswith(("FAILED", "skipped"))]   # the others span the columns
+    widths = [max(len(row[i]) for row in (rows if i < 2 else whole)) for i in range(len(header))]
     lines = [f"bench: {report.source}, client {report.client}, plugin defaults (tokens: compared under the exact "
              f"config on a short run)"]
     lines += ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
