@@ -13,7 +13,7 @@ from ovpasses.errors import (
     UnsupportedRuntimeError,
 )
 from ovpasses import passes
-from ovpasses.passes import *  # noqa: F403 - every pass class, as ovpasses.<Pass>
+from ovpasses.registry import PIPELINE_ORDER
 from ovpasses.options import FirstPrompt, KVSharing, PagedHeads, RewriteOptions, SlidingWindow
 from ovpasses.compiling import compile_model
 from ovpasses.pipeline import rewrite
@@ -24,8 +24,11 @@ from ovpasses.summary import RewriteSummary
 
 __version__ = "0.1.0"
 
+# Every pass of the pipeline by its public name, ovpasses.<Pass> (the shared ones and each feature's).
+globals().update({rule.__name__: rule for rule in PIPELINE_ORDER})
+
 __all__ = [
-    *passes.__all__,
+    *sorted(rule.__name__ for rule in PIPELINE_ORDER),
     "DeviceNotAvailableError",
     "InvalidOptionError",
     "KVSharing",

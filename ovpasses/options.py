@@ -6,9 +6,10 @@ A mode is an enum (:class:`KVSharing`, :class:`SlidingWindow`, :class:`PagedHead
 whose members carry a one-line description; the runtime is parsed once into its :class:`~ovpasses.plan.profiles.RuntimeProfile`,
 and ``passes`` into the set of pass names it selects.
 
-Adding a value to a mode is one member in :mod:`ovpasses.modes` (with its description), the code that carries it out in its
-feature's home, and the line of the pipeline that runs it. The CLI's choices and help are made from the
-members (:data:`MODES`).
+Adding a value to a mode is one member in :mod:`ovpasses.modes` (with its description) and the code that carries it
+out in its feature's home; what a feature requires of the options as a whole is its registered check
+(:data:`ovpasses.registry.CHECKS`), and the pass names ``passes=`` takes are the registry's. The CLI's choices and
+help are made from the members (:data:`MODES`).
 """
 
 from __future__ import annotations
@@ -19,11 +20,8 @@ from typing import get_type_hints
 
 from ovpasses.errors import InvalidOptionError, UnknownPassError
 from ovpasses.modes import FirstPrompt, KVSharing, Mode, OptionChoice, PagedHeads, SlidingWindow  # noqa: F401 - re-exported
-from ovpasses.passes import PIPELINE_ORDER
 from ovpasses.plan.profiles import RuntimeProfile, profile_for
-
-# The pass names ``passes=`` takes, in the order the pipeline runs them.
-PASS_NAMES: tuple[str, ...] = tuple(p.NAME for p in PIPELINE_ORDER)
+from ovpasses.registry import CHECKS, PASS_NAMES  # noqa: F401 - PASS_NAMES: the names passes= takes, re-exported
 
 
 @dataclass(frozen=True)
@@ -56,12 +54,8 @@ class RewriteOptions:
         if not isinstance(margin, int) or isinstance(margin, bool) or margin < 0:
             raise InvalidOptionError(f"sliding_window_margin must be a whole number of positions >= 0, not "
                                      f"{margin!r}")
-        if self.first_prompt is FirstPrompt.BLOCKED and self.sliding_window is not SlidingWindow.TRIMMABLE:
-            raise InvalidOptionError(f"first_prompt={self.first_prompt} needs sliding_window=trimmable (its caches "
-                                     f"are born trimmed), not sliding_window={self.sliding_window}",
-                                     choice=OptionChoice("first_prompt", self.first_prompt),
-                                     needs=OptionChoice("sliding_window", SlidingWindow.TRIMMABLE),
-                                     given=OptionChoice("sliding_window", self.sliding_window))
+        for check in CHECKS:   # what a feature requires of the options as a whole
+            check(self)
 
     @property
     def profile(self) -> RuntimeProfile:

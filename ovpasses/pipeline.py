@@ -23,41 +23,17 @@ The opt-in modes (``kv_sharing``, ``sliding_window``, ``paged_heads``, ``first_p
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 import openvino as ov
 
-from ovpasses.errors import UnreadableOperationError
-from ovpasses.features.old_runtimes import plan as old_runtimes
-from ovpasses.features.old_runtimes.plan import outcomes, refusal_message
-from ovpasses.features.paged_heads import plan as paged_heads
-from ovpasses.features.sdpa_recovery import plan as sdpa_recovery
-from ovpasses.features.sliding_window import plan as sliding_window
-from ovpasses.features.unfused_expands import plan as unfused_expands
-from ovpasses.features.unsharing import plan as unsharing
 from ovpasses.options import RewriteOptions, options_from
-from ovpasses.passes import (
-    AttentionHeadPadding,
-    ConvertOneHot16ToOneHot1,
-    DisableStatefulSDPAFusion,
-    EagerAttentionToSDPA,
-    ErfInvConstantFolding,
-    KVCacheShapeOfDecomposition,
-    ScaledDotProductAttentionDecomposition,
-    SharedKVCacheDetection,
-    SharedKVCacheUnsharing,
-    SlidingWindowKVCacheBounding,
-    SlidingWindowMaskSliceInsertion,
-    TrimmableSlidingWindowKVCache,
-    UnfusedSDPAExpandRewrite,
-    BlockedFirstPrompt,
-    SDPAReleasePoints,
-    SDPAMaskExpandElimination,
-)
-from ovpasses.features.paged_heads.plan import PagedHeadsAction
+from ovpasses.passes import SharedKVCacheDetection
 from ovpasses.plan import targets
+from ovpasses.plan.feature import Step  # noqa: F401 - the type of STEPS, re-exported
+from ovpasses.registry import FEATURES, STEPS
 from ovpasses.rules import Planned, RulePlan, RuleRecord, Status, apply_rule, not_selected
 from ovpasses.step import PassReport
 from ovpasses.summary import RewriteSummary
@@ -67,39 +43,7 @@ log = logging.getLogger(__name__)
 RT_ACTION = "ovpasses_kv_action"            # on each SDPA: its planned action (an Action value)
 RT_NOT_APPLIED = "ovpasses_kv_not_applied"  # ... and, when passes= left it out, the pass that carries it out
 
-@dataclass(frozen=True)
-class Step:
-    """One step of the pipeline: a rule (pass), on its part of the plan (:mod:`ovpasses.plan.targets`).
-    ``replan``: after the rule changed the model, the plan made again from the facts as they are then."""
-
-    rule: type
-    part: Callable[[targets.Facts, targets.RewritePlan | None], RulePlan | None]
-    replan: Callable[[targets.RewritePlan, targets.Facts], targets.RewritePlan] | None = None
-
-
-def _plan_again(plan: targets.RewritePlan, facts: targets.Facts) -> targets.RewritePlan:
-    return targets.make_plan(facts, detected=plan.detected)
-
-
-# The pipeline, in the order it runs. Adding a pass is one line here (and its module, and its part of the plan).
-STEPS: tuple[Step, ...] = (
-    Step(EagerAttentionToSDPA, sdpa_recovery.recovery_part),              # IRs exported with eager attention
-    Step(SharedKVCacheDetection, targets.detection),                      # the plan is made from its analysis
-    Step(SharedKVCacheUnsharing, unsharing.unsharing_part, _plan_again),  # kv_sharing="unshare" only
-    Step(AttentionHeadPadding, paged_heads.padding_part, targets.with_padded_heads),   # paged_heads="pad" only
-    Step(DisableStatefulSDPAFusion, targets.fusion_barrier),
-    Step(ScaledDotProductAttentionDecomposition, targets.decomposition),  # what the barrier cannot take
-    Step(KVCacheShapeOfDecomposition, targets.cache_shapeof),             # affected runtimes
-    Step(SlidingWindowMaskSliceInsertion, sliding_window.mask_slice_part),   # runtimes whose paged converter needs it
-    Step(SlidingWindowKVCacheBounding, sliding_window.bounding_part),     # sliding_window="bounded" only
-    Step(TrimmableSlidingWindowKVCache, sliding_window.trimming_part),    # sliding_window="trimmable" only
-    Step(UnfusedSDPAExpandRewrite, unfused_expands.expand_part),          # the expands of the SDPAs left unfused
-    Step(BlockedFirstPrompt, sliding_window.blocked_part),                # first_prompt="blocked" only
-    Step(SDPAReleasePoints, sliding_window.release_part),                 # sliding_window="trimmable" only
-    Step(SDPAMaskExpandElimination, sliding_window.mask_expand_part),     # sliding_window="trimmable" only
-    Step(ErfInvConstantFolding, old_runtimes.lowering_part(ErfInvConstantFolding)),         # targets that cannot read ErfInv
-    Step(ConvertOneHot16ToOneHot1, old_runtimes.lowering_part(ConvertOneHot16ToOneHot1)),   # ... OneHot-16
-)
+# The pipeline, in the order it runs, is the registry's STEPS (ovpasses.registry: every feature's steps by phase).
 # The passes of the pipeline, in the order it runs them, with what each does in one line.
 PASSES: dict[str, tuple[type, str]] = {s.rule.NAME: (s.rule, s.rule.DESCRIPTION) for s in STEPS}
 PIPELINE_PASSES = tuple(PASSES)
@@ -151,10 +95,9 @@ def rewrite(model: ov.Model, runtime: str | None = None, passes: str | Iterable[
                            sliding_window=sliding_window, sliding_window_margin=sliding_window_margin,
                            paged_heads=paged_heads, first_prompt=first_prompt)
     summary = run_pipeline(model, options)
-    if not summary.readable:
-        refused = [a for a in summary.op_versions if not a.handled]
-        raise UnreadableOperationError(refusal_message(summary.profile.version, refused),
-                                       target=summary.profile.version, refused=refused)
+    for feature in FEATURES:   # a feature refuses a result that cannot be used (an operation the target cannot read)
+        if feature.refuse is not None and (error := feature.refuse(summary)) is not None:
+            raise error
     return summary
 
 
@@ -180,9 +123,8 @@ class Execution:
     rules: Mapping[str, object]
     records: tuple[RuleRecord, ...]
     passes: tuple[PassReport, ...]
-    eager: tuple                # the eager attention subgraphs of the input
-    op_before: object           # what the target could not read before the lowering rules
-    after: object = None        # the KV-sharing analysis as the last rule that changed the caches left them
+    kept: Mapping[str, object]   # the facts of the last epoch the features' summaries read (plain data)
+    after: object = None         # the KV-sharing analysis as the last rule that changed the caches left them
 
     @property
     def decisions(self) -> dict:
@@ -193,8 +135,7 @@ def execute(model: ov.Model, options: RewriteOptions) -> Execution:
     """The one executor: per step, its part of the plan from the facts as they are; the rule built from it and
     run (or, left out by ``passes=``, a record per planned node that says so); what a rule refuses or leaves
     out goes to its fallback; the model is analysed again only after a rule that ``REANALYSES`` changed it."""
-    facts = targets.Facts(model, options)
-    eager = tuple(facts.eager)
+    facts = targets.Facts(model, options, FEATURES)
     plan = None
     parts: dict[str, RulePlan] = {}
     rules: dict[str, object] = {}
@@ -216,11 +157,11 @@ def execute(model: ov.Model, options: RewriteOptions) -> Execution:
                 rule, report, done = apply_rule(model, rule_class, part)
                 passes.append(report)
                 if getattr(rule, "analysis", None) is not None:   # an analysis hands its facts on (not its nodes)
-                    facts = targets.Facts(model, options, kv_given=rule.analysis)
+                    facts = facts.again(kv_given=rule.analysis)
                 else:
                     rules[rule_class.NAME] = rule
                     if rule_class.REANALYSES and rule.changed:
-                        facts = targets.Facts(model, options)
+                        facts = facts.again()
                         if rule_class.CHANGES_CACHES:
                             after = facts.kv
                         if step.replan is not None:
@@ -237,51 +178,26 @@ def execute(model: ov.Model, options: RewriteOptions) -> Execution:
                     handed.setdefault(fallback, []).append(
                         replace(record.planned, action=actions[fallback], fallback=None,
                                 handed_from=(record.planned.action, record.rule)))
-        if plan is None and rule_class is SharedKVCacheDetection:
+        if plan is None and step.plans:
             plan = targets.make_plan(facts)
+    kept = {name: getattr(facts, name) for feature in FEATURES for name in feature.keeps}
     return Execution(plan, MappingProxyType(parts), MappingProxyType(rules), tuple(records), tuple(passes),
-                     eager, facts.op_before, after)
+                     MappingProxyType(kept), after)
 
 
 def _summary(model: ov.Model, options: RewriteOptions, run: Execution) -> RewriteSummary:
-    """The run as the summary carries it: each feature's section from its part of the plan and its rule."""
-    parts, rules, plan = run.parts, run.rules, run.plan
-    decisions = run.decisions
-    unshared, kept_shared = [], {}
-    if (part := parts.get(SharedKVCacheUnsharing.NAME)) is not None:
-        kept_shared = dict(part.data.refused)
-        if (rule := rules.get(SharedKVCacheUnsharing.NAME)) is not None:
-            unshared = list(rule.caches)
-            kept_shared.update(rule.refused)
-    heads = None
-    warnings = list(plan.warnings)
-    if (part := parts.get(AttentionHeadPadding.NAME)) is not None:
-        heads = part.data
-        if (rule := rules.get(AttentionHeadPadding.NAME)) is not None:
-            heads = replace(heads, action=PagedHeadsAction.PADDED, changed=tuple(rule.changed))
-        elif part.nodes:
-            heads = replace(heads, action=PagedHeadsAction.NOT_SELECTED)
-        if heads.action != PagedHeadsAction.NOT_SELECTED:
-            warnings += heads.warnings()
-    caches = next((parts[r.NAME].data for r in (SlidingWindowKVCacheBounding, TrimmableSlidingWindowKVCache)
-                   if r.NAME in parts), None)
-    eager = parts.get(EagerAttentionToSDPA.NAME)
-    masks_not_applied = {r.node: r.rule for r in run.records
-                         if r.rule == SlidingWindowMaskSliceInsertion.NAME and r.status is Status.NOT_SELECTED}
-    refused = {name: getattr(rule, "refused", {}) for name, rule in rules.items()}
-    lowered = outcomes(model, options.runtime.version, run.op_before, options.passes, refused)
-    return RewriteSummary(
-        options=options, analysis=plan.detected, decisions=decisions, passes=list(run.passes), kinds=dict(plan.kinds),
-        findings=list(plan.findings), masks=list(plan.masks), mask_actions=dict(plan.mask_actions),
-        masks_not_applied=masks_not_applied, warnings=warnings, op_versions=lowered,
-        unshared=unshared, kept_shared=kept_shared,
+    """The run as the summary carries it: the core's fields, and each feature's section from its parts of the plan,
+    its rules, its records and the facts it kept."""
+    plan = run.plan
+    fields = dict(
+        options=options, analysis=plan.detected, decisions=run.decisions, passes=list(run.passes),
+        kinds=dict(plan.kinds), findings=list(plan.findings), records=list(run.records),
         analysis_after=run.after if run.after is not None else (
-            plan.analysis if plan.analysis is not plan.detected else None),
-        sliding_window_caches=caches, paged_heads=heads, eager_attention=list(run.eager),
-        recovered=list(rules[EagerAttentionToSDPA.NAME].changed) if EagerAttentionToSDPA.NAME in rules else [],
-        eager_not_applied=(EagerAttentionToSDPA.NAME if eager is not None and eager.nodes
-                           and EagerAttentionToSDPA.NAME not in rules else None),
-        records=list(run.records))
+            plan.analysis if plan.analysis is not plan.detected else None))
+    for feature in FEATURES:
+        if feature.summary is not None:
+            fields.update(feature.summary(run, model, options))
+    return RewriteSummary(**fields)
 
 
 def _annotate(model: ov.Model, decisions: Mapping) -> None:

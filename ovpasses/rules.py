@@ -112,7 +112,7 @@ class Rule:
     REANALYSES: bool = False      # what it changes changes what the analyses saw: analyse again after it
     CHANGES_CACHES: bool = False  # it adds or bounds KV caches: the summary describes the caches it left
     WHOLE_MODEL: bool = False     # it takes every match in the model: it runs whenever its part exists
-    ACTION: str | None = None     # the SDPA action it carries out on nodes handed to it as a fallback
+    ACTION: str | None = None     # the action it carries out (an SDPA's Action value; a lowering's Lowered)
 
     @classmethod
     def from_plan(cls, part: RulePlan) -> Rule:

@@ -266,7 +266,7 @@ def test_inspect_lists_the_subgraphs_and_why_one_stays_eager():
 def test_an_eager_export_folder_is_rewritten(fixture):
     """ovpass rewrite DIR takes the IR with a state and a Softmax (and no SDPA), not the tokenizers nor (in
     the VLM) the vision model, whose attention is eager too but holds no state."""
-    from ovpasses.app.folder import stateful_irs
+    from ovpasses.app.files.export_scan import stateful_irs
 
     folder = ROOT / "tests" / "fixtures" / fixture
     assert stateful_irs(folder) == [language_model(folder).name]

@@ -20,7 +20,8 @@ import openvino as ov
 import pytest
 
 from ovpasses.app.files import commit
-from ovpasses.app.folder import holds_stateful_attention, ir_files_in, rewrite_folder
+from ovpasses.app.files.export_scan import holds_stateful_attention, ir_files_in
+from ovpasses.app.folder import rewrite_folder
 from ovpasses.options import RewriteOptions
 from ovpasses.report import schemas
 from testkit.cli import run_main

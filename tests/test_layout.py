@@ -84,20 +84,21 @@ LAYERS: tuple[tuple[str, ...], ...] = (
      "ovpasses.step", "ovpasses.rules", "ovpasses.report.schemas", "ovpasses.modes", "ovpasses.units"),
     ("ovpasses.plan.runtimes",),                          # the facts about runtimes: one typed table
     ("ovpasses.analysis",),                               # walks that return facts
-    ("ovpasses.plan",),                                   # profiles and typed decisions
-    ("ovpasses.passes.*",),                               # the transformations several features share
+    ("ovpasses.plan",),                                   # profiles, typed decisions, the feature protocol
+    ("ovpasses.passes.*", "ovpasses.passes"),             # the transformations several features share
+    ("ovpasses.plan.targets",),                           # the facts, the frozen plan, the core's part of it
     ("ovpasses.features",),                               # a home per feature (they never import each other)
-    ("ovpasses.passes",),                                 # every pass by its public name, PIPELINE_ORDER
+    ("ovpasses.registry",),                               # the features composed: the steps, the pass names
     ("ovpasses.options",),                                # what a rewrite is asked to do (names the passes)
-    ("ovpasses.plan.targets",),                           # the facts, the frozen plan, each rule's part of it
     ("ovpasses.summary",),                                # what one run did, as data
-    ("ovpasses.pipeline", "ovpasses.compiling"),          # the steps and the loop that runs them; compile_model
+    ("ovpasses.pipeline", "ovpasses.compiling"),          # the loop that runs the steps; compile_model
     ("ovpasses.report",),                                 # report data built from a run
     ("ovpasses",),                                        # the package's public names (its __init__ only)
     # the application, itself in layers: the file layer and rendering, the flows, the command
     ("ovpasses.app", "ovpasses.app.files", "ovpasses.app.render"),
     ("ovpasses.app.ir_file", "ovpasses.app.folder", "ovpasses.app.inspect", "ovpasses.app.check",
      "ovpasses.app.bench"),
+    ("ovpasses.app.arguments",),                           # the parser of every command
     ("ovpasses.app.cli",),
 )
 APP = "ovpasses.app"
@@ -240,6 +241,63 @@ def test_features_never_import_each_other():
         assert (ROOT / "ovpasses" / "features" / feature / "__init__.py").read_text().startswith('"""'), feature
 
 
+# the modules of the core, which run every feature through the registry and know none by name
+CORE = ("ovpasses.analysis", "ovpasses.plan", "ovpasses.passes", "ovpasses.rules", "ovpasses.step",
+        "ovpasses.options", "ovpasses.pipeline", "ovpasses.compiling")
+
+
+def _in_core(module: str) -> bool:
+    return any(module == core or module.startswith(core + ".") for core in CORE)
+
+
+def test_the_core_knows_no_feature_by_name():
+    """A feature plugs in at one place: the registry. No module of the core imports a feature, and no line of its
+    code names a feature's package or one of its passes (a docstring may point a reader at a feature: it is not
+    code); ``ovpasses.registry`` imports every feature, one line each."""
+    import ast
+
+    import ovpasses.registry
+
+    graph = import_graph()
+    assert sorted((m, t) for m, targets in graph.items() if _in_core(m) for t in targets if feature_of(t)) == []
+    features = {feature_of(m) for m in graph} - {None}
+    passes = {rule.__name__ for f in ovpasses.registry.FEATURES if f.name in features for rule in f.passes}
+    modules = _modules()
+    named = []
+    for module, path in modules.items():
+        if not _in_core(module):
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id in passes:
+                named.append((module, node.id))
+            elif isinstance(node, ast.Attribute) and node.attr in passes | features:
+                named.append((module, node.attr))
+            elif (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                  and node.value in passes | features):
+                named.append((module, node.value))
+    assert named == []
+    registered = {feature_of(t) for t in graph["ovpasses.registry"]} - {None}
+    assert registered == features
+    assert {f.name for f in ovpasses.registry.FEATURES} == features | {"core"}
+
+
+MAX_MODULE_LINES = 400   # a module longer than this holds more than one concern: split it by what it does
+MAX_PIPELINE_LINES = 300   # the executor alone: the steps are the registry's, the work the features'
+
+
+def test_modules_stay_small():
+    """No module of the package over MAX_MODULE_LINES, the pipeline within MAX_PIPELINE_LINES."""
+    sizes = {module: len(path.read_text().splitlines()) for module, path in _modules().items()}
+    assert len(sizes) > 50 and sizes["ovpasses.pipeline"] > 100   # it read the package's modules
+    assert {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES} == {}
+    assert sizes["ovpasses.pipeline"] <= MAX_PIPELINE_LINES
+
+
 def test_the_import_graph_sees_what_it_checks():
     """The checks above read real edges: a known import of each kind is in the graph, and a circle and an
     upward edge are caught when made up."""
@@ -250,8 +308,9 @@ def test_the_import_graph_sees_what_it_checks():
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert layer_of("ovpasses.analysis.kv_sharing") < layer_of("ovpasses.passes.sdpa_decomposition")
     assert layer_of("ovpasses.plan.runtimes") < layer_of("ovpasses.analysis") < layer_of("ovpasses.plan.decisions")
-    assert layer_of("ovpasses.passes.sdpa_decomposition") < layer_of("ovpasses.features.paged_heads.plan") \
-        < layer_of("ovpasses.passes") < layer_of("ovpasses.options")
+    assert layer_of("ovpasses.passes.sdpa_decomposition") <= layer_of("ovpasses.passes") \
+        < layer_of("ovpasses.plan.targets") < layer_of("ovpasses.features.paged_heads.plan") \
+        < layer_of("ovpasses.registry") < layer_of("ovpasses.options") < layer_of("ovpasses.pipeline")
     assert feature_of("ovpasses.features.paged_heads.plan") == "paged_heads"
     assert feature_of("ovpasses.features") is None and feature_of("ovpasses.plan.targets") is None
     with pytest.raises(AssertionError, match="in no layer"):

@@ -25,7 +25,7 @@ from ovpasses.features.old_runtimes.analysis import analyze_op_versions, layer_v
 from ovpasses.errors import UnreadableOperationError
 from ovpasses.report.inspect import inspect_model
 from ovpasses.options import RewriteOptions
-from ovpasses.passes import ErfInvConstantFolding
+from ovpasses import ErfInvConstantFolding
 from ovpasses.features.old_runtimes.erfinv_constant_folding import erfinv
 import ovpasses.features.old_runtimes.plan
 from ovpasses.features.old_runtimes.plan import LOWERING_PASSES, lower_op_versions

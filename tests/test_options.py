@@ -10,9 +10,9 @@ import pytest
 
 import ovpasses
 from ovpasses import FirstPrompt, InvalidOptionError, KVSharing, PagedHeads, RewriteOptions, SlidingWindow, UnknownPassError
-from ovpasses.app.cli import build_parser
+from ovpasses.app.arguments import build_parser
 from ovpasses.options import MODES, PASS_NAMES
-from ovpasses.passes import PIPELINE_ORDER
+from ovpasses.registry import PIPELINE_ORDER
 from ovpasses.pipeline import STEPS
 from ovpasses.plan.profiles import profile_for
 from ovpasses.app.files.io import read_ir
@@ -67,7 +67,9 @@ def test_unknown_passes_and_runtimes_are_refused_at_construction():
 
 def test_the_pass_names_follow_the_pipeline():
     assert PIPELINE_ORDER == tuple(step.rule for step in STEPS)
-    assert set(PIPELINE_ORDER) == {getattr(ovpasses.passes, name) for name in ovpasses.passes.__all__}
+    assert set(ovpasses.passes.__all__) <= {rule.__name__ for rule in PIPELINE_ORDER}
+    assert {rule.__name__ for rule in PIPELINE_ORDER} <= set(ovpasses.__all__)
+    assert all(getattr(ovpasses, rule.__name__) is rule for rule in PIPELINE_ORDER)
 
 
 def test_rewrite_takes_options_or_the_keywords_not_both():

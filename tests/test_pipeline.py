@@ -195,7 +195,7 @@ def test_the_plan_stays_as_made_and_the_rules_records_say_what_was_done():
 
     decisions = MappingProxyType({"a": Decision(BARRIER, "off path"), "b": Decision(NATIVE, "exclusive cache"),
                                   "c": Decision(BARRIER, "off path")})
-    plan = RewritePlan(None, None, decisions, {}, (), (), {})
+    plan = RewritePlan(None, None, decisions, {}, ())
     a = Planned("a", "off path", "barrier", ("a",), fallback="ScaledDotProductAttentionDecomposition")
     a_handed = Planned("a", "off path", "decompose", ("a",), handed_from=("barrier", "DisableStatefulSDPAFusion"))
     c = Planned("c", "off path", "barrier", ("c",), fallback="ScaledDotProductAttentionDecomposition")
@@ -230,12 +230,14 @@ def test_a_rule_refuses_through_its_patterns_predicate_and_its_record_says_why()
     """apply_rule builds the rule from its part of the plan and records per planned node what it did: given an
     SDPA a barrier already keeps out, the barrier refuses it with the reason its pattern's predicate gave."""
     from ovpasses.passes import DisableStatefulSDPAFusion
-    from ovpasses.plan.decisions import RULE_OF
+    from ovpasses.plan.decisions import Action
+    from ovpasses.registry import RULE_OF
     from ovpasses.rules import Planned, RulePlan, Status, apply_rule
 
     summary = ovpasses.rewrite(build_stack(SPEC))
-    assert summary.decisions[SPEC.sdpa_name(1)].rule == "DisableStatefulSDPAFusion"
-    assert summary.decisions[SPEC.sdpa_name(0)].rule is None and set(RULE_OF.values()) <= set(PASSES)
+    assert RULE_OF[summary.decisions[SPEC.sdpa_name(1)].action] == "DisableStatefulSDPAFusion"
+    assert summary.decisions[SPEC.sdpa_name(0)].action not in RULE_OF and set(RULE_OF.values()) <= set(PASSES)
+    assert set(RULE_OF) == {action for action in Action if action.changes}   # every changing action has its rule
     model = build_stack(SPEC)
     part = RulePlan(DisableStatefulSDPAFusion.NAME, (Planned(SPEC.sdpa_name(1), "off path", "barrier",
                                                              (SPEC.sdpa_name(1),)),))

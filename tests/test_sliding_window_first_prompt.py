@@ -24,7 +24,7 @@ import ovpasses
 from ovpasses.app.check import count_fused_sdpa
 from ovpasses.app.render.text import summary_text
 from ovpasses.errors import InvalidOptionError
-from ovpasses.features.sliding_window import first_prompt
+from ovpasses.features.sliding_window import first_prompt, first_prompt_plan
 from ovpasses.features.sliding_window.caches import trimmable_caches
 from ovpasses.features.sliding_window.release_points import RT_RELEASE
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
@@ -214,7 +214,7 @@ def test_kv_shared_models_stay_trimmable_and_say_why(fixture):
 def test_blocks_in_several_runs_are_exact(family, monkeypatch):
     """The fixtures' layers are small enough for one run; at a smaller score budget per run they get four, chained
     one after another (a 300-token prompt: 38 blocks of 8 rows)."""
-    monkeypatch.setattr(first_prompt, "RUN_SCORES", 1 << 20)
+    monkeypatch.setattr(first_prompt_plan, "RUN_SCORES", 1 << 20)
     folder = FAMILIES[family]
     model = _read(folder)
     ovpasses.rewrite(model, sliding_window="trimmable", first_prompt="blocked")
@@ -236,7 +236,7 @@ def test_wide_windows_are_refused_with_the_reason():
 
 
 def test_a_layer_needing_too_many_runs_leaves_the_model_trimmable(monkeypatch):
-    monkeypatch.setattr(first_prompt, "MAX_RUNS", 0)
+    monkeypatch.setattr(first_prompt_plan, "MAX_RUNS", 0)
     plan = first_prompt.plan_blocked(_trimmable(FAMILIES["gemma3"]))
     assert not plan.layers and plan.refused
     assert all("would need 1 runs" in reason or "all are born trimmed or none" in reason

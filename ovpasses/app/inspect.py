@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ovpasses.app.files.io import read_ir
-from ovpasses.app.folder import export_family, refuse_without_attention, scan_export
+from ovpasses.app.files.export_scan import export_family, refuse_without_attention, scan_export
 from ovpasses.options import RewriteOptions
 from ovpasses.report.inspect import folder_report, inspect_model
 
@@ -21,7 +21,7 @@ class PathInspection:
 
     source: Path
     reports: list[tuple[str | None, dict]]
-    skipped: list[dict] = field(default_factory=list)   # {"file", "reason": an app.folder.Skipped value}
+    skipped: list[dict] = field(default_factory=list)   # {"file", "reason": an app.files.export_scan.Skipped value}
     family: str | None = None   # the export's model family (export_family), whose measurements the text quotes
 
     @property

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from ovpasses.app.files import io
-from ovpasses.app.folder import refuse_without_attention
+from ovpasses.app.files.export_scan import refuse_without_attention
 from ovpasses.options import RewriteOptions
 from ovpasses.pipeline import rewrite
 from ovpasses.summary import RewriteSummary

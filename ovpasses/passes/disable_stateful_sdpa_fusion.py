@@ -87,6 +87,7 @@ class DisableStatefulSDPAFusion(Rule, MatcherPass):
     """
 
     NAME = "DisableStatefulSDPAFusion"
+    ACTION = "barrier"   # the SDPA action (plan.decisions.Action) it carries out
     REANALYSES = True   # its SDPAs leave the stateful fusion the analyses predict
     DESCRIPTION = ("keeps SDPAs that read a cache off its Assign path out of the CPU stateful SDPA fusion (no-op "
                    "Reshape)")

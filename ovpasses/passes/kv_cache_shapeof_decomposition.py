@@ -53,6 +53,7 @@ class KVCacheShapeOfDecomposition(Rule, MatcherPass):
     """Replace ShapeOf(Concat(past cache, new)) by a shape built from ShapeOf(new) and ShapeOf(past)."""
 
     NAME = "KVCacheShapeOfDecomposition"
+    ACTION = "shapeof"   # the SDPA action (plan.decisions.Action) it carries out
     REANALYSES = True   # the cache Concats lose their ShapeOf readers
     WHOLE_MODEL = True  # every ShapeOf on a cache Concat that an Assign stores, not only the planned SDPAs'
     DESCRIPTION = "affected runtimes (2025.2 - 2026.1): computes a cache Concat's ShapeOf from the Concat inputs"

@@ -19,7 +19,8 @@ from ovpasses.plan.profiles import RuntimeProfile
 
 
 class Action(StrEnum):
-    """What the pipeline does to one SDPA (its value is what the JSON reports carry)."""
+    """What the pipeline does to one SDPA (its value is what the JSON reports carry). The rule that carries an
+    action out declares it (its ``ACTION``): :data:`ovpasses.registry.RULE_OF`."""
 
     NATIVE = "native"                  # nothing: the plugin fuses it as it is
     NATIVE_UNFUSED = "native_unfused"  # nothing: the plugin leaves this shared cache unfused, correctly
@@ -28,9 +29,9 @@ class Action(StrEnum):
     SHAPEOF = "shapeof"                # KVCacheShapeOfDecomposition on its cache Concat's ShapeOf
     BARRIER = "barrier"                # DisableStatefulSDPAFusion keeps it out of stateful fusion
     DECOMPOSE = "decompose"            # ScaledDotProductAttentionDecomposition, where the barrier cannot go
-    UNSHARED = "unshared"              # SharedKVCacheUnsharing gave it a cache of its own
-    BOUNDED = "bounded"                # SlidingWindowKVCacheBounding bounded its cache
-    TRIMMABLE = "trimmable"            # TrimmableSlidingWindowKVCache: its cache may be trimmed by the program
+    UNSHARED = "unshared"              # kv_sharing="unshare" gave it a cache of its own
+    BOUNDED = "bounded"                # sliding_window="bounded" bounded its cache
+    TRIMMABLE = "trimmable"            # sliding_window="trimmable": its cache may be trimmed by the program
 
     @property
     def changes(self) -> bool:
@@ -47,17 +48,6 @@ class Lowered(StrEnum):
     REFUSED = "refused"                   # still there: the target cannot read the model
 
 
-# The rule (pass NAME) that carries each changing action out.
-RULE_OF: dict[Action, str] = {
-    Action.SHAPEOF: "KVCacheShapeOfDecomposition",
-    Action.BARRIER: "DisableStatefulSDPAFusion",
-    Action.DECOMPOSE: "ScaledDotProductAttentionDecomposition",
-    Action.UNSHARED: "SharedKVCacheUnsharing",
-    Action.BOUNDED: "SlidingWindowKVCacheBounding",
-    Action.TRIMMABLE: "TrimmableSlidingWindowKVCache",
-}
-
-
 @dataclass(frozen=True)
 class Decision:
     """What the pipeline plans for one SDPA, and why (the reason comes from the predicate that decided).
@@ -67,11 +57,6 @@ class Decision:
     action: Action
     reason: str
     not_applied: str | None = None
-
-    @property
-    def rule(self) -> str | None:
-        """The rule (pass) that carries the action out; None where the SDPA is left as it is."""
-        return RULE_OF.get(self.action)
 
 
 def plan_with_reasons(analysis: KVSharingAnalysis, profile: RuntimeProfile) -> dict[str, Decision]:

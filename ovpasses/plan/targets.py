@@ -1,16 +1,17 @@
-"""The facts a run plans from, the frozen plan, and each rule's part of it.
+"""The facts a run plans from, the frozen plan, and the core's part of it: detection and fusion.
 
 * :class:`Facts`: what the analyses say about the model as it is now. One value per *epoch*: the pipeline
   makes a new one only after a rule that declares ``REANALYSES`` changed the model; each analysis runs when
-  first asked, once per epoch.
+  first asked, once per epoch. The core's analyses are properties here; a feature's are named in its
+  :class:`~ovpasses.plan.feature.Feature` (``facts.masks`` is found among them).
 * :class:`RewritePlan`: the frozen plan of the SDPAs (per SDPA its :class:`~ovpasses.plan.decisions.Decision`),
-  the sliding-window masks' plan and the paged path's warnings, made by :func:`make_plan` from the facts after
-  detection (and again after a step that re-plans: the unsharing). Nothing changes it: what the rules did is
-  in their records, and :func:`decisions_after` reads the two together.
+  with each feature's section (``plan.mask_actions``), made by :func:`make_plan` from the facts after detection
+  (and again after a step that re-plans: the unsharing). Nothing changes it: what the rules did is in their
+  records, and :func:`decisions_after` reads the two together.
 * One part builder per step (``facts, plan -> RulePlan | None``): the nodes the plan gives the rule, each with
   its reason, and the rule's own data. A feature's builders live in its home (``features/<feature>/plan.py``);
-  those of the shared passes (detection, the barrier and its fallback, the cache ShapeOf) are here. The list of
-  steps is :data:`ovpasses.pipeline.STEPS`.
+  those of the core (detection, the barrier and its fallback, the cache ShapeOf) are here, registered as
+  :data:`CORE`. This module knows no feature by name (``tests/test_layout.py``).
 """
 
 from __future__ import annotations
@@ -25,32 +26,26 @@ import openvino as ov
 from ovpasses.analysis.attention_kinds import AttentionKind, attention_kinds
 from ovpasses.analysis.kv_sharing import KVSharingAnalysis, analyze_kv_sharing
 from ovpasses.analysis.sharing_lint import Finding, lint_kv_sharing
-from ovpasses.features.old_runtimes.analysis import OpVersionAnalysis
-from ovpasses.features.old_runtimes.plan import unreadable_before
-from ovpasses.features.paged_heads.heads import attention_heads
-from ovpasses.features.paged_heads.paged_path import PagedWarning, paged_warnings
-from ovpasses.features.sdpa_recovery.analysis import EagerAttention, find_eager_attention
-from ovpasses.features.sliding_window.masks import (
-    SlidingWindowMask,
-    find_distance_window_masks,
-    find_sliding_window_masks,
-)
-from ovpasses.features.sliding_window.plan import MaskAction, mask_plan, mask_windows
-from ovpasses.options import RewriteOptions
-from ovpasses.passes.disable_stateful_sdpa_fusion import is_fusion_barrier
+from ovpasses.passes.disable_stateful_sdpa_fusion import DisableStatefulSDPAFusion, is_fusion_barrier
+from ovpasses.passes.kv_cache_shapeof_decomposition import KVCacheShapeOfDecomposition
+from ovpasses.passes.sdpa_decomposition import ScaledDotProductAttentionDecomposition
+from ovpasses.passes.shared_kv_detection import SharedKVCacheDetection
 from ovpasses.plan.decisions import Action, Decision, plan_with_reasons
+from ovpasses.plan.feature import Feature, Phase, Step
 from ovpasses.rules import Planned, RulePlan, RuleRecord, Status
 
-DECOMPOSITION = "ScaledDotProductAttentionDecomposition"   # the rule that takes what the barrier refuses
+DECOMPOSITION = ScaledDotProductAttentionDecomposition.NAME   # the rule that takes what the barrier refuses
 
 
 @dataclass(frozen=True, eq=False)
 class Facts:
-    """The analyses of ``model`` as it is now (one epoch), each run when first asked. ``kv_given``: the
-    KV-sharing analysis the detection pass made of this same model, where it ran."""
+    """The analyses of ``model`` as it is now (one epoch), each run when first asked. ``features``: the registered
+    features, whose named facts an attribute finds (``facts.masks``); ``kv_given``: the KV-sharing analysis the
+    detection pass made of this same model, where it ran."""
 
     model: ov.Model
-    options: RewriteOptions
+    options: object                 # the run's RewriteOptions (read by the part builders)
+    features: tuple[Feature, ...] = ()
     kv_given: KVSharingAnalysis | None = None
 
     @cached_property
@@ -65,67 +60,62 @@ class Facts:
     def sdpa_nodes(self) -> dict[str, ov.Node]:
         return self.kv.sdpa_nodes(self.ordered)
 
-    @cached_property
-    def masks(self) -> list[SlidingWindowMask]:
-        return find_sliding_window_masks(self.sdpa_nodes.values())
+    def __getattr__(self, name: str):
+        """A feature's fact, computed when first asked and kept for the epoch (as a cached property is)."""
+        for feature in self.__dict__.get("features", ()):
+            if name in feature.facts:
+                value = self.__dict__[name] = feature.facts[name](self)
+                return value
+        raise AttributeError(f"no analysis named {name!r}: neither the core's nor a registered feature's")
 
-    @cached_property
-    def distance_masks(self):
-        return find_distance_window_masks(self.sdpa_nodes.values())
-
-    @cached_property
-    def eager(self) -> list[EagerAttention]:
-        return find_eager_attention(self.model)
-
-    @cached_property
-    def op_before(self) -> OpVersionAnalysis | None:
-        """What the target cannot read, as the model is now (the lowering rules plan on it)."""
-        return unreadable_before(self.model, self.options.runtime.version)
+    def again(self, kv_given: KVSharingAnalysis | None = None) -> Facts:
+        """The facts of a new epoch of the same model (after a rule changed it)."""
+        return Facts(self.model, self.options, self.features, kv_given)
 
 
 @dataclass(frozen=True)
 class RewritePlan:
-    """The frozen plan of one model: per SDPA the decision and its reason, per sliding-window mask its action,
-    what no rewrite mends on the paged path; with the analysis it was made from (``analysis``) and the input's
-    (``detected``)."""
+    """The frozen plan of one model: per SDPA the decision and its reason, with the analysis it was made from
+    (``analysis``) and the input's (``detected``); and each feature's section (``sections``: name -> plain data,
+    read as attributes: ``plan.mask_actions``, ``plan.warnings``)."""
 
     detected: KVSharingAnalysis
     analysis: KVSharingAnalysis
     decisions: Mapping[str, Decision]
     kinds: Mapping[str, AttentionKind]
     findings: tuple[Finding, ...]
-    masks: tuple[SlidingWindowMask, ...]
-    mask_actions: Mapping[str, MaskAction]
-    warnings: tuple[PagedWarning, ...] = field(default=())
+    sections: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __getattr__(self, name: str):
+        sections = self.__dict__.get("sections")
+        if sections is not None and name in sections:
+            return sections[name]
+        raise AttributeError(f"the plan has no section {name!r}")
+
+    def with_sections(self, **sections) -> RewritePlan:
+        return replace(self, sections=MappingProxyType({**self.sections, **sections}))
 
 
 def make_plan(facts: Facts, detected: KVSharingAnalysis | None = None) -> RewritePlan:
-    """Plan from ``facts`` (pure: reads the analyses only). ``detected``: the input's analysis, where the plan
-    is made again after a rule changed the caches."""
+    """Plan from ``facts`` (pure: reads the analyses only): the core's decisions, then each feature's section in
+    the registry's order (a feature reads an earlier one's section by name). ``detected``: the input's analysis,
+    where the plan is made again after a rule changed the caches."""
     detected = facts.kv if detected is None else detected
     kinds = attention_kinds(facts.sdpa_nodes)
-    profile = facts.options.runtime
-    masks = facts.masks
-    return RewritePlan(
+    plan = RewritePlan(
         detected=detected, analysis=facts.kv,
-        decisions=MappingProxyType(plan_with_reasons(facts.kv, profile)),
-        kinds=MappingProxyType(kinds), findings=tuple(lint_kv_sharing(detected, kinds)), masks=tuple(masks),
-        mask_actions=MappingProxyType(mask_plan(masks, profile)),
-        warnings=tuple(paged_warnings(profile, facts.kv, attention_heads(facts.sdpa_nodes), mask_windows(masks),
-                                      chunks_of(kinds, facts.kv))))
+        decisions=MappingProxyType(plan_with_reasons(facts.kv, facts.options.runtime)),
+        kinds=MappingProxyType(kinds), findings=tuple(lint_kv_sharing(detected, kinds)))
+    for feature in facts.features:
+        if feature.plan is not None:
+            plan = plan.with_sections(**feature.plan(facts, plan))
+    return plan
 
 
-def with_padded_heads(plan: RewritePlan, facts: Facts) -> RewritePlan:
-    """The plan's paged-path warnings for the layers as the padding left them."""
-    profile = facts.options.runtime
-    return replace(plan, warnings=tuple(paged_warnings(profile, plan.analysis, attention_heads(facts.sdpa_nodes),
-                                                       mask_windows(plan.masks), chunks_of(plan.kinds, plan.analysis))))
-
-
-def chunks_of(kinds: dict[str, AttentionKind], analysis: KVSharingAnalysis) -> tuple[int, ...]:
-    """The chunks of the chunked-attention layers that read a KV cache (those the paged path converts)."""
-    return tuple(sorted({k.window for name, k in kinds.items() if k.mask == "chunked" and name in analysis.sdpa
-                         and analysis.sdpa[name].kv_variables}))
+def plan_again(plan: RewritePlan, facts: Facts) -> RewritePlan:
+    """A step's ``replan`` where its rule changed which caches exist: the whole plan made again from the facts as
+    they are, the input's analysis kept."""
+    return make_plan(facts, detected=plan.detected)
 
 
 def decisions_after(plan: RewritePlan, records: list[RuleRecord]) -> dict[str, Decision]:
@@ -202,3 +192,15 @@ def cache_shapeof(facts: Facts, plan: RewritePlan) -> RulePlan | None:
                              for s in plan.analysis.caches[vid].concat_shape_consumers)
             nodes.append(Planned(name, decision.reason, Action.SHAPEOF.value, (name,), marks=shapeofs))
     return RulePlan("KVCacheShapeOfDecomposition", tuple(nodes))
+
+
+# The core's steps: detection (the plan is made after it), the fusion barrier, what it cannot take, the cache ShapeOf.
+CORE = Feature(
+    "core",
+    steps=(
+        Step(SharedKVCacheDetection, detection, Phase.DETECT, plans=True),
+        Step(DisableStatefulSDPAFusion, fusion_barrier, Phase.FUSION),
+        Step(ScaledDotProductAttentionDecomposition, decomposition, Phase.FUSION),   # what the barrier cannot take
+        Step(KVCacheShapeOfDecomposition, cache_shapeof, Phase.FUSION),              # affected runtimes
+    ),
+)

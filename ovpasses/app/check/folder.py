@@ -17,7 +17,7 @@ from ovpasses.app.check.side_by_side import (FIXED, INCONCLUSIVE, OK, WORSE, Che
 from ovpasses.devices import resolve_device
 from ovpasses.errors import InputError, OvpassesError
 from ovpasses.app import folder
-from ovpasses.app.files import io
+from ovpasses.app.files import export_scan, io
 from ovpasses.options import RewriteOptions, SlidingWindow
 from ovpasses.report import schemas
 
@@ -64,17 +64,17 @@ def check_path(source: Path, device: str = "CPU", steps: int = 3, options: Rewri
     is_folder = os.path.isdir(source)
     if with_genai and not is_folder:
         raise OvpassesError("--genai runs openvino_genai on an export folder: give the folder, not an IR file")
-    if is_folder and (unreadable := folder.unreadable_files(source)):
+    if is_folder and (unreadable := export_scan.unreadable_files(source)):
         raise InputError(f"{source}: {len(unreadable)} file(s) of the export cannot be read: "
                             f"{', '.join(unreadable[:3])}{', ...' if len(unreadable) > 3 else ''}; "
                             "a client would fail on them: copy the export again (with cp -L for links)")
-    scan = folder.scan_export(source) if is_folder else None
+    scan = export_scan.scan_export(source) if is_folder else None
     files = [source / name for name in scan.stateful] if is_folder else [source]
     device = resolve_device(device, ov.Core())
     result = PathCheck(source, is_folder, skipped=scan.skipped_dicts() if is_folder else [])
     for path in files:
         model = io.read_ir(path)
-        folder.refuse_without_attention(path)
+        export_scan.refuse_without_attention(path)
         feeds = inputs.InputSource(path.parent, data_shapes or {},
                                    inputs.Embedders.beside(path.parent, ov.Core(), device))
         result.reports.append((path.name, check_model(

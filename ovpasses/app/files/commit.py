@@ -42,7 +42,6 @@ import contextlib
 import errno
 import logging
 import os
-import secrets
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -59,14 +58,13 @@ from ovpasses.app.files.fsops import (
     remove,
     renameat2,
 )
+from ovpasses.app.files.names import (  # noqa: F401 - part of this API
+    BACKUP_PREFIX, LOCK_NAME, TEMP_PREFIX, _alive, _pid_in, is_own_name, temp_name)
 from ovpasses.app.files.journal import JOURNAL_FORMAT, JOURNAL_NAME, Entry, Identity  # noqa: F401 - part of this API
 from ovpasses.errors import OutputError
 
 log = logging.getLogger(__name__)
 
-LOCK_NAME = ".ovpass.lock"
-TEMP_PREFIX = ".ovpass-tmp-"
-BACKUP_PREFIX = ".ovpass-backup-"
 LOCK_TIMEOUT_S = 120.0
 #: how often a process waiting for a lock tries it again (filelock's default; a test of the race sets it lower)
 LOCK_POLL_S = 0.05
@@ -81,34 +79,6 @@ class CommitError(OutputError):
 
 class TargetCreatedError(CommitError):
     """A name the commit was to create was created by another process after the commit checked it."""
-
-
-# ---------------------------------------------------------------------------------------------- names
-
-def temp_name(suffix: str = "") -> str:
-    """A name for a temporary file or folder that records this process, so stale ones can be removed."""
-    return f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(6)}{suffix}"
-
-
-def is_own_name(name: str) -> bool:
-    """Whether ``name`` is one of ovpass's lock, journal, temporary or backup files."""
-    return name in (LOCK_NAME, JOURNAL_NAME) or name.startswith((TEMP_PREFIX, BACKUP_PREFIX))
-
-
-def _pid_in(name: str, prefix: str) -> int | None:
-    """The process id recorded in a temporary or backup name (``<prefix><pid>-...``)."""
-    head = name[len(prefix):].split("-", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True
 
 
 # ---------------------------------------------------------------------------------------------- lock

@@ -18,7 +18,6 @@ import contextlib
 import errno
 import logging
 import os
-import re
 import shutil
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -29,30 +28,19 @@ from xml.parsers.expat import errors as expat_errors
 import openvino as ov
 
 from ovpasses.app.files import commit
-from ovpasses.features.old_runtimes.analysis import UnknownToInstalled, installed_cannot_read
-from ovpasses.errors import InputError, OutputError, OvpassesError
+from ovpasses.app.files.read_checks import (  # noqa: F401 - the read errors and weights_path, re-exported
+    IRReadError, NotAnIRError, check_ir_version, check_lengths, check_reachable, check_weights_file, last_line,
+    shown_path, unknown_operations, weights_path)
+from ovpasses.features.old_runtimes.analysis import installed_cannot_read
+from ovpasses.errors import OutputError
 from ovpasses.units import size_text
-from ovpasses.plan.runtimes import IR_VERSIONS_READ, installed_version, ir_versions_known, version_string
 
 log = logging.getLogger(__name__)
 
 
 
-class IRReadError(InputError):
-    """The file is missing, is not an OpenVINO IR, or its ``.xml``/``.bin`` pair is damaged."""
-
-
-class NotAnIRError(IRReadError):
-    """The file is XML, but not an OpenVINO IR (its root element is not ``<net>``)."""
-
-
 class IRWriteError(OutputError):
     """The IR could not be written where it was asked to go."""
-
-
-def weights_path(xml_path: str | os.PathLike) -> Path:
-    """The ``.bin`` OpenVINO reads next to ``xml_path``."""
-    return Path(xml_path).with_suffix(".bin")
 
 
 def ir_files(xml_path: str | os.PathLike) -> tuple[Path, Path]:
@@ -105,9 +93,9 @@ def check_ir_file(path: str | os.PathLike) -> Path:
     element, so it is cheap for large IRs.
     """
     path = Path(path)
-    _check_reachable(path, GIVE_INPUT)
+    check_reachable(path, GIVE_INPUT)
     if not path.is_file():
-        raise IRReadError(f"{_shown(path)}: not a file; give the path of an OpenVINO IR .xml file")
+        raise IRReadError(f"{shown_path(path)}: not a file; give the path of an OpenVINO IR .xml file")
     if path.suffix.lower() == ".bin":
         raise IRReadError(f"{path}: that is the weights file of an IR; give its .xml ({path.with_suffix('.xml').name})")
     try:
@@ -122,8 +110,8 @@ def check_ir_file(path: str | os.PathLike) -> Path:
     if root != "net":
         raise NotAnIRError(f"{path}: XML, but not an OpenVINO IR (root element <{root}>, expected <net>); "
                            "give the path of an IR .xml file written by OpenVINO")
-    _check_ir_version(path, version)
-    _check_weights_file(path)
+    check_ir_version(path, version)
+    check_weights_file(path)
     return path
 
 
@@ -191,7 +179,7 @@ def _byte_count(path: Path, layer: ET.Element, data: ET.Element, key: str) -> in
     if text is None:   # a constant written inline, or without data: OpenVINO's reader judges it
         return None
     if not text.strip().isdigit():
-        raise IRReadError(f"{path}: the constant {_shown(Path(layer.get('name', '?')), 60)} has {key}=\"{text[:20]}\", "
+        raise IRReadError(f"{path}: the constant {shown_path(Path(layer.get('name', '?')), 60)} has {key}=\"{text[:20]}\", "
                           "not a byte count; the file is damaged, copy or export the IR again")
     return int(text)
 
@@ -204,7 +192,7 @@ def _check_weights_hold(path: Path, end: int) -> None:
     if not os.path.lexists(weights):
         raise IRReadError(f"{path}: its weights file {weights.name} is missing; keep the .bin beside the .xml "
                           "with the same name")
-    _check_weights_file(path)
+    check_weights_file(path)
     size = weights.stat().st_size
     if size < end:
         raise IRReadError(f"{path}: its weights file {weights.name} is shorter than the XML expects ("
@@ -229,7 +217,7 @@ def read_ir(path: str | os.PathLike, core: ov.Core | None = None) -> ov.Model:
     try:   # what the reader does not check (found by the fuzz test: an Assign on a variable of another shape)
         model.validate_nodes_and_infer_types()
     except RuntimeError as exc:
-        raise IRReadError(f"{path}: OpenVINO reads this IR but its graph does not validate ({_last_line(str(exc))}); "
+        raise IRReadError(f"{path}: OpenVINO reads this IR but its graph does not validate ({last_line(str(exc))}); "
                           "the file is damaged, copy or export it again") from None
     return model
 
@@ -265,10 +253,10 @@ def check_output_path(path: str | os.PathLike) -> Path:
         raise IRWriteError(f"{path}: the output must be an .xml path (its weights go to the .bin beside it)")
     folder = path.parent
     for target in ir_files(path):
-        _check_lengths(target, IRWriteError)
-    _check_reachable(folder, "create the folder first or choose another output path", IRWriteError)
+        check_lengths(target, IRWriteError)
+    check_reachable(folder, "create the folder first or choose another output path", IRWriteError)
     if not folder.is_dir():
-        raise IRWriteError(f"{path}: {_shown(folder)} is a file, not a folder; choose another output path")
+        raise IRWriteError(f"{path}: {shown_path(folder)} is a file, not a folder; choose another output path")
     for target in ir_files(path):
         if target.is_dir():
             raise IRWriteError(f"{path}: {target.name} is a folder; choose another output path")
@@ -335,7 +323,7 @@ def write_ir(model: ov.Model, path: str | os.PathLike, source: str | os.PathLike
 def unserializable(source: str | os.PathLike, exc: RuntimeError) -> str:
     """OpenVINO read the IR at ``source`` and the pipeline ran, but its serializer refuses the model: found by
     the fuzz test (a variable_id changed, two caches of different shapes on one variable)."""
-    return (f"{source}: OpenVINO reads this IR but cannot write it back ({_last_line(str(exc))}); the file is "
+    return (f"{source}: OpenVINO reads this IR but cannot write it back ({last_line(str(exc))}); the file is "
             "damaged, copy or export it again (nothing was written)")
 
 
@@ -367,7 +355,7 @@ def _write_error(path: Path, exc: Exception, model: ov.Model) -> str:
             return (f"{path}: cannot create files in {folder} ({exc.strerror}); choose another output folder "
                     "(nothing was written)")
         return f"{path}: cannot be written ({exc.strerror or exc}); check the folder's permissions and free space"
-    return f"{path}: OpenVINO could not serialize the model: {_last_line(str(exc))}"
+    return f"{path}: OpenVINO could not serialize the model: {last_line(str(exc))}"
 
 
 def _ir_size_estimate(model: ov.Model) -> int:
@@ -393,135 +381,6 @@ def _explain_read_error(path: Path, message: str) -> str:
     with xml_errors(path):
         unknown = installed_cannot_read(path)
     if unknown is not None:   # an operation version it does not know
-        return _unknown_operations(unknown)
-    return (f"{path}: OpenVINO cannot read this IR ({_last_line(message)}); the file is damaged or was not "
+        return unknown_operations(unknown)
+    return (f"{path}: OpenVINO cannot read this IR ({last_line(message)}); the file is damaged or was not "
             "written by OpenVINO: copy or export it again")
-
-
-def _unknown_operations(unknown: UnknownToInstalled) -> str:
-    """Why the installed OpenVINO cannot read an IR (operation versions it does not know), with the way to an
-    IR it reads: ``ovpass rewrite --runtime INSTALLED`` under a release that reads the file."""
-    path, shown = unknown.path, version_string(unknown.installed)
-    ops = ", ".join(f"{t} ({v})" for t, v in unknown.ops)
-    if any(first is None for first in unknown.first_readers):
-        return (f"{path} holds {ops}, which openvino {shown} cannot read, and no release ovpasses has measured "
-                "reads; run it on the runtime that exported it")
-    newest = version_string(max(unknown.first_readers))
-    return (f"{path} holds {ops}, which openvino {shown} cannot read ({newest} is the first release that reads "
-            f"{'them' if len(unknown.ops) > 1 else 'it'}); under openvino {newest} or newer, 'ovpass rewrite "
-            f"{path.parent} -o NEW_FOLDER --runtime {version_string(unknown.installed[:2])}' prepares a copy that "
-            f"{shown} reads (docs/guides/default-rewrite.md)")
-
-
-def _last_line(message: str) -> str:
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip()]
-    meaningful = [ln for ln in lines if not re.match(r"(Exception from|Check ')", ln)]
-    return (meaningful or lines or ["unknown error"])[-1]
-
-
-# ------------------------------------------------------------------ reading: why a path or an IR cannot be read
-
-def _check_ir_version(path: Path, version: str | None) -> None:
-    """Refuse an IR version the installed OpenVINO does not read (measured: see ovpasses.plan.runtimes)."""
-    try:
-        installed = installed_version()
-    except OvpassesError:   # a local build's version string: OpenVINO itself will judge the file
-        return
-    reads = " and ".join(map(str, IR_VERSIONS_READ))
-    what = f"the installed openvino {version_string(installed)} reads IR versions {reads}"
-    if version is None:
-        raise IRReadError(f"{path}: <net> has no version attribute; {what}: export the IR again with OpenVINO "
-                          "(ovc or openvino.save_model)")
-    if not version.strip().isdigit():
-        raise IRReadError(f"{path}: <net version=\"{version}\"> is not an IR version number; {what}: the file is "
-                          "damaged or not written by OpenVINO, export the IR again")
-    number = int(version)
-    if number in IR_VERSIONS_READ or not ir_versions_known(installed):
-        return
-    if number > max(IR_VERSIONS_READ):
-        raise IRReadError(f"{path}: IR version {number} is newer than this openvino reads: {what}; upgrade "
-                          "openvino, or export the IR with this one")
-    raise IRReadError(f"{path}: IR version {number} is too old: {what}; convert the original model again with "
-                      "this openvino (ovc or openvino.save_model)")
-
-
-def _check_weights_file(path: Path) -> None:
-    """The ``.bin`` beside ``path`` may be absent (OpenVINO decides whether the IR needs one, and
-    :func:`_explain_read_error` words its error); if present it must be a file this process can read."""
-    weights = weights_path(path)
-    what = f"the weights file of {path.name}"
-    if not os.path.lexists(weights):
-        return
-    _check_reachable(weights, f"{what} must be readable beside it")
-    if weights.is_dir():
-        raise IRReadError(f"{weights}: {what} is a folder, not a file; move the folder away and put the IR's "
-                          ".bin in its place")
-    if not weights.is_file():
-        raise IRReadError(f"{weights}: {what} is not a regular file; put the IR's .bin in its place")
-    try:
-        with open(weights, "rb"):
-            pass
-    except OSError as exc:
-        raise IRReadError(f"{weights}: {what} cannot be read ({exc.strerror}); check its permissions") from None
-
-
-def _check_lengths(path: Path, error: type[OvpassesError] = IRReadError) -> None:
-    """Raise ``error`` when a name in ``path`` or the whole path is longer than the system allows."""
-    shown = _shown(path)
-    name_max = _pathconf(path, "PC_NAME_MAX", 255)
-    long_name = next((part for part in path.parts if len(os.fsencode(part)) > name_max), None)
-    if long_name is not None:
-        raise error(f"{shown}: the name {_shown(Path(long_name), 40)} is {len(os.fsencode(long_name))} bytes, "
-                    f"longer than the {name_max} bytes the filesystem allows for one name; choose a shorter one")
-    path_max = _pathconf(path, "PC_PATH_MAX", 4096)
-    if len(os.fsencode(str(path))) >= path_max:
-        raise error(f"{shown}: the path is {len(os.fsencode(str(path)))} bytes, longer than the "
-                    f"{path_max - 1} bytes the system allows; use a shorter path, or a shorter relative path")
-
-
-def _check_reachable(path: Path, todo: str, error: type[OvpassesError] = IRReadError) -> None:
-    """Raise ``error`` with one line naming why ``path`` cannot be reached (a name or a path longer
-    than the system allows, a missing folder or file, a file where a folder should be, a folder this
-    user cannot search), followed by ``todo``."""
-    shown = _shown(path)
-    _check_lengths(path, error)
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        missing = next((f for f in _ancestors(path) if not os.path.lexists(f)), None)
-        where = f" (the folder {_shown(missing)} does not exist)" if missing is not None else ""
-        raise error(f"{shown}: no such file or folder{where}; {todo}") from None
-    except NotADirectoryError:
-        blocker = next((f for f in _ancestors(path) if os.path.lexists(f) and not os.path.isdir(f)), path.parent)
-        raise error(f"{shown}: {_shown(blocker)} is a file, not a folder; {todo}") from None
-    except PermissionError:
-        start = [] if path.is_absolute() else [Path.cwd()]   # a relative path is searched from there
-        folder = next((f for f in start + _ancestors(path) if not os.access(f, os.X_OK)), None)
-        if folder is None:
-            raise error(f"{shown}: permission denied; check the permissions of its folders") from None
-        raise error(f"{shown}: no permission to enter the folder {_shown(folder)}; ask for search (x) "
-                    f"permission on it, or {todo}") from None
-    except OSError as exc:   # a loop of symbolic links, an I/O error: the system's words
-        raise error(f"{shown}: cannot be reached ({exc.strerror or exc}); {todo}") from None
-
-
-def _ancestors(path: Path) -> list[Path]:
-    """The folders named on the way to ``path``, outermost first (``a``, ``a/b`` for ``a/b/c``)."""
-    return [folder for folder in reversed(path.parents) if folder != Path(".")]
-
-
-def _pathconf(path: Path, name: str, default: int) -> int:
-    """``os.pathconf`` of the innermost existing folder on the way to ``path``."""
-    for folder in [*reversed(_ancestors(path)), Path(".")]:
-        with contextlib.suppress(OSError, ValueError):
-            return os.pathconf(folder, name)
-    return default
-
-
-def _shown(path: Path, width: int = 120) -> str:
-    """``path`` for a one-line message: shortened in the middle when longer than ``width`` characters."""
-    text = str(path)
-    if len(text) <= width:
-        return text
-    half = (width - 1) // 2
-    return f"{text[:half]}…{text[-half:]}"

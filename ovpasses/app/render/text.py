@@ -10,7 +10,8 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from ovpasses.rules import Status
-from ovpasses.features.sliding_window.caches import HELD_CONTEXT, REFUSALS, Refusal
+from ovpasses.features.sliding_window.cache_nodes import REFUSALS, Refusal
+from ovpasses.features.sliding_window.caches import HELD_CONTEXT
 from ovpasses.features.sliding_window.plan import MaskAction
 from ovpasses.analysis.stateful_fusion import Fusion, FusionVerdict
 from ovpasses.errors import InvalidOptionError, UnreadableOperationError

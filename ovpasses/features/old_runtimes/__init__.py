@@ -12,4 +12,7 @@ Which release reads which opset is a fact of the one runtime table, ``ovpasses.p
 feature reads and never extends; the decision values (``Lowered``) are ``ovpasses.plan.decisions``'. Its steps'
 part of the plan of a run is ``plan.lowering_part``. Guide: ``docs/guides/default-rewrite.md``; facts and their
 measurements: ``docs/runtimes.md``.
+
+Its registration (``registration.py``: ``FEATURE``, one line in ``ovpasses/registry.py``) hands the registry its
+steps and what the plan, the options and the summary need from it.
 """

@@ -11,4 +11,7 @@ layouts differ; padding every KV cache to one layout mends it.
 
 The sentences of its report section are the application's (``ovpasses.app.render.text.paged_heads_lines``,
 ``paged_warning_text``). Guide: ``docs/guides/paged-heads-pad.md``.
+
+Its registration (``registration.py``: ``FEATURE``, one line in ``ovpasses/registry.py``) hands the registry its
+steps and what the plan, the options and the summary need from it.
 """

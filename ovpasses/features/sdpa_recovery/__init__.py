@@ -9,4 +9,7 @@ exact.
 
 Its part of the plan of a run is ``plan.recovery_part``; its report lines are the application's
 (``ovpasses.app.render.text``). Guide: ``docs/guides/sdpa-recovery.md``.
+
+Its registration (``registration.py``: ``FEATURE``, one line in ``ovpasses/registry.py``) hands the registry its
+steps and what the plan, the options and the summary need from it.
 """

@@ -27,4 +27,7 @@ The KV-memory arithmetic its reports use stays shared (``ovpasses.analysis.kv_me
 ``plan.release_part``, ``plan.mask_expand_part``; its report lines are the
 application's (``ovpasses.app.render.text``). Guides: ``docs/guides/sliding-window-bounded.md``,
 ``docs/guides/sliding-window-trimmable.md``.
+
+Its registration (``registration.py``: ``FEATURE``, one line in ``ovpasses/registry.py``) hands the registry its
+steps and what the plan, the options and the summary need from it.
 """

@@ -15,7 +15,7 @@ from ovpasses._strenum import StrEnum
 from ovpasses.features.sliding_window.masks import SlidingWindowMask
 from ovpasses.plan.profiles import RuntimeProfile
 from ovpasses.features.sliding_window.caches import analyze_sliding_window_caches, trimmable_caches
-from ovpasses.features.sliding_window.first_prompt import RT_BLOCKED, RT_NODE, plan_blocked
+from ovpasses.features.sliding_window.first_prompt_plan import RT_BLOCKED, RT_NODE, plan_blocked
 from ovpasses.features.sliding_window.mask_expand import expand_candidates
 from ovpasses.features.sliding_window.release_points import release_candidates
 from ovpasses.features.sliding_window.sliding_window_cache_trimmable import SLICED_FROM, narrowed_mask

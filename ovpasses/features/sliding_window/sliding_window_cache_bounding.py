@@ -71,13 +71,9 @@ from openvino.passes import ModelPass
 from ovpasses.modes import OptionChoice, SlidingWindow
 from ovpasses._ov import SDPA_TYPE, constant_values, copy_runtime_info
 from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
-from ovpasses.features.sliding_window.caches import (
-    BOUND_SUFFIX,
-    CacheNodes,
-    CacheRefusal,
-    SlidingWindowCaches,
-    cache_nodes,
-)
+from ovpasses.analysis.kv_sharing import BOUND_SUFFIX
+from ovpasses.features.sliding_window.cache_nodes import CacheNodes, CacheRefusal, cache_nodes
+from ovpasses.features.sliding_window.caches import SlidingWindowCaches
 from ovpasses.errors import PassInvariantError
 from ovpasses.features.sliding_window.masks import MASK_PORT
 from ovpasses.passes.gqa_expand import elide_single_head_expand, numpy_expand
@@ -107,6 +103,7 @@ class SlidingWindowKVCacheBounding(Rule, ModelPass):
     """
 
     NAME = "SlidingWindowKVCacheBounding"
+    ACTION = "bounded"   # the SDPA action (plan.decisions.Action) it carries out
     REANALYSES = True
     CHANGES_CACHES = True
     ONLY_WITH = OptionChoice("sliding_window", SlidingWindow.BOUNDED)   # the option that turns it on

@@ -52,14 +52,8 @@ from openvino import opset13 as ops
 from openvino.passes import ModelPass
 
 from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
-from ovpasses.features.sliding_window.caches import (
-    RT_TRIMMABLE,
-    CacheRefusal,
-    SlidingWindowCaches,
-    cache_nodes,
-    trimmable_caches,
-    trimmable_key,
-)
+from ovpasses.features.sliding_window.cache_nodes import CacheRefusal, cache_nodes
+from ovpasses.features.sliding_window.caches import RT_TRIMMABLE, SlidingWindowCaches, trimmable_caches, trimmable_key
 from ovpasses.errors import PassInvariantError
 from ovpasses.features.sliding_window.masks import MASK_PORT
 from ovpasses.modes import OptionChoice, SlidingWindow
@@ -105,6 +99,7 @@ class TrimmableSlidingWindowKVCache(Rule, ModelPass):
     this model), re-sourcing lengths from ``plan.reference``. ``self.changed`` lists the variable ids changed."""
 
     NAME = "TrimmableSlidingWindowKVCache"
+    ACTION = "trimmable"   # the SDPA action (plan.decisions.Action) it carries out
     REANALYSES = True
     CHANGES_CACHES = True
     ONLY_WITH = OptionChoice("sliding_window", SlidingWindow.TRIMMABLE)   # the option that turns it on

@@ -5,4 +5,7 @@ SDPA broadcasts it) or broadcast once (several), in every mode.
   expects unfused, as the earlier rules left the model, that read K or V through an exported expand);
 * ``unfused_sdpa_expands.py``: the pass, :class:`UnfusedSDPAExpandRewrite` (its functions on one expand are the
   bounding's too: :mod:`ovpasses.passes.gqa_expand`).
+
+Its registration (``registration.py``: ``FEATURE``, one line in ``ovpasses/registry.py``) hands the registry its
+steps and what the plan, the options and the summary need from it.
 """

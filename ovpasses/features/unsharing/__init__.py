@@ -8,4 +8,7 @@ the CPU plugin fuses every attention layer statefully, at the cost of the copies
 It reads the KV-sharing analysis every feature shares (``ovpasses.analysis.kv_sharing``); its step's wiring is
 ``plan.unsharing_part``; its report lines are the application's (``ovpasses.app.render.text``).
 Guide: ``docs/guides/kv-sharing-unshare.md``.
+
+Its registration (``registration.py``: ``FEATURE``, one line in ``ovpasses/registry.py``) hands the registry its
+steps and what the plan, the options and the summary need from it.
 """

@@ -94,6 +94,7 @@ class SharedKVCacheUnsharing(Rule, ModelPass):
     """
 
     NAME = "SharedKVCacheUnsharing"
+    ACTION = "unshared"   # the SDPA action (plan.decisions.Action) it carries out
     REANALYSES = True
     CHANGES_CACHES = True
     ONLY_WITH = OptionChoice("kv_sharing", KVSharing.UNSHARE)   # the option that turns it on
