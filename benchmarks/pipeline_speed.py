@@ -5,12 +5,15 @@ the same IR, in one process (median of several runs), and how the rewrite scales
     python benchmarks/pipeline_speed.py                        # fixtures + synthetic stacks, plot
     python benchmarks/pipeline_speed.py --runtime 2026.0       # the affected profile's pipeline
     python benchmarks/pipeline_speed.py --ir out/bench/e2b350/openvino_model.xml
+    python benchmarks/pipeline_speed.py --modes default,trimmable --layers   # each mode's cost, exported IRs only
 
 Models: the Gemma 4 E2B-shaped fixture (35 layers, 15 cache owners, 20 borrowers), any ``--ir``
 given (``tools/export_gemma4.py --preset e2b35 --num-layers 350 --num-kv-shared-layers 200`` makes
 the 10x one), and synthetic E2B-shaped stacks from :func:`testkit.graphs.build_stack` at
 ``--layers`` (default 35 to 350). Each rewrite runs on a fresh clone (cloning is not timed);
-compile_model uses the plugin's default configuration. Writes
+compile_model uses the plugin's default configuration. Every mode of ``--modes`` (default: all) is timed on the
+exported IRs, with the passes it ran and the time outside them (the analyses and the plan); the synthetic stacks
+run the default rewrite. Writes
 ``benchmarks/results/pipeline_speed-<runtime>.json`` and a PNG of rewrite time against node count.
 """
 
@@ -42,24 +45,38 @@ def e2b_stack(layers: int) -> ov.Model:
     return build_stack(spec)
 
 
+# the modes --modes takes: the options of ovpasses.rewrite each one runs with
+MODES = {
+    "default": {},
+    "unshare": {"kv_sharing": "unshare"},
+    "bounded": {"sliding_window": "bounded"},
+    "trimmable": {"sliding_window": "trimmable"},
+    "trimmable+blocked": {"sliding_window": "trimmable", "first_prompt": "blocked"},
+    "paged-heads-pad": {"paged_heads": "pad"},
+}
+
+
 def measure(name: str, model: ov.Model, runtime: str | None, repeats: int, compile_repeats: int,
-            core: ov.Core) -> dict:
+            core: ov.Core, mode: str = "default", compile_s: float | None = None) -> dict:
     nodes = len(model.get_ordered_ops())
     summaries = []
 
     def run(clone: ov.Model) -> None:
-        summaries.append(ovpasses.rewrite(clone, runtime))
+        summaries.append(ovpasses.rewrite(clone, runtime, **MODES[mode]))
 
     rewrite_s = median_seconds(run, repeats, setup=model.clone)
     analysis_s = median_seconds(lambda: analyze_kv_sharing(model), repeats)
-    compile_s = median_seconds(lambda: core.compile_model(model, "CPU"), compile_repeats)
+    if compile_s is None:
+        compile_s = median_seconds(lambda: core.compile_model(model, "CPU"), compile_repeats)
     gc.collect()
     summary = summaries[-1]
-    row = {"model": name, "nodes": nodes, "sdpa": len(summary.analysis.sdpa),
+    passes_ms = {p.name: round(p.seconds * 1e3, 2) for p in summary.passes}
+    row = {"model": name, "mode": mode, "nodes": nodes, "sdpa": len(summary.analysis.sdpa),
            "caches": len(summary.analysis.caches), "changed": sum(len(p.changed) for p in summary.passes),
            "rewrite_ms": round(rewrite_s * 1e3, 2), "analysis_ms": round(analysis_s * 1e3, 2),
            "compile_ms": round(compile_s * 1e3, 1), "rewrite_pct_of_compile": round(100 * rewrite_s / compile_s, 2),
-           "rewrite_us_per_node": round(rewrite_s * 1e6 / nodes, 3)}
+           "rewrite_us_per_node": round(rewrite_s * 1e6 / nodes, 3), "passes_ms": passes_ms,
+           "outside_passes_ms": round(rewrite_s * 1e3 - sum(passes_ms.values()), 2)}
     progress(f"  {name}: {row}")
     return row
 
@@ -71,7 +88,8 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for kind, marker in (("synthetic", "o"), ("exported", "s")):
-        pts = sorted((r["nodes"], r["rewrite_ms"], r["analysis_ms"]) for r in rows if r["kind"] == kind)
+        pts = sorted((r["nodes"], r["rewrite_ms"], r["analysis_ms"]) for r in rows
+                     if r["kind"] == kind and r["mode"] == "default")
         if not pts:
             continue
         x = [p[0] for p in pts]
@@ -100,8 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ir", type=Path, nargs="*", default=[], help="more exported IRs (.xml) to time")
     parser.add_argument("--repeats", type=int, default=7, help="rewrite and analysis runs per model")
     parser.add_argument("--compile-repeats", type=int, default=3, help="compile_model runs per model")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help=f"the modes timed on the exported IRs, comma-separated (default: all of {', '.join(MODES)})")
     parser.add_argument("--no-plot", action="store_true")
     args = parser.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if unknown := [m for m in modes if m not in MODES]:
+        parser.error(f"unknown mode {', '.join(unknown)}; modes: {', '.join(MODES)}")
 
     core = ov.Core()
     runtime = openvino_version()
@@ -112,23 +135,28 @@ def main(argv: list[str] | None = None) -> int:
         if not xml.exists():
             raise SystemExit(f"pipeline_speed: {xml} does not exist")
         model = core.read_model(xml)
-        rows.append({"kind": "exported", **measure(xml.parent.name, model, args.runtime, args.repeats,
-                                                   args.compile_repeats, core)})
+        compile_s = None
+        for mode in modes:
+            row = measure(xml.parent.name, model, args.runtime, args.repeats, args.compile_repeats, core, mode,
+                          compile_s)
+            compile_s = row["compile_ms"] / 1e3   # one compile_model figure per IR, the rewrite's by mode
+            rows.append({"kind": "exported", **row})
         del model
     for layers in args.layers:
         rows.append({"kind": "synthetic", **measure(f"stack{layers}", e2b_stack(layers), args.runtime, args.repeats,
                                                     args.compile_repeats, core)})
 
-    header = ["model", "kind", "nodes", "SDPA", "changed", "rewrite ms", "analysis ms", "compile_model ms",
-              "rewrite / compile", "µs/node"]
+    header = ["model", "mode", "kind", "nodes", "SDPA", "changed", "rewrite ms", "outside passes ms", "analysis ms",
+              "compile_model ms", "rewrite / compile", "µs/node"]
     print(f"openvino {runtime}, pipeline for the {profile.name} profile; medians of {args.repeats} rewrites "
           f"and {args.compile_repeats} compiles\n")
-    print(markdown_table(header, [[r["model"], r["kind"], r["nodes"], r["sdpa"], r["changed"], r["rewrite_ms"],
+    print(markdown_table(header, [[r["model"], r["mode"], r["kind"], r["nodes"], r["sdpa"], r["changed"],
+                                   r["rewrite_ms"], r["outside_passes_ms"],
                                    r["analysis_ms"], r["compile_ms"], f"{r['rewrite_pct_of_compile']}%",
                                    r["rewrite_us_per_node"]] for r in rows]))
     scaling = {}
     for kind in ("synthetic", "exported"):
-        group = sorted((r for r in rows if r["kind"] == kind), key=lambda r: r["nodes"])
+        group = sorted((r for r in rows if r["kind"] == kind and r["mode"] == "default"), key=lambda r: r["nodes"])
         if len(group) >= 2:
             lo, hi = group[0], group[-1]
             scaling[kind] = {"from": lo["model"], "to": hi["model"], "node_ratio": round(hi["nodes"] / lo["nodes"], 2),

@@ -113,6 +113,7 @@ class Rule:
     CHANGES_CACHES: bool = False  # it adds or bounds KV caches: the summary describes the caches it left
     WHOLE_MODEL: bool = False     # it takes every match in the model: it runs whenever its part exists
     ACTION: str | None = None     # the action it carries out (an SDPA's Action value; a lowering's Lowered)
+    VALIDATES: bool = False       # it validates what it changed itself: no whole-model validation after it
 
     @classmethod
     def from_plan(cls, part: RulePlan) -> Rule:
@@ -146,7 +147,7 @@ class NamedNodesPass(Rule, ModelPass):
 
 def apply_rule(model: ov.Model, rule_class: type, part: RulePlan) -> tuple[Rule, PassReport, list[RuleRecord]]:
     """Build ``rule_class`` from ``part``, run it on ``model`` in place, and record what it did per planned node."""
-    rule, report = run_built(model, lambda: rule_class.from_plan(part))
+    rule, report = run_built(model, lambda: rule_class.from_plan(part), validate=not rule_class.VALIDATES)
     records = []
     for planned in part.nodes:
         status, reason = rule.outcome(planned)

@@ -31,11 +31,14 @@ def run_step(model: ov.Model, pass_class: type, args: tuple = ()) -> tuple[objec
     return run_built(model, lambda: pass_class(*args))
 
 
-def run_built(model: ov.Model, build: Callable[[], object]) -> tuple[object, PassReport]:
-    """Build a pass (``build()``), run it on ``model`` in place, and time both; return the pass and its report."""
+def run_built(model: ov.Model, build: Callable[[], object], validate: bool = True) -> tuple[object, PassReport]:
+    """Build a pass (``build()``), run it on ``model`` in place, and time both; return the pass and its report.
+    ``validate``: OpenVINO's manager validates the whole model after a pass that changed it (False: the pass
+    validated what it changed itself)."""
     start = time.perf_counter()
     pass_ = build()
     manager = Manager()
+    manager.set_per_pass_validation(validate)
     manager.register_pass(pass_)
     manager.run_passes(model)
     return pass_, PassReport(pass_.NAME, list(pass_.changed), time.perf_counter() - start)

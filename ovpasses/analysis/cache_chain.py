@@ -46,13 +46,15 @@ def cache_chain_pattern(variables: Iterable[str] | None = None,
 
 
 def find_cache_chains(model: ov.Model, variables: Iterable[str] | None = None,
-                      name: str = "cache_chain") -> dict[str, tuple[ov.Node, ov.Node, ov.Output]]:
+                      name: str = "cache_chain",
+                      ordered: list[ov.Node] | None = None) -> dict[str, tuple[ov.Node, ov.Node, ov.Output]]:
     """Per variable (of ``variables``, default any), its first cache chain in topological order:
-    (Concat, ReadValue, new)."""
+    (Concat, ReadValue, new). ``ordered``: the model's ``get_ordered_ops()``, or its Concat nodes in that order,
+    where the caller has them."""
     chain = cache_chain_pattern(variables)
     matcher = Matcher(chain.concat, name)
     chains: dict[str, tuple[ov.Node, ov.Node, ov.Output]] = {}
-    for node in model.get_ordered_ops():
+    for node in model.get_ordered_ops() if ordered is None else ordered:
         if node.get_type_name() == "Concat" and matcher.match(node.output(0)):
             pvm = matcher.get_pattern_value_map()
             read_value = pvm[chain.read_value].get_node()

@@ -53,6 +53,15 @@ class Facts:
         return self.model.get_ordered_ops()
 
     @cached_property
+    def by_type(self) -> dict[str, list[ov.Node]]:
+        """The model's nodes by operation type, in topological order: one walk that the analyses looking for one
+        type share (a walk of a 35-layer IR's 5,400 nodes costs 2-3 ms)."""
+        found: dict[str, list[ov.Node]] = {}
+        for node in self.ordered:
+            found.setdefault(node.get_type_name(), []).append(node)
+        return found
+
+    @cached_property
     def kv(self) -> KVSharingAnalysis:
         return self.kv_given if self.kv_given is not None else analyze_kv_sharing(self.model, self.ordered)
 

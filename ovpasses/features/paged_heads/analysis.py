@@ -235,13 +235,15 @@ def _static(shape: ov.PartialShape, index: int) -> int | None:
     return shape[index].get_length() if shape[index].is_static else None
 
 
-def analyze_paged_heads(model: ov.Model, analysis: KVSharingAnalysis) -> PagedHeads:
+def analyze_paged_heads(model: ov.Model, analysis: KVSharingAnalysis,
+                        concats: list[ov.Node] | None = None) -> PagedHeads:
     """Each cache's layout, each reading SDPA's heads, and the layout padding gives every cache (or why not).
 
-    ``analysis`` is the model's KV-sharing analysis as it is now.
+    ``analysis`` is the model's KV-sharing analysis as it is now; ``concats``: its Concat nodes in topological
+    order, where the caller has them.
     """
     read = {vid: c for vid, c in analysis.caches.items() if c.sdpa}
-    chains = find_cache_chains(model, set(read), "PagedHeads.cache_chain")
+    chains = find_cache_chains(model, set(read), "PagedHeads.cache_chain", concats)
     element_types = {v.get_info().variable_id: v.get_info().data_type for v in model.get_variables()}
     caches: dict[str, CacheLayout] = {}
     refusals: list[PaddingRefusal] = []

@@ -72,10 +72,11 @@ def sdpa_by_name(model: ov.Model, names: set[str]) -> dict[str, ov.Node]:
 
 
 def paged_heads_plan(model: ov.Model, analysis: KVSharingAnalysis, mode: PagedHeads, needed: bool,
-                     runtime: Version) -> PagedHeadsStep:
-    """Plan the padding of ``model`` (its KV-sharing ``analysis`` as it is now); the action says whether the
-    pass has anything to do (:data:`PagedHeadsAction.KEPT` with ``mode="pad"``: it has)."""
-    plan = analyze_paged_heads(model, analysis)
+                     runtime: Version, concats: list[ov.Node] | None = None) -> PagedHeadsStep:
+    """Plan the padding of ``model`` (its KV-sharing ``analysis`` as it is now; ``concats``: its Concat nodes in
+    topological order, where the caller has them); the action says whether the pass has anything to do
+    (:data:`PagedHeadsAction.KEPT` with ``mode="pad"``: it has)."""
+    plan = analyze_paged_heads(model, analysis, concats)
     action = PagedHeadsAction.KEPT
     if mode is PagedHeads.PAD and plan.refusals:
         action = PagedHeadsAction.REFUSED
@@ -91,7 +92,7 @@ def padding_part(facts, _plan) -> RulePlan:
     it; pads with ``paged_heads="pad"`` only."""
     options = facts.options
     heads = paged_heads_plan(facts.model, facts.kv, options.paged_heads, options.runtime.paged_cpu_one_head_size,
-                             options.runtime.version)
+                             options.runtime.version, facts.by_type.get("Concat", []))
     pads = options.paged_heads is PagedHeads.PAD and heads.action == PagedHeadsAction.KEPT
     nodes = tuple(Planned(vid, "its heads differ from the widest cache's") for vid in heads.plan.padded) if pads else ()
     return RulePlan("AttentionHeadPadding", nodes, heads)

@@ -283,12 +283,13 @@ def _unmatched_reason(softmax: ov.Node, consumer: ov.Node) -> str:
     return f"no MatMul(Q, K) within {MAX_WALK} operations before the Softmax"
 
 
-def find_eager_attention(model: ov.Model) -> list[EagerAttention]:
+def find_eager_attention(model: ov.Model, ordered: list[ov.Node] | None = None) -> list[EagerAttention]:
     """Every Softmax of ``model`` whose output (through at most two single-consumer nodes) is input 0 of a
-    MatMul, in topological order, judged by the pattern and :func:`refusal`."""
+    MatMul, in topological order, judged by the pattern and :func:`refusal`. ``ordered``: the model's
+    ``get_ordered_ops()``, or its Softmax nodes in that order, where the caller has them."""
     p = matcher = None   # built at the first Softmax: the pattern costs more than the walk (15 ms of a 35-layer
     found = []           # IR's 100 ms rewrite), and an IR exported with SDPA has no Softmax outside them
-    for node in model.get_ordered_ops():
+    for node in model.get_ordered_ops() if ordered is None else ordered:
         if node.get_type_name() != "Softmax":
             continue
         consumer = _probs_consumer(node)

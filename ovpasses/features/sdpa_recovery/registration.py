@@ -22,7 +22,7 @@ def _summary(run, _model, _options) -> dict:
 
 FEATURE = Feature(
     "sdpa_recovery",
-    facts=MappingProxyType({"eager": lambda facts: find_eager_attention(facts.model)}),
+    facts=MappingProxyType({"eager": lambda facts: find_eager_attention(facts.model, facts.by_type.get("Softmax", []))}),
     steps=(Step(EagerAttentionToSDPA, recovery_part, Phase.RECOVER),),   # IRs exported with eager attention
     summary=_summary,
 )
