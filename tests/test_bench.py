@@ -52,6 +52,40 @@ def test_bench_core_measures_each_form_in_its_own_process():
     assert (rec["command"] is None) == (rec["form"] == "unmodified")
 
 
+def test_bench_rounds_take_turns_and_give_medians_with_their_range():
+    """--rounds 2: every form runs twice, the forms taking turns (all of round 1, then round 2), and a row holds the
+    medians of its two runs with the range of their decode."""
+    data, progress = bench_json(GEMMA3, "--client", "core", "--context", "40", "--steps", "2", "--rounds", "2")
+    lines = [line for line in progress.splitlines() if line.startswith("bench: [")]
+    forms = [r["form"] for r in data["rows"]]
+    assert len(lines) == 2 * len(forms) and forms[0] == "unmodified"
+    assert [line.split("] ")[1].split(",")[0] for line in lines] == forms * 2   # turns, not one form twice
+    assert all(f"round {n} of 2" in line for n, half in ((1, lines[:len(forms)]), (2, lines[len(forms):]))
+               for line in half)
+    for row in data["rows"]:
+        low, high = row["decode_ms_range"]
+        assert row["rounds"] == 2 and low <= row["decode_ms"] <= high and row["tokens_equal"] is True, row
+
+
+def test_a_row_is_the_median_of_its_runs():
+    """The row of a form's runs, read from the runs' results (pure): the median of each figure, the decode range, a
+    failed run left out, and the row failed where every run failed."""
+    from ovpasses.app.bench.run import _row
+
+    runs = [{"peak_rss_mib": 100.0, "context_mib": 10.0, "kv_mib": 1.0, "prefill_s": 1.0, "decode_ms": 30.0, "fused": 6},
+            {"error": "killed"},
+            {"peak_rss_mib": 120.0, "context_mib": 14.0, "kv_mib": 1.0, "prefill_s": 3.0, "decode_ms": 10.0, "fused": 6},
+            {"peak_rss_mib": 110.0, "context_mib": 12.0, "kv_mib": 1.0, "prefill_s": 2.0, "decode_ms": 20.0, "fused": 6}]
+    short = {"unmodified": [1, 2], "bounded": [1, 2]}
+    row = _row("bounded", 40, 0, None, runs, short)
+    assert (row.peak_rss_mib, row.context_mib, row.prefill_s, row.decode_ms, row.fused) == (110.0, 12.0, 2.0, 20.0, 6)
+    assert row.rounds == 3 and row.decode_ms_range == [10.0, 30.0] and row.error is None and row.tokens_equal
+    failed = _row("bounded", 40, 0, None, [{"error": "killed"}, {"error": "out of memory"}], short)
+    assert failed.error == "out of memory" and failed.decode_ms is None and failed.rounds == 2
+    one = _row("unmodified", 40, 0, None, runs[:1], short)
+    assert one.decode_ms_range is None and one.rounds == 1
+
+
 def test_bench_genai_paths_run_the_forms_genai_can():
     pytest.importorskip("openvino_genai")
     data, _ = bench_json(GEMMA3, "--client", "genai", "--context", "40", "--steps", "4")
@@ -96,6 +130,7 @@ def test_recommend_reads_the_rows(goal, rows, form):
     ([str(GEMMA3), "--context", "0"], "--context takes token counts of 1 or more"),
     ([str(GEMMA3 / "openvino_model.xml")], "give the folder, not a file"),
     ([str(GEMMA3), "--client", "genai", "--chunk", "8"], "feeds the prompt whole"),
+    ([str(GEMMA3), "--rounds", "0"], "argument --rounds: must be at least 1"),
 ])
 def test_bench_refuses_bad_input_in_one_line(args, says):
     result = run_main("bench", *args, cwd=ROOT)

@@ -226,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunk", type=_non_negative, default=0, metavar="N",
                    help="feed the prompt in chunks of N tokens (core, optimum; default 0: whole)")
     p.add_argument("--steps", type=_positive, default=32, metavar="N", help="decode steps (default 32)")
+    p.add_argument("--rounds", type=_positive, default=1, metavar="N",
+                   help="run every form N times, the forms taking turns; each row holds the medians and the range "
+                        "of the decode (default 1; 3 on a machine that is not quiet)")
     p.add_argument("--goal", choices=("memory", "speed"), default="memory",
                    help="memory: the least context memory among forms that decode no slower; speed: the fastest "
                         "decode that holds no more memory (default memory)")

@@ -180,6 +180,7 @@ def cmd_bench(args) -> int:
                             "folder, not a file")
     export_scan.scan_export(source)   # a folder with no IR, or a damaged one, is refused here as everywhere
     report = bench(source, args.client, arguments.contexts(args.context), args.chunk, args.steps, args.goal,
+                   rounds=args.rounds,
                    progress=lambda message: print(message, file=sys.stderr, flush=True))
     if args.plot and report.rows:
         bench_plot(report, args.plot)

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ovpasses.app.bench.run import FORMS, TRIMMED, BenchReport, BenchRow, forms_that_apply, load, recommend, \
-    trimmer_lines
+from ovpasses.app.bench.advice import recommend, trimmer_lines
+from ovpasses.app.bench.forms import FORMS, TRIMMED
+from ovpasses.app.bench.run import BenchReport, BenchRow, forms_that_apply, load
 from ovpasses.errors import InputError
 
 BLOCKED_PAYS_FROM = 4096   # tokens: the blocked first prompt measured paying from 4k (first-prompt-blocked guide)

@@ -27,35 +27,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ovpasses.app.bench.advice import command, recommend  # noqa: F401 - command: re-exported
 from ovpasses.app.bench.estimate import Estimate, attention, estimate, query_heads
+from ovpasses.app.bench.forms import CLIENT_FORMS, CLIENTS, FORMS, TRIMMED
 from ovpasses.app.bench.worker import TRIM_EVERY
 from ovpasses.errors import InputError
 from ovpasses.options import RewriteOptions
 from ovpasses.precision import EXACT_CPU_CONFIG
 
 SCHEMA = "ovpass.bench/1"
-CLIENTS = ("core", "optimum", "genai", "genai-paged")
-# form -> the options ``ovpass rewrite`` takes for it (None: the export as it is) and its flags
-FORMS: dict[str, tuple[dict | None, tuple[str, ...]]] = {
-    "unmodified": (None, ()),
-    "default": ({}, ()),
-    "bounded": ({"sliding_window": "bounded"}, ("--sliding-window", "bounded")),
-    "trimmable": ({"sliding_window": "trimmable"}, ("--sliding-window", "trimmable")),
-    "trimmable+blocked": ({"sliding_window": "trimmable", "first_prompt": "blocked"},
-                          ("--sliding-window", "trimmable", "--first-prompt", "blocked")),
-    "unshare": ({"kv_sharing": "unshare"}, ("--kv-sharing", "unshare")),
-}
-CLIENT_FORMS = {
-    "core": ("unmodified", "default", "bounded", "trimmable", "trimmable+blocked", "unshare"),
-    "optimum": ("unmodified", "default", "bounded", "trimmable", "trimmable+blocked", "unshare"),
-    "genai": ("unmodified", "default", "bounded", "trimmable+blocked", "unshare"),
-    "genai-paged": ("unmodified", "default"),
-}
-TRIMMED = {"trimmable", "trimmable+blocked"}   # forms whose program runs the trimmer (core, optimum)
 SHORT_CONTEXT, SHORT_STEPS = 96, 16           # the exact run that compares tokens (past the widest window: below)
-# "no slower": within 10 % of the unmodified model's step. Two runs of one form on a loaded 2-core machine differed
-# by more than 5 %, which flipped the advice between runs (benchmarks/records/2026-12-06-bench-vs-script.md)
-DECODE_SLACK = 1.10
 
 
 @dataclass
@@ -74,6 +55,8 @@ class BenchRow:
     tokens_error: str | None = None   # why the tokens could not be compared
     estimate_mib: float | None = None   # what the form was estimated to hold (weights, KV, scores) before it ran
     skipped: str | None = None          # why it was not run: its estimate exceeds the memory available
+    rounds: int = 1                     # the runs its figures are the medians of (--rounds)
+    decode_ms_range: list[float] | None = None   # the fastest and the slowest of those runs' decode medians
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -243,16 +226,19 @@ def too_big(need: Estimate | None, available: float | None) -> bool:
 
 def bench(source: Path, client: str, contexts: list[int], chunk: int = 0, steps: int = 32, goal: str = "memory",
           progress: Callable[[str], None] = lambda message: None, timeout: float = 3600,
-          available: Callable[[], float | None] = available_mib) -> BenchReport:
+          available: Callable[[], float | None] = available_mib, rounds: int = 1) -> BenchReport:
     """Measure every form of ``client`` that changes the model at ``source`` (an export folder) at each of
     ``contexts``, the prompt whole (``chunk`` 0) or in chunks, ``steps`` decode steps; then recommend one.
-    A form whose estimate exceeds ``available()`` MiB (asked before each run) is skipped at that context."""
+    A form whose estimate exceeds ``available()`` MiB (asked before each run) is skipped at that context.
+    ``rounds``: every form is run that many times, the forms taking turns (a load that comes and goes falls on
+    each alike), and a row holds the medians of its runs with the range of their decode."""
     if client not in CLIENTS:
         raise InputError(f"--client must be one of {', '.join(CLIENTS)}, not {client!r}")
     if goal not in ("memory", "speed"):
         raise InputError(f"--goal must be memory or speed, not {goal!r}")
-    if not contexts or min(contexts) < 1 or chunk < 0 or steps < 1:
-        raise InputError("bench needs contexts of 1 token or more, --chunk 0 (whole) or more and --steps 1 or more")
+    if not contexts or min(contexts) < 1 or chunk < 0 or steps < 1 or rounds < 1:
+        raise InputError("bench needs contexts of 1 token or more, --chunk 0 (whole) or more, --steps 1 or more and "
+                         "--rounds 1 or more")
     if client.startswith("genai") and chunk:
         raise InputError(f"--client {client} feeds the prompt whole (openvino_genai does): drop --chunk")
     check_client(client)
@@ -290,98 +276,76 @@ def bench(source: Path, client: str, contexts: list[int], chunk: int = 0, steps:
             return exact["tokens"] if "tokens" in exact else f"the exact run failed: {exact['error']}"
 
         started = time.monotonic()
+        measured: dict[tuple[str, int], list[dict]] = {}
+        done: dict[tuple[str, int], BenchRow] = {}   # a skipped run's row, or the row of the runs made so far
+        turns = [(turn, form, context) for turn in range(1, rounds + 1) for form, context in runs]
         try:
-            for index, (form, context) in enumerate(runs, 1):
+            for index, (turn, form, context) in enumerate(turns, 1):
                 need, free = applicable.estimates.get((form, context)), available()
-                line = (f"bench: [{index}/{len(runs)}] {form}, {context:,} tokens"
-                        f"{f' in chunks of {chunk:,}' if chunk else ' whole'} ({time.monotonic() - started:.0f} s)")
+                line = (f"bench: [{index}/{len(turns)}] {form}, {context:,} tokens"
+                        f"{f' in chunks of {chunk:,}' if chunk else ' whole'}"
+                        f"{f', round {turn} of {rounds}' if rounds > 1 else ''} ({time.monotonic() - started:.0f} s)")
                 job = {"folder": str(folders[form]), "client": client, "context": context, "chunk": chunk,
                        "steps": steps, "config": {}, "trim": form in TRIMMED and not client.startswith("genai"),
                        "options": None if client.startswith("genai") else FORMS[form][0]}
                 estimate_mib = None if need is None else round(need.mib, 1)
+                if (form, context) in done and done[form, context].skipped:
+                    continue
                 if too_big(need, free):
                     row = BenchRow(form, context, chunk, estimate_mib=estimate_mib,
                                    skipped=f"needs about {need.mib:,.0f} MiB, {free:,.0f} MiB available")
                     progress(f"{line}: skipped, {row.skipped} ({parts(need)})")
                     if form == "unmodified" and form not in short:   # still the tokens the others are held to
                         short[form] = exact_tokens(job)
-                    report.rows.append(row)
+                    done[form, context] = row
                     continue
                 progress(line)
-                result = run_worker(job, timeout)
+                measured.setdefault((form, context), []).append(run_worker(job, timeout))
                 if form not in short:
                     short[form] = exact_tokens(job)
-                row = BenchRow(form, context, chunk, estimate_mib=estimate_mib, **{k: result.get(k) for k in (
-                    "peak_rss_mib", "context_mib", "kv_mib", "prefill_s", "decode_ms", "fused", "error")})
-                base = short.get("unmodified")
-                failed = next((t for t in (short[form], base) if isinstance(t, str)), None)
-                row.tokens_equal = None if failed or base is None else short[form] == base
-                row.tokens_error = failed
-                report.rows.append(row)
+                done[form, context] = _row(form, context, chunk, estimate_mib, measured[form, context], short)
         except KeyboardInterrupt:
             report.interrupted = True
+        report.rows = [done[run] for run in runs if run in done]
     report.recommended = recommend(report, goal)
     return report
+
+
+def _row(form: str, context: int, chunk: int, estimate_mib: float | None, results: list[dict],
+         short: dict[str, list[int] | str]) -> BenchRow:
+    """The row of a form's runs at a context: each figure the median of the runs that gave it (a failed run gives
+    none; the row fails where every run failed), the range of their decode, and whether its tokens are the
+    unmodified model's on the short exact run."""
+    ok = [r for r in results if "error" not in r or r["error"] is None]
+    if not ok:
+        row = BenchRow(form, context, chunk, estimate_mib=estimate_mib, error=results[-1].get("error"),
+                       rounds=len(results))
+    else:
+        figures = {k: _median([r[k] for r in ok if r.get(k) is not None]) for k in (
+            "peak_rss_mib", "context_mib", "kv_mib", "prefill_s", "decode_ms", "fused")}
+        decode = [r["decode_ms"] for r in ok if r.get("decode_ms") is not None]
+        row = BenchRow(form, context, chunk, estimate_mib=estimate_mib, rounds=len(ok), **figures,
+                       decode_ms_range=[min(decode), max(decode)] if len(decode) > 1 else None)
+    base = short.get("unmodified")
+    failed = next((t for t in (short.get(form), base) if isinstance(t, str)), None)
+    row.tokens_equal = None if failed or base is None or form not in short else short[form] == base
+    row.tokens_error = failed
+    return row
+
+
+def _median(values: list):
+    if not values:
+        return None
+    values = sorted(values)
+    middle = len(values) // 2
+    if isinstance(values[0], int) and len(values) % 2 == 0:
+        return values[middle - 1]   # a count (fused SDPAs): one of the runs', not a half
+    return values[middle] if len(values) % 2 else round((values[middle - 1] + values[middle]) / 2, 3)
 
 
 def parts(need: Estimate) -> str:
     return (f"weights {need.weights / 2**20:,.0f}, KV caches {need.kv / 2**20:,.0f}, attention scores "
             f"{need.scores / 2**20:,.0f}")
-
-
-def recommend(report: BenchReport, goal: str) -> dict | None:
-    """The form to use at the longest context measured, and why, in one line (None: nothing ran). ``memory``: the
-    least context memory among forms that give the unmodified model's tokens and decode no slower (within
-    :data:`DECODE_SLACK`), or says that the tokens could not be compared; ``speed``: the fastest decode among those that hold no more context memory."""
-    done = [r for r in report.rows if r.error is None and r.context_mib is not None and r.decode_ms is not None]
-    if not done:
-        return None
-    context = max(r.context for r in done)
-    at = {r.form: r for r in done if r.context == context}
-    base = at.get("unmodified")
-    if base is None:
-        return None
-    fit = [r for r in at.values() if r.form == "unmodified" or r.tokens_equal]
-    unknown = next((r.tokens_error for r in at.values() if r.tokens_error), None)
-    if len(fit) == 1 and unknown:
-        return {"form": "unmodified", "context": context, "command": None, "trimmer": None,
-                "why": f"the forms' tokens could not be compared with the unmodified model's ({unknown}): "
-                       "run ovpass bench again"}
-    if goal == "memory":
-        fit = [r for r in fit if r.decode_ms <= base.decode_ms * DECODE_SLACK]
-        best = min(fit, key=lambda r: (r.context_mib, r.decode_ms))
-        why = (f"{best.context_mib:,.0f} MiB of context memory against {base.context_mib:,.0f} unmodified "
-               f"({best.context_mib / base.context_mib:.2f}x), decode {best.decode_ms / base.decode_ms:.2f}x, the same "
-               f"tokens" if best is not base else
-               "no form holds less context memory and decodes as fast with the same tokens: keep the model as it is")
-    else:
-        fit = [r for r in fit if r.context_mib <= base.context_mib]
-        best = min(fit, key=lambda r: (r.decode_ms, r.context_mib))
-        why = (f"decode {best.decode_ms:.1f} ms a token against {base.decode_ms:.1f} unmodified "
-               f"({best.decode_ms / base.decode_ms:.2f}x), context memory {best.context_mib / base.context_mib:.2f}x, "
-               f"the same tokens" if best is not base else
-               "no form decodes faster without holding more context memory: keep the model as it is")
-    return {"form": best.form, "context": context, "why": why,
-            "command": None if best.form == "unmodified" else command(report.source, report.client, best.form),
-            "trimmer": trimmer_lines(report.client) if best.form in TRIMMED and not report.client.startswith("genai")
-            else None}
-
-
-def command(source: str, client: str, form: str) -> str:
-    flags = " ".join(FORMS[form][1])
-    target = f"{source.rstrip('/')}-{form.replace('+', '-')}"
-    return f"ovpass rewrite {source} -o {target}" + (f" {flags}" if flags else "")
-
-
-def trimmer_lines(client: str) -> list[str]:
-    """The lines a program adds to trim the sliding caches (:class:`~ovpasses.SlidingWindowTrimmer`)."""
-    if client == "optimum":
-        return ["from ovpasses import SlidingWindowTrimmer",
-                "model = OVModelForCausalLM.from_pretrained(REWRITTEN_FOLDER, compile=True)",
-                "SlidingWindowTrimmer.attach(model, every=32)   # then model.generate(...) as before"]
-    return ["from ovpasses import SlidingWindowTrimmer",
-            "trimmer = SlidingWindowTrimmer.for_model(model, request, every=32)",
-            "trimmer.trim()   # after each prompt chunk; trimmer.step() after each generated token"]
 
 
 def load(path: str | os.PathLike) -> dict:

@@ -18,13 +18,16 @@ def bench_text(report) -> str:
             rows.append((r.form, f"{r.context:,}", f"FAILED: {r.error}" if r.error else f"skipped: {r.skipped}",
                          "", "", "", "", "", ""))
             continue
+        decode = _cell(r.decode_ms, ".1f") + (f" ({r.decode_ms_range[0]:.1f}-{r.decode_ms_range[1]:.1f})"
+                                               if r.decode_ms_range else "")
         rows.append((r.form, f"{r.context:,}", _cell(r.peak_rss_mib, ",.0f"), _cell(r.context_mib, ",.0f"),
-                     _cell(r.kv_mib, ",.1f"), _cell(r.prefill_s, ".2f"), _cell(r.decode_ms, ".1f"), _cell(r.fused),
+                     _cell(r.kv_mib, ",.1f"), _cell(r.prefill_s, ".2f"), decode, _cell(r.fused),
                      "-" if r.tokens_equal is None else "equal" if r.tokens_equal else "DIFFER"))
     whole = [row for row in rows if not row[2].startswith(("FAILED", "skipped"))]   # the others span the columns
     widths = [max(len(row[i]) for row in (rows if i < 2 else whole)) for i in range(len(header))]
+    rounds = max((r.rounds for r in report.rows), default=1)
     lines = [f"bench: {report.source}, client {report.client}, plugin defaults (tokens: compared under the exact "
-             f"config on a short run)"]
+             f"config on a short run)" + (f"; medians of {rounds} rounds, decode (fastest-slowest)" if rounds > 1 else "")]
     lines += ["  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
               .rstrip() for row in rows]
     for form, why in report.skipped.items():
