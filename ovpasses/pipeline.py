@@ -157,7 +157,7 @@ def execute(model: ov.Model, options: RewriteOptions) -> Execution:
                 rule, report, done = apply_rule(model, rule_class, part)
                 passes.append(report)
                 if getattr(rule, "analysis", None) is not None:   # an analysis hands its facts on (not its nodes)
-                    facts = facts.again(kv_given=rule.analysis)
+                    facts = facts.again(kv_given=rule.analysis, ordered=rule.ordered)
                 else:
                     rules[rule_class.NAME] = rule
                     if rule_class.REANALYSES and rule.changed:

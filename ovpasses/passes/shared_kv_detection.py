@@ -47,6 +47,7 @@ class SharedKVCacheDetection(Rule, ModelPass):
         self.refused: dict[str, str] = {}
         self.analysis: KVSharingAnalysis | None = None
         self.sdpa_nodes: dict[str, ov.Node] = {}   # friendly name -> SDPA node of the model last run on
+        self.ordered: list[ov.Node] | None = None
 
     def run_on_model(self, model: ov.Model) -> bool:
         ordered = model.get_ordered_ops()
@@ -62,4 +63,5 @@ class SharedKVCacheDetection(Rule, ModelPass):
         log.info("%s: %d caches, SDPA exclusive=%d shared=%d stateless=%d", self.NAME, len(analysis.caches),
                  counts["exclusive"], counts["shared"], counts["stateless"])
         self.analysis = analysis
+        self.ordered = ordered   # the nodes the analysis indexes (handed on with it as the run's facts)
         return False

@@ -77,9 +77,13 @@ class Facts:
                 return value
         raise AttributeError(f"no analysis named {name!r}: neither the core's nor a registered feature's")
 
-    def again(self, kv_given: KVSharingAnalysis | None = None) -> Facts:
-        """The facts of a new epoch of the same model (after a rule changed it)."""
-        return Facts(self.model, self.options, self.features, kv_given)
+    def again(self, kv_given: KVSharingAnalysis | None = None, ordered: list[ov.Node] | None = None) -> Facts:
+        """The facts of a new epoch of the same model (after a rule changed it, or after detection, which hands on
+        its analysis and the ordered nodes it was made on)."""
+        facts = Facts(self.model, self.options, self.features, kv_given)
+        if ordered is not None:
+            facts.__dict__["ordered"] = ordered   # the cached property's value: the analysis's indexes point into it
+        return facts
 
 
 @dataclass(frozen=True)
