@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -281,6 +282,8 @@ def bench(source: Path, client: str, contexts: list[int], chunk: int = 0, steps:
         turns = [(turn, form, context) for turn in range(1, rounds + 1) for form, context in runs]
         try:
             for index, (turn, form, context) in enumerate(turns, 1):
+                if (form, context) in done and done[form, context].skipped:   # skipped in an earlier round
+                    continue
                 need, free = applicable.estimates.get((form, context)), available()
                 line = (f"bench: [{index}/{len(turns)}] {form}, {context:,} tokens"
                         f"{f' in chunks of {chunk:,}' if chunk else ' whole'}"
@@ -289,8 +292,6 @@ def bench(source: Path, client: str, contexts: list[int], chunk: int = 0, steps:
                        "steps": steps, "config": {}, "trim": form in TRIMMED and not client.startswith("genai"),
                        "options": None if client.startswith("genai") else FORMS[form][0]}
                 estimate_mib = None if need is None else round(need.mib, 1)
-                if (form, context) in done and done[form, context].skipped:
-                    continue
                 if too_big(need, free):
                     row = BenchRow(form, context, chunk, estimate_mib=estimate_mib,
                                    skipped=f"needs about {need.mib:,.0f} MiB, {free:,.0f} MiB available")
@@ -321,7 +322,7 @@ def _row(form: str, context: int, chunk: int, estimate_mib: float | None, result
         row = BenchRow(form, context, chunk, estimate_mib=estimate_mib, error=results[-1].get("error"),
                        rounds=len(results))
     else:
-        figures = {k: _median([r[k] for r in ok if r.get(k) is not None]) for k in (
+        figures = {k: _median([r[k] for r in ok if r.get(k) is not None], low=k == "fused") for k in (
             "peak_rss_mib", "context_mib", "kv_mib", "prefill_s", "decode_ms", "fused")}
         decode = [r["decode_ms"] for r in ok if r.get("decode_ms") is not None]
         row = BenchRow(form, context, chunk, estimate_mib=estimate_mib, rounds=len(ok), **figures,
@@ -333,14 +334,11 @@ def _row(form: str, context: int, chunk: int, estimate_mib: float | None, result
     return row
 
 
-def _median(values: list):
+def _median(values: list, low: bool = False):
+    """The median of ``values`` (None where there are none); ``low``: one of them (a count: fused SDPAs)."""
     if not values:
         return None
-    values = sorted(values)
-    middle = len(values) // 2
-    if isinstance(values[0], int) and len(values) % 2 == 0:
-        return values[middle - 1]   # a count (fused SDPAs): one of the runs', not a half
-    return values[middle] if len(values) % 2 else round((values[middle - 1] + values[middle]) / 2, 3)
+    return statistics.median_low(values) if low else statistics.median(values)
 
 
 def parts(need: Estimate) -> str:
