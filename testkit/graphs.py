@@ -252,6 +252,7 @@ RecurrentForm = Literal["conv", "scan"]
 STACK_OUTPUT = "hidden_out"
 PAST_LENGTH_WEIGHT = 1e-3
 MASK_MIN = float(np.finfo(np.float32).min)   # the additive mask's "not seen", as transformers writes it
+SCAN_L2_EPS = 1e-6                             # recurrent_form="scan": NormalizeL2's eps on q and k
 CONV_KERNEL = 3                               # recurrent_form="conv": the kernel K; the state keeps K - 1 positions
 
 
@@ -305,15 +306,17 @@ class StackSpec:
     updated token by token in a Loop over the T new tokens (trip count from ShapeOf(x))::
 
         ReadValue(s) -> [Gather(beam_idx)] -> Loop(merged s; q, k, v = x @ W_q/k/v as [B, 1, T, C],
-                                                     sliced on axis 2)
+                                                     q and k L2-normalised, sliced on axis 2)
             body: s = s * decay + k_t^T @ v_t;  y_t = q_t @ s
         Loop: y concatenated on axis 2 -> Reshape [B, T, C] -> @ W_out -> + x;  final s -> Assign(s)
 
     Their weights (:func:`recurrent_weights`) come from a generator of their own, so a stack without
     recurrent layers is the graph it always was. Measured on 2026.0.0 and 2026.4.1: the CPU plugin does not
     compile a stack with a conv state at layer 0 read without the Gather(beam_idx) on a dynamic batch
-    (``beam_gather=False, dynamic_batch=True``: "Invalid graph status", in f32 too); exporters always write the
-    Gather. Every other form it runs as :func:`stack_reference` computes it (f16 and mixed cache types where
+    (``beam_gather=False, dynamic_batch=True``: "Invalid graph status", in f32 too), nor one with a scan state
+    there beside f16 values or caches ("Argument shapes are inconsistent" or "Invalid graph status"), and with
+    the Gather, f16 conv and scan states on a dynamic batch fail too ("Can not clone with new dims"; measured on
+    2026.4.1, 2026-12-07, one unmodified stack in about eight); exporters always write the Gather, in f32. Every other form it runs as :func:`stack_reference` computes it (f16 and mixed cache types where
     it runs the stack without recurrent layers).
     """
 
@@ -515,8 +518,9 @@ class RecurrentWeights:
 
 def recurrent_weights(spec: StackSpec) -> dict[int, RecurrentWeights]:
     """Seeded float64 weights of each recurrent layer (projections all ``spec.weight_fill`` when set), from a
-    generator apart from :func:`stack_weights`'. Scaled so that the hidden states stay O(1) through a few layers:
-    the scan's output is cubic in ``x`` (q @ k^T v), so its q and k projections are scaled by 1/hidden."""
+    generator apart from :func:`stack_weights`'. The hidden states stay in f16's range through the layers: the scan's
+    q and k are L2-normalised per token, so its output is linear in ``x`` (without the norm it was cubic, and five
+    scan layers overflowed f16 in the reference and in the plugin alike: measured 2026-12-07)."""
     rng = np.random.default_rng((spec.seed, RECURRENT_STREAM))
     h = spec.hidden
 
@@ -594,7 +598,10 @@ def _recurrent_block(spec: StackSpec, layer: int, x_BTH: ov.Output, batch_1: ov.
     def per_token(m: np.ndarray) -> ov.Output:
         return ops.unsqueeze(proj(x_BTH, m), _i64([1])).output(0)                   # [B, 1, T, C]
 
-    q_B1TC, k_B1TC, v_B1TC = per_token(w.wq), per_token(w.wk), per_token(w.wv)
+    def l2_normalised(t: ov.Output) -> ov.Output:   # as Gated DeltaNet normalises its q and k per token
+        return ops.normalize_l2(t, _i64([3]), SCAN_L2_EPS, "add").output(0)
+
+    q_B1TC, k_B1TC, v_B1TC = l2_normalised(per_token(w.wq)), l2_normalised(per_token(w.wk)), per_token(w.wv)
     # body names unique in the model: reading an IR back renames a tensor name that another body has too
     s_B1CC = ops.parameter(ov.PartialShape([B, 1, C, C]), et, name=f"layers.{layer}.linear_attn.state")
     q_B11C, k_B11C, v_B11C = (ops.parameter(ov.PartialShape([B, 1, 1, C]), et, name=f"layers.{layer}.linear_attn.{n}")
@@ -945,7 +952,10 @@ def _recurrent_reference(spec: StackSpec, x_BTH: np.ndarray, past: np.ndarray | 
         return conv_BCT.transpose(0, 2, 1) @ w.w_out, cat_BCS[:, :, -(K - 1):]
     s_BCC = np.zeros((Bsz, C, C)) if past is None else past[:, 0]
     s_BCC = s_BCC[beam_idx] if spec.beam_gather else s_BCC
-    q_BTC, k_BTC, v_BTC = x_BTH @ w.wq, x_BTH @ w.wk, x_BTH @ w.wv
+    def l2_normalised(t: np.ndarray) -> np.ndarray:   # NormalizeL2-0, eps_mode "add"
+        return t / np.sqrt((t * t).sum(-1, keepdims=True) + SCAN_L2_EPS)
+
+    q_BTC, k_BTC, v_BTC = l2_normalised(x_BTH @ w.wq), l2_normalised(x_BTH @ w.wk), x_BTH @ w.wv
     ys = []
     for t in range(T):
         s_BCC = s_BCC * w.decay[:, None] + k_BTC[:, t, :, None] * v_BTC[:, t, None, :]

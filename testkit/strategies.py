@@ -192,6 +192,10 @@ def stack_specs(draw, max_layers: int = 5, recurrent: Literal["sometimes", "alwa
         # StackSpec); exporters always write the Gather, and the scan form runs there
         forms = ["conv", "scan"] if drawn["beam_gather"] or not drawn["dynamic_batch"] else ["scan"]
         drawn["recurrent_form"] = draw(_value(fixed.get("recurrent_form", st.sampled_from(forms))))
+        # nor, on a dynamic batch, many states beside f16 values or caches, with the Gather or without (see
+        # StackSpec): such a stack is drawn on a static batch (exporters write f32 graphs with a dynamic one)
+        if "f16" in (drawn["dtype"], drawn["cache_type"]) and "dynamic_batch" not in fixed:
+            drawn["dynamic_batch"] = False
     return StackSpec(**drawn)
 
 
