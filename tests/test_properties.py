@@ -363,6 +363,7 @@ def test_affected_runtime_rewrite_decodes(spec, counts):
     _affected_runtime_property(spec, counts)
 
 
+@pytest.mark.slow   # another runtime's rerun of a module: the slow tier (docs/testing.md)
 @pytest.mark.skipif(AFFECTED, reason="this is the runtime the property runs under")
 @pytest.mark.skipif(not AFFECTED_VENV_PYTHON.exists(), reason=f"no {AFFECTED_VENV_PYTHON}")
 def test_affected_runtime_property_under_2026_0():

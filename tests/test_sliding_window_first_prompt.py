@@ -249,6 +249,7 @@ def _trimmable(folder: Path) -> ov.Model:
     return model
 
 
+@pytest.mark.slow   # another runtime's rerun of a module: the slow tier (docs/testing.md)
 @pytest.mark.skipif(installed_version() < FIRST_FIXED, reason="run from the newest runtime's suite")
 @pytest.mark.parametrize("version", OLDER_RUNTIMES)
 def test_the_older_runtimes_run_the_blocked_first_prompt_exactly(version):

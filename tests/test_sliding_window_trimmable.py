@@ -644,6 +644,7 @@ def test_optimum_intel_prefills_in_chunks_and_decodes_the_unmodified_tokens(tmp_
     assert result["fed"] == [7, 7, 7, 7, 7, 5, 1] and result["trims"] > 0
 
 
+@pytest.mark.slow   # another runtime's rerun of a module: the slow tier (docs/testing.md)
 @pytest.mark.skipif(installed_version() < FIRST_FIXED, reason="run from the newest runtime's suite")
 @pytest.mark.parametrize("version", OLDER_RUNTIMES)
 def test_the_older_runtimes_decode_trimmed_caches(version):

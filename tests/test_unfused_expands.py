@@ -106,6 +106,7 @@ def test_nothing_is_planned_where_every_sdpa_is_fused():
                for e in (gqa_expand(n, 1), gqa_expand(n, 2)))
 
 
+@pytest.mark.slow   # another runtime's rerun of a module: the slow tier (docs/testing.md)
 @pytest.mark.skipif(installed_version() < FIRST_FIXED, reason="run from the newest runtime's suite")
 @pytest.mark.parametrize("version", OTHER_RUNTIMES)
 def test_the_older_runtimes_take_the_rule(version):
