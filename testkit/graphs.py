@@ -316,8 +316,9 @@ class StackSpec:
     (``beam_gather=False, dynamic_batch=True``: "Invalid graph status", in f32 too), nor one with a scan state
     there beside f16 values or caches ("Argument shapes are inconsistent" or "Invalid graph status"), and with
     the Gather, f16 conv and scan states on a dynamic batch fail too ("Can not clone with new dims"; measured on
-    2026.4.1, 2026-12-07, one unmodified stack in about eight); exporters always write the Gather, in f32. Every other form it runs as :func:`stack_reference` computes it (f16 and mixed cache types where
-    it runs the stack without recurrent layers).
+    2026.4.1, 2026-12-07, one unmodified stack in about eight); exporters always write the Gather, in f32. Every
+    other form it runs as :func:`stack_reference` computes it (f16 and mixed cache types where it runs the stack
+    without recurrent layers).
     """
 
     k_source: tuple[int | None, ...] = (0, 1, 0, 1)

@@ -135,16 +135,20 @@ def reference_tokens(fixture: Path, prompt: str = "default") -> tuple[list[int],
 
 
 def grid_in(python: Path, folder: Path, modes: list[str], paths: list[str], prompt: str = "default",
-            timeout: int = 600) -> list[dict]:
+            timeout: int = 600, *, one_core: bool = False) -> list[dict]:
     """Every mode of ``modes`` on every path of ``paths`` (in that order), run by ``python`` (a venv's
     interpreter, so under its runtime) in one process of their own: this module's ``main`` on
     ``folder``; the JSON objects it printed. :class:`AssertionError` (for tests) when the worker died,
-    with its stderr's end."""
+    with its stderr's end. ``one_core``: the process may run on one CPU only (the plugin then compiles one
+    stream of one thread)."""
     import subprocess
+
+    def on_one_core() -> None:
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
     proc = subprocess.run([str(python), "-m", "testkit.matrix", str(folder), "--mode", ",".join(modes),
                            "--path", ",".join(paths), "--prompt", prompt], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env=worker_env())
+                          timeout=timeout, cwd=ROOT, env=worker_env(), preexec_fn=on_one_core if one_core else None)
     cells = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     expected = len(modes) * len(paths)
     assert proc.returncode == 0 and len(cells) == expected, \

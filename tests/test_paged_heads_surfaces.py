@@ -61,7 +61,7 @@ def without_tokenizer(source: Path, target: Path) -> Path:
 
 # --------------------------------------------------------------------------------------- folders
 
-@pytest.mark.slow   # the affected runtime's folder surfaces: the slow tier (test_paged_heads.py decodes on 2026.0 by default)
+@pytest.mark.slow   # the slow tier (docs/testing.md); test_paged_heads.py decodes on 2026.0 by default
 @needs_affected
 def test_a_padded_text_folder_decodes_e2b35_through_genai_on_2026_0(tmp_path):
     """``ovpass rewrite DIR -o NEW --paged-heads pad`` under 2026.0: the folder's language model is padded
@@ -125,7 +125,7 @@ def test_check_pads_and_compares_on_core():
     assert data["max_abs_diff"] <= data["tolerance"]
 
 
-@pytest.mark.slow   # the affected runtime's folder surfaces: the slow tier (test_paged_heads.py decodes on 2026.0 by default)
+@pytest.mark.slow   # the slow tier (docs/testing.md); test_paged_heads.py decodes on 2026.0 by default
 @needs_affected
 def test_check_with_genai_says_fixed_for_the_padded_paged_path_on_2026_0(tmp_path):
     """``ovpass check DIR --genai --paged-heads pad`` under 2026.0 (token ids: no tokenizer IRs): ov.Core,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit.matrix import cell_in, grid_cell
+from testkit.matrix import cell_in, grid_cell, grid_in
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
@@ -71,22 +71,13 @@ def test_affected_unmodified_crashes(fixture):
     assert result["status"] == "failed" and "null input states" in result["error"], result
 
 
-ONE_CORE = """import os, runpy, sys
-os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})   # the plugin then runs one stream of one thread
-sys.argv = ["matrix", *sys.argv[1:]]
-runpy.run_module("testkit.matrix", run_name="__main__")
-"""
-
-
 @needs_affected
 def test_affected_unmodified_on_one_core_gives_empty_logits_without_an_error():
     """A runtime defect pinned (docs/runtimes.md): on one core (a one-CPU container, or a process pinned to one), 2026.0
     does not raise "null input states" on the shared cache: the inference returns logits of shape (0, 0, vocab),
     and greedy decoding fails on them in Python, not in the plugin. The rewrite mends that too."""
-    proc = subprocess.run([str(AFFECTED), "-c", ONE_CORE, str(FIXTURES / "tiny8"), "--mode", "unmodified,rewritten",
-                           "--path", "core"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    cells = {c["mode"]: c for c in map(json.loads, proc.stdout.splitlines()) if c}
-    assert cells.keys() == {"unmodified", "rewritten"}, proc.stdout[-2000:] + proc.stderr[-2000:]
+    cells = {c["mode"]: c for c in grid_in(AFFECTED, FIXTURES / "tiny8", ["unmodified", "rewritten"], ["core"],
+                                           one_core=True)}
     unmodified = cells["unmodified"]
     assert unmodified["runtime"].startswith("2026.0")
     assert unmodified["status"] == "failed" and "size 0" in unmodified["error"], unmodified

@@ -83,8 +83,8 @@ class Facts:
         facts = Facts(self.model, self.options, self.features, kv_given)
         if ordered is not None:
             facts.__dict__["ordered"] = ordered   # the cached property's value: the analysis's indexes point into it
-            if "by_type" in self.__dict__ and len(ordered) == len(self.ordered):   # the same model, unchanged (an
-                # analysis ran): the same nodes by type
+            # an analysis ran on the same model, unchanged: the nodes by type this epoch walked stay true
+            if "by_type" in self.__dict__ and len(ordered) == len(self.ordered):
                 facts.__dict__["by_type"] = self.__dict__["by_type"]
         return facts
 
