@@ -124,6 +124,31 @@ def test_recommend_reads_the_rows(goal, rows, form):
         assert rec["trimmer"][0] == "from ovpasses import SlidingWindowTrimmer"
 
 
+def test_without_the_unmodified_model_it_recommends_what_runs_with_its_tokens():
+    """E2B widths, 16k fed whole, on a 23 GiB machine (benchmarks/records/2026-12-07-bench-e2b-16k-whole.md): the
+    unmodified model and three forms are skipped by their estimates, unshare runs. The advice is the form that runs
+    with the unmodified model's tokens (on the short run), saying why; none where no form that ran gave them."""
+    from ovpasses.app.render.bench import bench_text
+
+    skipped = BenchRow("unmodified", 4096, 0, skipped="needs about 51,781 MiB, 23,499 MiB available")
+    rows = [skipped, BenchRow("bounded", 4096, 0, skipped="needs about 51,585 MiB, 22,898 MiB available"),
+            row("unshare", 5302, 196.5), row("trimmable", 4000, 150, equal=False)]
+    for goal in ("memory", "speed"):
+        report = BenchReport("m", "core", goal, rows=rows)
+        report.recommended = rec = recommend(report, goal)
+        assert rec["form"] == "unshare" and rec["command"] == "ovpass rewrite m -o m-unshare --kv-sharing unshare", rec
+        assert rec["why"].startswith("the unmodified model does not run at 4,096 tokens here (skipped: needs about "
+                                     "51,781 MiB"), rec["why"]
+        assert "in chunks (--chunk) the unmodified model may fit" in rec["why"]
+        assert "recommended for " + goal + ", at 4,096 tokens: unshare: " in bench_text(report)
+    report = BenchReport("m", "genai", "memory", rows=[skipped, row("trimmable", 4000, 150, equal=False)])
+    assert recommend(report, "memory") is None
+    nothing = ("recommended: nothing (the unmodified model did not run, and no form that ran is known to give its "
+               "tokens)")
+    assert nothing in bench_text(report)
+    assert "recommended: nothing (no run finished)" in bench_text(BenchReport("m", "core", "memory", rows=[skipped]))
+
+
 @pytest.mark.parametrize("args, says", [
     (["tests/fixtures"], "no IR in this folder"),
     ([str(GEMMA3), "--context", "1000000000"], "no form fits: the least, "),
@@ -181,19 +206,43 @@ def test_ctrl_c_prints_the_rows_done_and_leaves_no_process():
     assert not alive(workers), "a worker outlived the Ctrl-C"
 
 
+# one export per family (tests/fixtures/FAMILIES.md, HYBRIDS.md), and what the records advise each client, by what
+# the family is (the fixtures' documents, not the analysis): caches that only sliding-window layers read are trimmed
+# by a program (core, optimum); genai stateful gets the blocked first prompt where it takes them, which it does not
+# in KV-shared models (docs/guides/first-prompt-blocked.md); the hybrids' states and Llama 4's chunked attention are
+# no sliding window; the paged path gets the default rewrite
+SLIDING = {"gemma2/tiny4", "gemma3/text6", "gpt-oss/tiny4", "cohere2/tiny4", "exaone4/tiny4", "mistral/allsliding",
+           "gemma4/tiny8", "gemma3n/tiny8"}
+KV_SHARED = {"gemma4/tiny8", "gemma3n/tiny8"}
+NOT_SLIDING = {"qwen3_5/tiny4", "qwen3_next/tiny4", "lfm2/tiny4", "granite4/tiny4", "zamba2/tiny", "llama4/tiny4"}
+
+
 @pytest.mark.parametrize("client", ["core", "optimum", "genai", "genai-paged"])
-@pytest.mark.parametrize("fixture", ["gemma3/text6", "gemma4/tiny8", "qwen3_5/tiny4", "mistral/allsliding"])
+@pytest.mark.parametrize("fixture", sorted(SLIDING | NOT_SLIDING))
 def test_rewrite_for_a_client_says_which_form_and_why(fixture, client, tmp_path):
     result = run_main("rewrite", FIXTURES / fixture, "-o", tmp_path / "out", "--for", client, "--context", "4096")
     assert result.returncode == 0, result.stderr
     first = result.stdout.splitlines()[0]
     assert first.startswith(f"--for {client}: "), first
     form = first.split(": ")[1]
-    sliding = fixture in ("gemma3/text6", "mistral/allsliding", "gemma4/tiny8")
+    sliding = fixture in SLIDING
     expected = {"core": "trimmable" if sliding else "default", "optimum": "trimmable" if sliding else "default",
-                "genai": "trimmable+blocked" if sliding and fixture != "gemma4/tiny8" else "default",
+                "genai": "trimmable+blocked" if sliding and fixture not in KV_SHARED else "default",
                 "genai-paged": "default"}[client]
     assert form == expected, result.stdout
+    assert (tmp_path / "out" / "openvino_model.xml").exists()
+
+
+def test_every_family_has_a_rewrite_for_case():
+    """The cases above hold one export of every family among the fixtures (a new family gets its line there)."""
+    families = {path.parent.relative_to(FIXTURES).parts[0] for path in FIXTURES.glob("*/*/openvino_model.xml")}
+    assert families - {"mamba"} == {case.split("/")[0] for case in SLIDING | NOT_SLIDING}
+
+
+def test_rewrite_for_refuses_a_model_without_attention_in_one_line(tmp_path):
+    result = run_main("rewrite", FIXTURES / "mamba" / "tiny", "-o", tmp_path / "out", "--for", "core")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_rewrite_for_reads_a_bench_report_of_the_same_client(tmp_path):

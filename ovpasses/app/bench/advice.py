@@ -11,7 +11,8 @@ DECODE_SLACK = 1.10
 
 
 def recommend(report, goal: str) -> dict | None:
-    """The form to use at the longest context measured, and why, in one line (None: nothing ran). ``memory``: the
+    """The form to use at the longest context measured, and why, in one line (None: nothing ran, or nothing to compare
+    with: :func:`_without_baseline` where the unmodified model did not run at that context). ``memory``: the
     least context memory among forms that give the unmodified model's tokens and decode no slower (within
     :data:`DECODE_SLACK`), or says that the tokens could not be compared; ``speed``: the fastest decode among those that hold no more context memory."""
     done = [r for r in report.rows if r.error is None and r.context_mib is not None and r.decode_ms is not None]
@@ -21,7 +22,7 @@ def recommend(report, goal: str) -> dict | None:
     at = {r.form: r for r in done if r.context == context}
     base = at.get("unmodified")
     if base is None:
-        return None
+        return _without_baseline(report, goal, context, at)
     fit = [r for r in at.values() if r.form == "unmodified" or r.tokens_equal]
     unknown = next((r.tokens_error for r in at.values() if r.tokens_error), None)
     if len(fit) == 1 and unknown:
@@ -44,6 +45,29 @@ def recommend(report, goal: str) -> dict | None:
                "no form decodes faster without holding more context memory: keep the model as it is")
     return {"form": best.form, "context": context, "why": why,
             "command": None if best.form == "unmodified" else command(report.source, report.client, best.form),
+            "trimmer": trimmer_lines(report.client) if best.form in TRIMMED and not report.client.startswith("genai")
+            else None}
+
+
+def _without_baseline(report, goal: str, context: int, at: dict) -> dict | None:
+    """Where the unmodified model did not run at ``context`` (skipped: it does not fit here; or failed) but forms did:
+    among those that gave its tokens on the short run, the least context memory (``memory``) or the fastest decode
+    (``speed``): what runs at that context on this machine. None where none of them did."""
+    missing = next((r for r in report.rows if r.form == "unmodified" and r.context == context), None)
+    fit = [r for r in at.values() if r.tokens_equal]
+    if missing is None or not fit:
+        return None
+    best = min(fit, key=(lambda r: (r.context_mib, r.decode_ms)) if goal == "memory" else
+               (lambda r: (r.decode_ms, r.context_mib)))
+    reason = f"skipped: {missing.skipped}" if missing.skipped else f"failed: {missing.error}"
+    why = (f"the unmodified model does not run at {context:,} tokens here ({reason}); "
+           + ("the only form that did" if len(at) == 1 else f"of the {len(fit)} forms that did with its tokens, the "
+              + ("least context memory" if goal == "memory" else "fastest decode"))
+           + f": {best.context_mib:,.0f} MiB of context memory, decode {best.decode_ms:.1f} ms a token, the same tokens"
+           + ("; in chunks (--chunk) the unmodified model may fit" if not report.client.startswith("genai")
+              and not best.chunk else ""))
+    return {"form": best.form, "context": context, "why": why,
+            "command": command(report.source, report.client, best.form),
             "trimmer": trimmer_lines(report.client) if best.form in TRIMMED and not report.client.startswith("genai")
             else None}
 

@@ -36,7 +36,8 @@ def bench_text(report) -> str:
         lines.append("interrupted: the rows above are the runs that finished")
     rec = report.recommended
     if rec is None:
-        lines.append("recommended: nothing (no run finished)")
+        lines.append("recommended: nothing (" + ("no run finished" if not report.measured else
+                     "the unmodified model did not run, and no form that ran is known to give its tokens") + ")")
     else:
         lines.append(f"recommended for {report.goal}, at {rec['context']:,} tokens: {rec['form']}: {rec['why']}")
         if rec["command"]:
