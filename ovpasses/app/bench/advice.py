@@ -59,7 +59,8 @@ def _without_baseline(report, goal: str, context: int, at: dict) -> dict | None:
         return None
     best = min(fit, key=(lambda r: (r.context_mib, r.decode_ms)) if goal == "memory" else
                (lambda r: (r.decode_ms, r.context_mib)))
-    reason = f"skipped: {missing.skipped}" if missing.skipped else f"failed: {missing.error}"
+    reason = (f"skipped: {missing.skipped}" if missing.skipped else f"failed: {missing.error}" if missing.error
+              else "it gave no figures")
     why = (f"the unmodified model does not run at {context:,} tokens here ({reason}); "
            + ("the only form that did" if len(at) == 1 else f"of the {len(fit)} forms that did with its tokens, the "
               + ("least context memory" if goal == "memory" else "fastest decode"))
