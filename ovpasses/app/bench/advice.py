@@ -43,10 +43,7 @@ def recommend(report, goal: str) -> dict | None:
                f"({best.decode_ms / base.decode_ms:.2f}x), context memory {best.context_mib / base.context_mib:.2f}x, "
                f"the same tokens" if best is not base else
                "no form decodes faster without holding more context memory: keep the model as it is")
-    return {"form": best.form, "context": context, "why": why,
-            "command": None if best.form == "unmodified" else command(report.source, report.client, best.form),
-            "trimmer": trimmer_lines(report.client) if best.form in TRIMMED and not report.client.startswith("genai")
-            else None}
+    return _advice(report, best.form, context, why)
 
 
 def _without_baseline(report, goal: str, context: int, at: dict) -> dict | None:
@@ -67,9 +64,15 @@ def _without_baseline(report, goal: str, context: int, at: dict) -> dict | None:
            + f": {best.context_mib:,.0f} MiB of context memory, decode {best.decode_ms:.1f} ms a token, the same tokens"
            + ("; in chunks (--chunk) the unmodified model may fit" if not report.client.startswith("genai")
               and not best.chunk else ""))
-    return {"form": best.form, "context": context, "why": why,
-            "command": command(report.source, report.client, best.form),
-            "trimmer": trimmer_lines(report.client) if best.form in TRIMMED and not report.client.startswith("genai")
+    return _advice(report, best.form, context, why)
+
+
+def _advice(report, form: str, context: int, why: str) -> dict:
+    """The recommendation of ``form``: its command (none for the unmodified model) and, where the program trims,
+    the lines that call the trimmer."""
+    return {"form": form, "context": context, "why": why,
+            "command": None if form == "unmodified" else command(report.source, report.client, form),
+            "trimmer": trimmer_lines(report.client) if form in TRIMMED and not report.client.startswith("genai")
             else None}
 
 
