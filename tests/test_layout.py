@@ -79,9 +79,10 @@ def test_the_command_starts_without_the_graph_library(tmp_path):
 # ``P`` may put in another layer.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # what every layer uses: errors, OpenVINO helpers, the exact CPU config, devices, one timed pass run,
-    # the rule protocol every pass follows, the JSON schema ids
+    # the rule protocol every pass follows, the JSON schema ids, the walk over an IR's XML
     ("ovpasses.errors", "ovpasses._ov", "ovpasses._strenum", "ovpasses.precision", "ovpasses.devices",
-     "ovpasses.step", "ovpasses.rules", "ovpasses.report.schemas", "ovpasses.modes", "ovpasses.units"),
+     "ovpasses.step", "ovpasses.rules", "ovpasses.report.schemas", "ovpasses.modes", "ovpasses.units",
+     "ovpasses.ir_xml"),
     ("ovpasses.plan.runtimes",),                          # the facts about runtimes: one typed table
     ("ovpasses.analysis",),                               # walks that return facts
     ("ovpasses.plan",),                                   # profiles, typed decisions, the feature protocol

@@ -33,6 +33,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ovpasses import ir_xml
 from ovpasses.modes import Mode
 from ovpasses.features.old_runtimes.analysis import unreadable_versions
 from ovpasses.app.files import commit, io
@@ -286,10 +287,17 @@ def _save(model, target: Path, source: Path) -> None:
 def _tokenizers_version(xml_path: Path) -> Version | None:
     """The openvino_tokenizers release that converted a tokenizer IR (its ``openvino_tokenizers_version``
     runtime info, ``2026.4.1.0-738-...``), or None when the IR does not say."""
+    found: list[str] = []
+
+    def opening(tag: str, attributes: dict[str, str]) -> None:
+        if tag == "openvino_tokenizers_version":
+            found.append(attributes.get("value", ""))
+            raise ir_xml.StopWalk
+
     with contextlib.suppress(ET.ParseError, OSError, OvpassesError):
-        for _event, element in ET.iterparse(xml_path, events=("start",)):
-            if element.tag == "openvino_tokenizers_version":
-                return parse_release(".".join(element.get("value", "").split("-")[0].split(".")[:3]))
+        ir_xml.walk_start_tags(xml_path, opening)
+        if found:
+            return parse_release(".".join(found[0].split("-")[0].split(".")[:3]))
     return None
 
 

@@ -27,6 +27,7 @@ from xml.parsers.expat import errors as expat_errors
 
 import openvino as ov
 
+from ovpasses import ir_xml
 from ovpasses.app.files import commit
 from ovpasses.app.files.read_checks import (  # noqa: F401 - the read errors and weights_path, re-exported
     IRReadError, NotAnIRError, check_ir_version, check_lengths, check_reachable, check_weights_file, last_line,
@@ -99,12 +100,15 @@ def check_ir_file(path: str | os.PathLike) -> Path:
     if path.suffix.lower() == ".bin":
         raise IRReadError(f"{path}: that is the weights file of an IR; give its .xml ({path.with_suffix('.xml').name})")
     try:
-        with open(path, "rb") as handle, xml_errors(path):
-            for _event, element in ET.iterparse(handle, events=("start",)):
-                root, version = element.tag, element.get("version")
-                break
-            else:
-                root = version = None
+        first: list[tuple[str, str | None]] = []
+
+        def opening(tag: str, attributes: dict[str, str]) -> None:
+            first.append((tag, attributes.get("version")))
+            raise ir_xml.StopWalk
+
+        with xml_errors(path):
+            ir_xml.walk_start_tags(path, opening)
+        root, version = first[0] if first else (None, None)
     except OSError as exc:
         raise IRReadError(f"{path}: cannot be read ({exc.strerror}); check its permissions") from None
     if root != "net":
@@ -160,21 +164,25 @@ def scan_ir(path: str | os.PathLike) -> IRScan:
     path = Path(path)
     types: set[str] = set()
     end = 0
-    with open(path, "rb") as handle, xml_errors(path):
-        layer = None
-        for _event, element in ET.iterparse(handle, events=("start",)):
-            if element.tag == "layer":
-                layer = element
-                types.add(element.get("type", ""))
-            elif element.tag == "data" and layer is not None and layer.get("type") == "Const":
-                offset, size = (_byte_count(path, layer, element, key) for key in ("offset", "size"))
-                if offset is not None and size is not None:
-                    end = max(end, offset + size)
+    layer: dict[str, str] | None = None
+
+    def opening(tag: str, attributes: dict[str, str]) -> None:
+        nonlocal layer, end
+        if tag == "layer":
+            layer = attributes
+            types.add(attributes.get("type", ""))
+        elif tag == "data" and layer is not None and layer.get("type") == "Const":
+            offset, size = (_byte_count(path, layer, attributes, key) for key in ("offset", "size"))
+            if offset is not None and size is not None:
+                end = max(end, offset + size)
+
+    with xml_errors(path):
+        ir_xml.walk_start_tags(path, opening)
     _check_weights_hold(path, end)
     return IRScan(frozenset(types), end)
 
 
-def _byte_count(path: Path, layer: ET.Element, data: ET.Element, key: str) -> int | None:
+def _byte_count(path: Path, layer: dict[str, str], data: dict[str, str], key: str) -> int | None:
     text = data.get(key)
     if text is None:   # a constant written inline, or without data: OpenVINO's reader judges it
         return None

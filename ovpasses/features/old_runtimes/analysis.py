@@ -28,6 +28,7 @@ from pathlib import Path
 
 import openvino as ov
 
+from ovpasses import ir_xml
 from ovpasses.analysis.subgraphs import SUBGRAPH_OPS, bodies
 from ovpasses.errors import UnsupportedRuntimeError
 from ovpasses.plan.runtimes import (
@@ -125,10 +126,12 @@ def layer_versions(xml_path: str | Path) -> set[tuple[str, str]]:
     """The (type, version) of every ``<layer>`` of an IR file, bodies included, read from the XML alone
     (without building the model: tokenizer IRs need openvino_tokenizers to be read at all)."""
     versions: set[tuple[str, str]] = set()
-    with open(xml_path, "rb") as handle:
-        for _event, element in ET.iterparse(handle, events=("start",)):
-            if element.tag == "layer":
-                versions.add((element.get("type", ""), element.get("version", "")))
+
+    def opening(tag: str, attributes: dict[str, str]) -> None:
+        if tag == "layer":
+            versions.add((attributes.get("type", ""), attributes.get("version", "")))
+
+    ir_xml.walk_start_tags(xml_path, opening)
     return versions
 
 
