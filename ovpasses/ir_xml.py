@@ -5,7 +5,8 @@ older runtime reads, a tokenizer's converter release) ask each opening tag one q
 ``iterparse`` built and kept an element for every tag of the file; handing each opening tag to a parser target
 does the same walk in a quarter of the time (:func:`~ovpasses.app.files.io.scan_ir` of a 2.7 MB IR of 5,384
 operations: 212 ms with ``iterparse``, 51 ms here; of a 0.7 MB one: 64 and 14 ms; median of 5, one process,
-2026-12-07), and what a damaged file raises is the same ``ParseError`` (expat's code and position), which :func:`ovpasses.app.files.io.xml_errors` words for the user.
+2026-12-07), and what a damaged file raises is the same ``ParseError`` (expat's code and position), which
+:func:`ovpasses.app.files.io.xml_errors` words for the user.
 """
 
 from __future__ import annotations

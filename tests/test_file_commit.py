@@ -23,6 +23,7 @@ import pytest
 
 from ovpasses.app.files import commit, io
 from testkit.cli import run_main
+from testkit.faults import run_traced
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "gemma4" / "tiny8"
@@ -35,7 +36,10 @@ ENV = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
 def _ptrace_works() -> bool:
     if STRACE is None:
         return False
-    return subprocess.run([STRACE, "-o", "/dev/null", "true"], capture_output=True).returncode == 0
+    try:   # attached to a running process, as the tests attach it (testkit.faults)
+        return run_traced(["-o", "/dev/null"], ["0"], script="import sys; sys.exit(int(sys.argv[1]))").returncode == 0
+    except RuntimeError:
+        return False
 
 
 # in CI (tools/test.sh installs strace) a missing strace fails these tests instead of skipping them
@@ -47,13 +51,14 @@ needs_strace = pytest.mark.skipif(not _ptrace_works() and not os.environ.get("CI
 
 def ovpass(*args, strace: list[str] | None = None, process: bool = False, **kwargs):
     """``ovpass ARGS``: in this process (``testkit.cli.run_main``) where that is safe, else the
-    console script: under strace, outside the main thread (main() redirects this process's stdout), and
-    where ``process`` asks for a fresh process (a rewrite's bytes hold node names that count up per process)."""
+    console script: under strace (attached once its imports are done: testkit.faults), outside the main thread
+    (main() redirects this process's stdout), and where ``process`` asks for a fresh process (a rewrite's bytes
+    hold node names that count up per process)."""
     if not process and strace is None and not kwargs and threading.current_thread() is threading.main_thread():
         return run_main(*args)
     command = [str(OVPASS), *map(str, args)]
     if strace is not None:
-        command = [STRACE, "-f", "-qq", *strace, *command]
+        return run_traced(strace, command, env=ENV, **kwargs)
     return subprocess.run(command, capture_output=True, text=True, timeout=120, env=ENV, **kwargs)
 
 
@@ -217,9 +222,10 @@ def test_concurrent_writers_and_a_reader_never_mix_pairs(out, ir_versions, tmp_p
     syscall, nth, _ = rename_to(steps, io.weights_path(out))
     for suffix in (".xml", ".bin"):
         shutil.copy(ir_versions["old_xml"].with_suffix(suffix), out.with_suffix(suffix))
-    a = subprocess.Popen([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}",
-                          "-e", f"inject={syscall}:delay_exit=3000000:when={nth}", str(OVPASS), *map(str, args_a)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    from concurrent.futures import ThreadPoolExecutor
+    pool = ThreadPoolExecutor(max_workers=1)   # A, traced as traced_steps traced it (the steps' counts agree)
+    a = pool.submit(ovpass, *args_a, strace=["-o", "/dev/null", "-e", f"trace={syscall}",
+                                              "-e", f"inject={syscall}:delay_exit=3000000:when={nth}"])
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and io.weights_path(out).read_bytes() == ir_versions["old"][1] \
             and not (out.parent / commit.JOURNAL_NAME).exists():
@@ -232,7 +238,10 @@ def test_concurrent_writers_and_a_reader_never_mix_pairs(out, ir_versions, tmp_p
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     c = subprocess.Popen([str(OVPASS), "rewrite", str(out), "-o", str(reader_out / "c.xml"), "--runtime", "2026.4"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    results = {name: (p.wait(timeout=120), p.stderr.read()) for name, p in (("A", a), ("B", b), ("C", c))}
+    results = {name: (p.wait(timeout=120), p.stderr.read()) for name, p in (("B", b), ("C", c))}
+    run_a = a.result(timeout=120)
+    pool.shutdown()
+    results["A"] = (run_a.returncode, run_a.stderr)
     assert all(code == 0 for code, _ in results.values()), results
     assert pair(out) in (ir_versions["old"], ir_versions["new"])   # whole: B's (= old bytes) or A's
     assert pair(reader_out / "c.xml") in (ir_versions["old"], ir_versions["new"]), "the reader saw a mixed pair"
@@ -315,8 +324,7 @@ def test_a_kill_at_any_step_of_a_folder_commit_is_recovered(tmp_path):
     new = (["exp", "note"], b"new xml", b"new bin", b"new note")
     reset()
     log = tmp_path / "trace.txt"
-    run = [sys.executable, "-c", script, str(root)]
-    assert subprocess.run([STRACE, "-f", "-qq", "-o", str(log), "-e", f"trace={MUTATING}", *run], env=ENV).returncode == 0
+    assert run_traced(["-o", str(log), "-e", f"trace={MUTATING}"], [root], script=script, env=ENV).returncode == 0
     assert state() == new
     counts: dict[str, int] = {}
     steps = []
@@ -329,8 +337,8 @@ def test_a_kill_at_any_step_of_a_folder_commit_is_recovered(tmp_path):
     outcomes = set()
     for syscall, nth, line in steps:
         reset()
-        killed = subprocess.run([STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}", "-e",
-                                 f"inject={syscall}:signal=KILL:when={nth}", *run], env=ENV)
+        killed = run_traced(["-o", "/dev/null", "-e", f"trace={syscall}", "-e",
+                             f"inject={syscall}:signal=KILL:when={nth}"], [root], script=script, env=ENV)
         assert killed.returncode in (-9, 137), line
         with commit.folder_lock(root):
             pass
@@ -434,9 +442,8 @@ def commit_steps(scenario: Scenario, root: Path, extra: list[str]) -> tuple[list
     scenario.fresh(root)
     old = snapshot(scenario.target(root))
     log = root.parent / f"{root.name}.trace"
-    command = [STRACE, "-f", "-qq", "-o", str(log), "-e", f"trace={COMMIT_STEPS},fsync", *extra, str(OVPASS),
-               *map(str, scenario.args(root))]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=120, env=ENV)
+    result = run_traced(["-o", str(log), "-e", f"trace={COMMIT_STEPS},fsync", *extra],
+                        [OVPASS, *scenario.args(root)], env=ENV)
     assert result.returncode == 0, result.stderr
     new = snapshot(scenario.target(root))
     assert new != old and not leftovers(root), leftovers(root)
@@ -462,10 +469,9 @@ def deliver(scenario: Scenario, root: Path, step: tuple, signal_name: str,
     """A fresh ``root`` for ``scenario``, and its ovpass run with ``signal_name`` delivered at ``step``."""
     syscall, nth, _line = step
     scenario.fresh(root)
-    injected = [STRACE, "-f", "-qq", "-o", "/dev/null", "-e", f"trace={syscall}{',renameat2' if extra else ''}",
-                "-e", f"inject={syscall}:signal={signal_name}:when={nth}", *extra, str(OVPASS),
-                *map(str, scenario.args(root))]
-    return subprocess.run(injected, capture_output=True, text=True, timeout=120, env=ENV)
+    return run_traced(["-o", "/dev/null", "-e", f"trace={syscall}{',renameat2' if extra else ''}",
+                       "-e", f"inject={syscall}:signal={signal_name}:when={nth}", *extra],
+                      [OVPASS, *scenario.args(root)], env=ENV)
 
 
 def judge_trial(scenario: Scenario, root: Path, step: tuple, signal_name: str, run: subprocess.CompletedProcess,
