@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -243,6 +244,41 @@ def test_rewrite_for_refuses_a_model_without_attention_in_one_line(tmp_path):
     result = run_main("rewrite", FIXTURES / "mamba" / "tiny", "-o", tmp_path / "out", "--for", "core")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def _bad_for_input(kind: str, tmp: Path) -> Path:
+    """An input ``rewrite --for`` must refuse in one line, as the rewrite refuses it."""
+    if kind == "missing":
+        return tmp / "nothere.xml"
+    if kind == "empty file":
+        (tmp / "m.xml").write_bytes(b"")
+        return tmp / "m.xml"
+    if kind == "truncated":
+        source = FIXTURES / "gemma4" / "tiny8" / "openvino_model.xml"
+        (tmp / "m.xml").write_bytes(source.read_bytes()[:300])
+        shutil.copy(source.with_suffix(".bin"), tmp / "m.bin")
+        return tmp / "m.xml"
+    if kind == "empty folder":
+        (tmp / "export").mkdir()
+        return tmp / "export"
+    return {"tokenizer IR": FIXTURES / "gemma4" / "tiny8" / "openvino_tokenizer.xml",
+            "image-text export": FIXTURES / "gemma4" / "vlm8",
+            "no attention, file": FIXTURES / "mamba" / "tiny" / "openvino_model.xml"}[kind]
+
+
+# was: exit 3 ("unexpected RuntimeError") with OpenVINO's own message for each of these but the last, which
+# printed its --for line before the refusal
+@pytest.mark.parametrize("client", ["core", "genai-paged"])
+@pytest.mark.parametrize("kind", ["missing", "empty file", "truncated", "empty folder", "tokenizer IR",
+                                  "image-text export", "no attention, file"])
+def test_rewrite_for_refuses_what_the_rewrite_refuses_in_one_line(kind, client, tmp_path):
+    source = _bad_for_input(kind, tmp_path)
+    result = run_main("rewrite", source, "-o", tmp_path / "out", "--for", client)
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert len(result.stderr.strip().splitlines()) == 1 and "unexpected" not in result.stderr, result.stderr
+    assert result.stdout == "" and not (tmp_path / "out").exists()
+    if kind == "image-text export":
+        assert "give the mode flags yourself" in result.stderr
 
 
 def test_rewrite_for_reads_a_bench_report_of_the_same_client(tmp_path):

@@ -47,6 +47,9 @@ def _options(args, form: dict | None = None) -> RewriteOptions:
                           sliding_window_margin=args.sliding_window_margin)
 
 
+TEXT_DECODER = "openvino_model.xml"   # a text export's decoder, the IR --for chooses for
+
+
 def _for_client(args) -> RewriteOptions:
     """``--for CLIENT``: the options of the form that pays, said in one line (stdout, or stderr with JSON)."""
     from ovpasses.app.bench.choose import choose, form_options, trimmer_note
@@ -59,12 +62,29 @@ def _for_client(args) -> RewriteOptions:
              if getattr(args, name) != RewriteOptions.__dataclass_fields__[name].default.value]
     if given:
         raise OvpassesError(f"--for picks the form itself: drop {', '.join(given)} (or drop --for to set it yourself)")
+    _check_for_input(Path(args.input))
     form, why = choose(Path(args.input), args.for_client, args.context, args.from_bench)
     out = sys.stderr if args.format == "json" else sys.stdout
     print(text.fit(f"--for {args.for_client}: {form}: {why}"), file=out)
     for line in trimmer_note(args.for_client, form):
         print(f"  {line}", file=out)
     return _options(args, form_options(form))
+
+
+def _check_for_input(source: Path) -> None:
+    """What ``--for`` reads, refused in one line before it chooses, as the rewrite would refuse it: a missing,
+    empty or damaged IR, a folder with no IR or a damaged one, a model without attention. An image-text export
+    is refused too: the records ``--for`` advises from measured text exports only."""
+    if source.is_dir():
+        scan = export_scan.scan_export(source)
+        if TEXT_DECODER not in scan.stateful:
+            raise OvpassesError(f"{source}: --for advises from measurements of text exports ({TEXT_DECODER}), and "
+                                f"this folder's decoder is {scan.stateful[0]}: give the mode flags yourself "
+                                "(--sliding-window bounded is checked on image-text exports: "
+                                "docs/guides/sliding-window-bounded.md)")
+        return
+    io.read_ir(source)
+    export_scan.refuse_without_attention(source)
 
 
 def cmd_rewrite(args) -> int:
