@@ -43,10 +43,16 @@ def from_bench(path: str, client: str, context: int | None) -> tuple[str, str]:
     return rec["form"], f"ovpass bench at {rec['context']:,} tokens: {rec['why']}"
 
 
+# the one form the records weigh for each client (the others get the default rewrite)
+WEIGHED = {"core": "trimmable", "optimum": "trimmable", "genai": "trimmable+blocked"}
+
+
 def from_records(source: Path, client: str, context: int | None) -> tuple[str, str]:
-    """The form the records advise for ``client`` on the model at ``source``, and why."""
-    applicable = forms_that_apply(source, client)
-    forms, keep = applicable.forms, applicable.keep
+    """The form the records advise for ``client`` on the model at ``source``, and why: the pipeline runs for the
+    form the records weigh for the client alone, not for every form bench measures."""
+    weighed = WEIGHED.get(client)
+    applicable = forms_that_apply(source, client, only=(weighed,)) if weighed else None
+    forms, keep = (applicable.forms, applicable.keep) if applicable else ([], None)
     if client in ("core", "optimum") and "trimmable" in forms and (context is None or context > keep + 1):
         return "trimmable", (f"the records: trimmed by your program, the sliding caches hold their window "
                              f"({keep + 1:,}) and every layer stays fused; ovpass bench measures it here")

@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -111,10 +111,12 @@ def decoder_xml(source: Path) -> Path:
     return source if source.suffix == ".xml" else source / "openvino_model.xml"
 
 
-def forms_that_apply(source: Path, client: str, contexts: Sequence[int] = (), chunk: int = 0) -> Applicable:
+def forms_that_apply(source: Path, client: str, contexts: Sequence[int] = (), chunk: int = 0,
+                     only: Collection[str] | None = None) -> Applicable:
     """The forms of ``client`` that change the model at ``source`` (an export folder, or its IR), why the others
     are left, the sliding windows those runs found, and each form's estimate at ``contexts`` fed in ``chunk``
-    tokens (0: whole), so that nothing runs the pipeline twice for them."""
+    tokens (0: whole), so that nothing runs the pipeline twice for them. ``only``: judge these forms alone (one
+    pipeline run each; the others are neither measured nor skipped)."""
     import openvino as ov
 
     from ovpasses.analysis.kv_memory import held_precision, model_kv_bytes_held
@@ -142,6 +144,8 @@ def forms_that_apply(source: Path, client: str, contexts: Sequence[int] = (), ch
     heads = query_heads(unmodified)
     forms, skipped, window, keep = ["unmodified"], {}, None, None
     for form in CLIENT_FORMS[client][1:]:
+        if only is not None and form not in only:
+            continue
         options, _ = FORMS[form]
         model = ov.Core().read_model(xml)
         summary = run_pipeline(model, RewriteOptions(**options))
