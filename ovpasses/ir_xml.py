@@ -16,7 +16,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from typing import BinaryIO
 
-CHUNK_BYTES = 1 << 20
+CHUNK_BYTES = 1 << 16   # a walk that stops at the first tag reads (and parses) one chunk: 64 KiB, not 1 MiB
 
 
 class StopWalk(Exception):   # noqa: N818 - not an error: a walk that has what it needs ends early
