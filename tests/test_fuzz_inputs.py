@@ -231,10 +231,13 @@ class Case:
     command: str
     fmt: str
     form: str   # "file": the model's .xml; "folder": the export folder
+    for_client: str | None = None   # rewrite --for CLIENT (None: the default rewrite)
 
     def __str__(self) -> str:
+        command = f"{self.command} --for {self.for_client}" if self.for_client and self.command == "rewrite" \
+            else self.command
         return (f"seed {self.seed}: {self.fixture}, {self.damage.kind} ({self.damage.what}), "
-                f"{self.command} --format {self.fmt} on the {self.form}")
+                f"{command} --format {self.fmt} on the {self.form}")
 
 
 def make_case(seed: int, fixtures: tuple[str, ...]) -> Case:
@@ -245,7 +248,9 @@ def make_case(seed: int, fixtures: tuple[str, ...]) -> Case:
     damage = damage_for(rng, files, kind)
     # check compiles and runs both models: the costly command, a seventh of the cases
     command = rng.choices(("inspect", "rewrite", "check"), weights=(3, 3, 1))[0]
-    return Case(seed, fixture, damage, command, rng.choice(FORMATS[command]), rng.choice(("file", "folder")))
+    case = Case(seed, fixture, damage, command, rng.choice(FORMATS[command]), rng.choice(("file", "folder")))
+    # a rewrite also as `rewrite --for`, from an RNG of its own: the cases drawn above stay what they were
+    return dataclasses.replace(case, for_client=random.Random(f"for {seed}").choice((None, "core", "genai")))
 
 
 class CaseTimeout(BaseException):
@@ -268,7 +273,7 @@ def run_case(case: Case, tmp: Path, core: ov.Core) -> tuple[int | None, list[str
     args = [case.command, target, "--format", case.fmt]
     output = tmp / ("out.xml" if case.form == "file" else "out")
     if case.command == "rewrite":
-        args += ["-o", output]
+        args += ["-o", output] + (["--for", case.for_client] if case.for_client else [])
     elif case.command == "check":
         args += CHECK_ARGS
 
@@ -285,6 +290,9 @@ def run_case(case: Case, tmp: Path, core: ov.Core) -> tuple[int | None, list[str
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     seconds = time.perf_counter() - start
+    if case.command == "rewrite" and case.for_client:   # its choice comes first: stdout, or stderr with JSON
+        result = dataclasses.replace(result, **{"stderr" if case.fmt == "json" else "stdout": _without_for_block(
+            result.stderr if case.fmt == "json" else result.stdout)})
     problems = []
     said = f"exit {result.returncode}; stderr: {result.stderr.strip()[:600]!r}"
     if result.returncode not in ALLOWED[case.command]:
@@ -318,6 +326,16 @@ def run_case(case: Case, tmp: Path, core: ov.Core) -> tuple[int | None, list[str
     elif made:
         problems.append(f"left behind: {', '.join(made)}")
     return result.returncode, [f"{p} [{said}]" for p in problems]
+
+
+def _without_for_block(text: str) -> str:
+    """``text`` less the block ``rewrite --for`` prints first: its choice, and the indented lines after it."""
+    lines = text.splitlines(keepends=True)
+    if lines and lines[0].startswith("--for "):
+        lines.pop(0)
+        while lines and lines[0].startswith(" "):
+            lines.pop(0)
+    return "".join(lines)
 
 
 def _json_error_problems(stdout: str, line: str) -> list[str]:

@@ -82,8 +82,8 @@ def _check_for_input(source: Path) -> None:
                                 f"this folder's decoder is {scan.stateful[0]}: give the mode flags yourself "
                                 "(--sliding-window bounded is checked on image-text exports: "
                                 "docs/guides/sliding-window-bounded.md)")
-        return
-    io.read_ir(source)
+        source = source / TEXT_DECODER
+    io.read_ir(source)   # a damaged IR that parses as XML: OpenVINO's reader refuses it, worded as the rewrite words it
     export_scan.refuse_without_attention(source)
 
 
