@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -279,6 +280,23 @@ def test_rewrite_for_refuses_what_the_rewrite_refuses_in_one_line(kind, client, 
     assert result.stdout == "" and not (tmp_path / "out").exists()
     if kind == "image-text export":
         assert "give the mode flags yourself" in result.stderr
+
+
+def test_a_model_openvino_cannot_read_is_refused_in_one_line_by_bench_and_rewrite_for(tmp_path):
+    """An IR whose XML parses but names a port no layer has (found by the fuzz, seed 74): both ended in exit 3 with
+    OpenVINO's message, which their checks of the folder (its XML walked) had let through."""
+    folder = tmp_path / "export"
+    shutil.copytree(FIXTURES / "gemma4" / "tiny8", folder)
+    xml = folder / "openvino_model.xml"
+    text = xml.read_text()
+    edge = re.search(r'from-port="(\d+)"', text)
+    xml.write_text(text[:edge.start()] + 'from-port="987"' + text[edge.end():])
+    for args in (["bench", folder, "--client", "core", "--context", "32"],
+                 ["rewrite", folder, "-o", tmp_path / "out", "--for", "core"]):
+        result = run_main(*args)
+        assert result.returncode == 2, (args[0], result.returncode, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1 and "unexpected" not in result.stderr, result.stderr
+        assert "openvino_model.xml" in result.stderr and not (tmp_path / "out").exists()
 
 
 def test_rewrite_for_reads_a_bench_report_of_the_same_client(tmp_path):
