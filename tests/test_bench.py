@@ -158,6 +158,9 @@ def test_without_the_unmodified_model_it_recommends_what_runs_with_its_tokens():
     ([str(GEMMA3 / "openvino_model.xml")], "give the folder, not a file"),
     ([str(GEMMA3), "--client", "genai", "--chunk", "8"], "feeds the prompt whole"),
     ([str(GEMMA3), "--rounds", "0"], "argument --rounds: must be at least 1"),
+    # was: "invalid _positive value: 'two'", the name of a function of ovpass's
+    ([str(GEMMA3), "--rounds", "two"], "argument --rounds: must be a whole number, 1 or more, not 'two'"),
+    ([str(GEMMA3), "--chunk", "-3"], "argument --chunk: must be 0 or more, not -3"),
 ])
 def test_bench_refuses_bad_input_in_one_line(args, says):
     result = run_main("bench", *args, cwd=ROOT)

@@ -242,18 +242,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+def _whole(text: str, least: int, says: str) -> int:
+    """``text`` as a whole number of ``least`` or more; argparse's own words for a type that fails name the
+    function ("invalid _positive value"), so the words are said here."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, {says}, not {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {'at least 1' if least == 1 else says}, not {value}")
     return value
+
+
+def _positive(text: str) -> int:
+    return _whole(text, 1, "1 or more")
 
 
 def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
+    return _whole(text, 0, "0 or more")
 
 
 def _tolerance(text: str) -> float:
