@@ -30,6 +30,10 @@ except (OSError, AttributeError):
     pass
 if kind == "ovpass":
     from ovpasses.app.cli import main  # what the console script imports: openvino and the whole CLI
+else:
+    import importlib
+    for name in filter(None, sys.argv[5].split(",")):   # what the script imports first, named by the caller
+        importlib.import_module(name)
 os.write(ready, b"r")
 os.close(ready)
 os.read(go, 1)
@@ -37,19 +41,22 @@ os.close(go)
 if kind == "ovpass":
     sys.argv = sys.argv[4:]
     sys.exit(main())
-source, sys.argv = sys.argv[4], ["-c", *sys.argv[5:]]
-exec(compile(source, "<string>", "exec"), {"__name__": "__main__"})   # its imports are traced: they are its own
+source, sys.argv = sys.argv[4], ["-c", *sys.argv[6:]]
+exec(compile(source, "<string>", "exec"), {"__name__": "__main__"})   # imports not preloaded are traced
 """
 
 
-def run_traced(strace: Sequence[str], command: Sequence[str], *, script: str | None = None, timeout: float = 120,
+def run_traced(strace: Sequence[str], command: Sequence[str], *, script: str | None = None,
+               preload: Sequence[str] = (), timeout: float = 120,
                env: dict | None = None) -> subprocess.CompletedProcess:
     """``command`` (``[ovpass, ARGS...]``, the console script's path first) under ``strace -f STRACE``,
-    attached after the imports; or, with ``script``, that Python source run with ``command`` as its arguments.
-    Returns the command's own exit (a negative code where a signal ended it) and output."""
+    attached after the imports; or, with ``script``, that Python source run with ``command`` as its arguments,
+    attached after the modules ``preload`` names are imported. Returns the command's own exit (a negative code
+    where a signal ended it) and output."""
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
-    argv = ["ovpass", *map(str, command)] if script is None else ["script", script, *map(str, command)]
+    argv = ["ovpass", *map(str, command)] if script is None else \
+        ["script", script, ",".join(preload), *map(str, command)]
     child = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(ready_w), str(go_r), *argv],
                              pass_fds=(ready_w, go_r), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=env)

@@ -324,7 +324,8 @@ def test_a_kill_at_any_step_of_a_folder_commit_is_recovered(tmp_path):
     new = (["exp", "note"], b"new xml", b"new bin", b"new note")
     reset()
     log = tmp_path / "trace.txt"
-    assert run_traced(["-o", str(log), "-e", f"trace={MUTATING}"], [root], script=script, env=ENV).returncode == 0
+    traced = {"script": script, "preload": ["ovpasses.app.files.commit"], "env": ENV}   # attached after its import
+    assert run_traced(["-o", str(log), "-e", f"trace={MUTATING}"], [root], **traced).returncode == 0
     assert state() == new
     counts: dict[str, int] = {}
     steps = []
@@ -338,7 +339,7 @@ def test_a_kill_at_any_step_of_a_folder_commit_is_recovered(tmp_path):
     for syscall, nth, line in steps:
         reset()
         killed = run_traced(["-o", "/dev/null", "-e", f"trace={syscall}", "-e",
-                             f"inject={syscall}:signal=KILL:when={nth}"], [root], script=script, env=ENV)
+                             f"inject={syscall}:signal=KILL:when={nth}"], [root], **traced)
         assert killed.returncode in (-9, 137), line
         with commit.folder_lock(root):
             pass
