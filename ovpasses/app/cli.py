@@ -47,9 +47,6 @@ def _options(args, form: dict | None = None) -> RewriteOptions:
                           sliding_window_margin=args.sliding_window_margin)
 
 
-TEXT_DECODER = "openvino_model.xml"   # a text export's decoder, the IR --for chooses for
-
-
 def _for_client(args) -> RewriteOptions:
     """``--for CLIENT``: the options of the form that pays, said in one line (stdout, or stderr with JSON)."""
     from ovpasses.app.bench.choose import choose, form_options, trimmer_note
@@ -75,15 +72,19 @@ def _check_for_input(source: Path) -> None:
     """What ``--for`` reads, refused in one line before it chooses, as the rewrite would refuse it: a missing,
     empty or damaged IR, a folder with no IR or a damaged one, a model without attention. An image-text export
     is refused too: the records ``--for`` advises from measured text exports only."""
+    from ovpasses.app.bench.run import decoder_xml
+
+    decoder = decoder_xml(source)
     if source.is_dir():
-        scan = export_scan.scan_export(source)
-        if TEXT_DECODER not in scan.stateful:
-            raise OvpassesError(f"{source}: --for advises from measurements of text exports ({TEXT_DECODER}), and "
+        scan = export_scan.scan_export(source)   # a folder whose IRs hold no stateful attention is refused here
+        if decoder.name not in scan.stateful:
+            raise OvpassesError(f"{source}: --for advises from measurements of text exports ({decoder.name}), and "
                                 f"this folder's decoder is {scan.stateful[0]}: give the mode flags yourself "
                                 "(--sliding-window bounded is checked on image-text exports: "
                                 "docs/guides/sliding-window-bounded.md)")
-        source = source / TEXT_DECODER
-    io.read_ir(source)   # a damaged IR that parses as XML: OpenVINO's reader refuses it, worded as the rewrite words it
+        io.read_ir(decoder)   # an IR that parses as XML but OpenVINO cannot read: worded as the rewrite words it
+        return
+    io.read_ir(source)
     export_scan.refuse_without_attention(source)
 
 
