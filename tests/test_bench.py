@@ -222,8 +222,15 @@ KV_SHARED = {"gemma4/tiny8", "gemma3n/tiny8"}
 NOT_SLIDING = {"qwen3_5/tiny4", "qwen3_next/tiny4", "lfm2/tiny4", "granite4/tiny4", "zamba2/tiny", "llama4/tiny4"}
 
 
-@pytest.mark.parametrize("client", ["core", "optimum", "genai", "genai-paged"])
-@pytest.mark.parametrize("fixture", sorted(SLIDING | NOT_SLIDING))
+CLIENTS = ["core", "optimum", "genai", "genai-paged"]
+# the default run: every family for genai (whose advice depends on the most: sliding, KV-shared or neither) and
+# every client on one family of each kind; the slow tier the rest of the product (56 cases)
+EACH_KIND = {"gemma3/text6", "gemma4/tiny8", "qwen3_5/tiny4"}
+FOR_CASES = [pytest.param(fixture, client, marks=[] if client == "genai" or fixture in EACH_KIND else [pytest.mark.slow])
+             for fixture in sorted(SLIDING | NOT_SLIDING) for client in CLIENTS]
+
+
+@pytest.mark.parametrize("fixture, client", FOR_CASES)
 def test_rewrite_for_a_client_says_which_form_and_why(fixture, client, tmp_path):
     result = run_main("rewrite", FIXTURES / fixture, "-o", tmp_path / "out", "--for", client, "--context", "4096")
     assert result.returncode == 0, result.stderr

@@ -28,10 +28,13 @@ CASES = {
     "unshare_decode": (["--ir", str(TINY8), "--runtimes", "newest", "--rounds", "1", "--contexts", "8",
                         "--decode", "2"], "unshare_decode"),
     "paged_heads": (["--runtimes", "newest", "--decode", "2", "--repeats", "1"], "paged_heads"),
+    # every form in both configs (14 processes) in the slow tier; the default run the exact config's 7
     "sliding_window": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2",
                         "--rounds", "1", "--config", "default", "exact"], "sliding_window-tiny8-40"),
+    "sliding_window exact": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2",
+                              "--rounds", "1", "--config", "exact"], "sliding_window-tiny8-40"),
     "hybrid_families": (["--families", "qwen3_5/tiny4", "--modes", "default,trimmable"], "hybrid_families-"),
-    # probes (benchmarks/probes/): their records stand; the runs keep them working
+    # probes (benchmarks/probes/): their records stand; the runs (the slow tier's) keep them working
     "sliding_window_decode": (["--model", str(TINY8.parent), "--context", "64", "--decode", "4", "--every", "2",
                                "--rounds", "1"], "sliding_window_decode-tiny8-default"),
     "sliding_window_exactness": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
@@ -91,7 +94,13 @@ def test_export_widths_runs_tiny(tmp_path):
     assert len(model.get_sinks()) == 2 * 4, "stateful: a key and a value cache per layer"
 
 
-@pytest.mark.parametrize("case", CASES)
+# the default run: each benchmark's tiny run (the sliding-window benchmark in one config); the slow tier: that one
+# in both configs and the probes' runs (each probe starts in the default run, above)
+SLOW_CASES = {"sliding_window"} | {case for case in CASES if _script(case.split()[0]).parent == PROBES}
+
+
+@pytest.mark.parametrize("case", [pytest.param(case, marks=[pytest.mark.slow] if case in SLOW_CASES else [])
+                                  for case in CASES])
 def test_benchmark_script_runs(case, tmp_path):
     args, record = CASES[case]
     script = case.split()[0]
@@ -119,10 +128,11 @@ def test_benchmark_script_runs(case, tmp_path):
         assert all(row["status"] == "ok" and row["tokens_match"] and row["decode_ms_per_token"] > 0 for row in rows.values())
         assert rows["paged-padded"]["kv_bytes_per_token"] > rows["paged"]["kv_bytes_per_token"]
         assert rows["stateful-padded"]["kv_bytes_per_token"] == rows["paged-padded"]["kv_bytes_per_token"]
-    if script == "sliding_window":   # each form measured in a process of its own, both configs, every form
+    if script == "sliding_window":   # each form measured in a process of its own, every config asked, every form
+        configs = args[args.index("--config") + 1:]
         assert {(row["config"], row["form"]) for row in data["rows"]} == {
-            (c, f) for c in ("default", "exact") for f in ("unmodified", "rewritten", "bounded", "trimmable",
-                                                           "unshared", "unshared+bounded", "unshared+trimmable")}
+            (c, f) for c in configs for f in ("unmodified", "rewritten", "bounded", "trimmable", "unshared",
+                                              "unshared+bounded", "unshared+trimmable")}
         exact = {row["form"]: row for row in data["rows"] if row["config"] == "exact"}
         # the default rewrite keeps the fused layers and the unmodified tokens
         assert exact["rewritten"]["fused_sdpa"] == exact["unmodified"]["fused_sdpa"] == 2
@@ -134,7 +144,7 @@ def test_benchmark_script_runs(case, tmp_path):
         # the exact config holds every cache in f32: tiny8's 4 fused caches (2 x 16) once, the shared ones
         # (layer 2's 2 x 16, layer 3's 2 x 32) as plain states twice, at 40 positions
         assert held[("exact", "unmodified")] == 40 * 4 * (4 * 32 + 2 * 2 * 32 + 2 * 2 * 64)
-        assert all(held[(c, "bounded")] < held[(c, "unmodified")] for c in ("default", "exact"))
+        assert all(held[(c, "bounded")] < held[(c, "unmodified")] for c in configs)
         assert {p["held"]["key"] for p in data["compiled_precision"]["exact"].values()} == {"f32"}
     if script == "hybrid_families":   # Qwen3.5 in both modes: its fused kernel kept, the tokens unchanged
         assert [row["mode"] for row in data["rows"]] == ["default", "trimmable"]

@@ -525,15 +525,32 @@ def each_kind(steps: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
 
 
 SCENARIOS = ["file -o", "file --in-place", "folder --in-place", "folder -o new", "folder -o empty"]
-# (scenario, renameat2 answers EINVAL, which steps): the default run takes each kind of step of every
-# scenario with renameat2 (69 trials); the slow tier the steps between them ("folder -o empty" alone has
-# any: 27 trials) and every step of the journalled fallback (111 trials)
+# (scenario, renameat2 answers EINVAL, which trials): the default run takes each kind of step of every scenario
+# with renameat2, one signal at each, the signals taken in turn (23 trials); the slow tier the other two signals
+# at those steps (46), the steps between them ("folder -o empty" alone has any: 27 trials) and every step of the
+# journalled fallback with every signal (111 trials)
 TRIAL_SETS = [
-    *[pytest.param(name, False, "each kind", id=f"{name}-renameat2") for name in SCENARIOS],
+    *[pytest.param(name, False, "each kind, signals in turn", id=f"{name}-renameat2") for name in SCENARIOS],
+    *[pytest.param(name, False, "each kind, the other signals", id=f"{name}-renameat2-the other signals",
+                   marks=pytest.mark.slow) for name in SCENARIOS],
     pytest.param("folder -o empty", False, "the others", id="folder -o empty-renameat2-the others",
                  marks=pytest.mark.slow),
     *[pytest.param(name, True, "every step", id=f"{name}-no renameat2", marks=pytest.mark.slow) for name in SCENARIOS],
 ]
+
+
+def chosen_trials(steps: list, kinds: list, which: str) -> list[tuple]:
+    """The (step, signal) trials of ``which``: at the first and last step of each kind one signal, SIGKILL,
+    SIGINT and SIGTERM in turn ("each kind, signals in turn"), or the two others there; every signal at the
+    steps between them ("the others"); every signal at every step ("every step")."""
+    names = list(SIGNALS)
+    turn = {step: names[i % len(names)] for i, step in enumerate(kinds)}
+    if which == "each kind, signals in turn":
+        return [(step, turn[step]) for step in kinds]
+    if which == "each kind, the other signals":
+        return [(step, sig) for step in kinds for sig in names if sig != turn[step]]
+    chosen = {"the others": [s for s in steps if s not in kinds], "every step": steps}[which]
+    return [(step, sig) for step in chosen for sig in names]
 
 
 @needs_strace
@@ -541,16 +558,15 @@ TRIAL_SETS = [
 def test_a_signal_at_any_step_of_a_commit_loses_nothing(ir_versions, tmp_path, name, fallback, which):
     """SIGINT, SIGTERM and SIGKILL at every step of the commit; with "no renameat2" the filesystem
     answers EINVAL to renameat2 (as one without RENAME_EXCHANGE does) and the journalled fallback runs.
-    ``which`` steps: the first and last of each kind (:func:`each_kind`), the others, or every step."""
+    ``which`` trials: :func:`chosen_trials`."""
     scenario = scenarios(ir_versions)[name]
     extra = ["-e", "inject=renameat2:error=EINVAL"] if fallback else []
     steps, old, new = commit_steps(scenario, tmp_path / "trace", extra)
     assert sum(s[0].startswith(("rename", "link")) for s in steps) >= 2, steps
     kinds = each_kind(steps)
     assert {step_kind(s) for s in kinds} == {step_kind(s) for s in steps}
-    chosen = {"each kind": kinds, "the others": [s for s in steps if s not in kinds], "every step": steps}[which]
-    assert chosen, f"{name}: no step is left for '{which}'"
-    trials = [(step, sig) for step in chosen for sig in SIGNALS]
+    trials = chosen_trials(steps, kinds, which)
+    assert trials, f"{name}: no step is left for '{which}'"
     from concurrent.futures import ThreadPoolExecutor
     with ThreadPoolExecutor(max_workers=2) as pool:   # the signalled runs, two at a time, each in its own root
         runs = list(pool.map(lambda i_trial: deliver(scenario, tmp_path / f"t{i_trial[0]}", *i_trial[1], extra),
@@ -559,6 +575,8 @@ def test_a_signal_at_any_step_of_a_commit_loses_nothing(ir_versions, tmp_path, n
                 for i, ((step, sig), run) in enumerate(zip(trials, runs))]
     if which != "the others":   # the others add to "each kind", which has both outcomes already
         assert set(outcomes) == {"old", "new"}, "signals must fall both before and after the commit point"
+    if which != "each kind, the other signals":   # which has two of the three signals at each step
+        assert {sig for _, sig in trials} == set(SIGNALS), trials
     print(f"{name} ({'fallback' if fallback else 'renameat2'}, {which}): {len(trials)} trials, {len(steps)} steps")
 
 

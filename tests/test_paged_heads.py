@@ -25,7 +25,7 @@ import pytest
 
 from testkit.cli import CliResult, run_main, unwrapped
 from testkit.matrix import cell_in, cells_in
-from hypothesis import assume, given
+from hypothesis import assume, given, settings
 
 from ovpasses.app.render.text import summary_text
 import ovpasses
@@ -45,7 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "gemma4"
 NEWEST = Path(sys.executable)
 AFFECTED = ROOT / ".venvs" / "ov-2026.0.0" / "bin" / "python"
-register_profiles()   # the ci profile: no deadline (compiling takes tens of ms with a long tail)
+PROFILE = register_profiles()   # the ci profile: no deadline (compiling takes tens of ms with a long tail)
+# a drawn layout costs four compiles and two paged conversions: the ci profile draws 10 of them (its 50 took a
+# half-minute of the default run), another profile (thorough, or a count of one's own) its own number
+LAYOUT_SETTINGS = settings(max_examples=10 if PROFILE == "ci" else settings.default.max_examples)
 needs_affected = pytest.mark.skipif(not AFFECTED.exists(),
                                     reason="needs .venvs/ov-2026.0.0 (bash tools/venv.sh ov 2026.0.0)")
 
@@ -109,6 +112,7 @@ def test_padded_stack_matches_the_float64_reference_stateful_and_paged(spec):
     assert error(paged, reference) < RELATIVE
 
 
+@LAYOUT_SETTINGS
 @given(heads_stack_specs())
 def test_padding_keeps_every_drawn_layout_exact(spec):
     """Some drawn stacks are sharp enough that float32 itself strays 1e-4 from float64 (measured: 1.2e-4

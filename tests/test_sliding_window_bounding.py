@@ -689,6 +689,12 @@ def test_vlm_chat_equals_the_unmodified_folder(tmp_path, capsys):
 
 RUNTIMES = [pytest.param(Path(sys.executable), id="newest"),
             pytest.param(AFFECTED_PYTHON, id="2026.0", marks=needs_affected)]
+# (prompt, runtime): the long prompt (past the window in the prefill) on both runtimes; the short one (the bound
+# reached while decoding) on the newest, and on 2026.0 in the slow tier (a process of its own per cell group)
+PROMPT_RUNTIMES = [
+    pytest.param(prompt, *runtime.values, id=f"{prompt}-{runtime.id}",
+                 marks=[*runtime.marks, *([pytest.mark.slow] if (prompt, runtime.id) == ("default", "2026.0") else [])])
+    for prompt in ("default", "long") for runtime in RUNTIMES]
 
 
 CLIENT_MODES, CLIENT_PATHS = ("bounded", "unshared-bounded"), ("core", "stateful", "paged")
@@ -697,10 +703,9 @@ CLIENT_MODES, CLIENT_PATHS = ("bounded", "unshared-bounded"), ("core", "stateful
 # the cells of one runtime and prompt run in one process (tiny8u has one head size: no path of 2026.0 gets
 # it wrong), and the group keeps them on one xdist worker
 @pytest.mark.xdist_group("sliding-window-client-cells")
-@pytest.mark.parametrize("python", RUNTIMES)
 @pytest.mark.parametrize("mode", CLIENT_MODES)
 @pytest.mark.parametrize("path", CLIENT_PATHS)
-@pytest.mark.parametrize("prompt", ["default", "long"])   # 12 and 28 tokens, 20 generated: past W=16 twice or thrice
+@pytest.mark.parametrize("prompt, python", PROMPT_RUNTIMES)   # 12 and 28 tokens, 20 generated: past W=16 2-3 times
 def test_llm_clients_decode_like_transformers(python, mode, path, prompt):
     """ov.Core, genai stateful (SDPA backend) and genai paged (which never sees the bound: the converter
     removes the state, and still reads the window from the Slice(Select) the bounding leaves) on tiny8u."""
@@ -709,9 +714,8 @@ def test_llm_clients_decode_like_transformers(python, mode, path, prompt):
 
 
 @pytest.mark.xdist_group("sliding-window-allsliding-cells")
-@pytest.mark.parametrize("python", RUNTIMES)
 @pytest.mark.parametrize("path", CLIENT_PATHS)
-@pytest.mark.parametrize("prompt", ["default", "long"])   # 6 and 24 tokens, 32 generated: past W=8 four to seven times
+@pytest.mark.parametrize("prompt, python", PROMPT_RUNTIMES)   # 6 and 24 tokens, 32 generated: past W=8 4-7 times
 def test_all_sliding_clients_decode_like_transformers(python, path, prompt):
     """The all-sliding export bounded: ov.Core, genai stateful (SDPA backend) and genai paged (the converter
     drops the past length read from attention_mask with the masks) decode transformers' tokens."""
