@@ -22,10 +22,22 @@ def _walked_tags(path: Path) -> list[tuple[str, dict]]:
     return tags
 
 
-def test_every_fixture_walks_to_the_same_tags_as_iterparse():
+def _fixture_xmls(every: bool) -> list[Path]:
+    """Every IR of the fixtures (80 files, 21 MB), or the first of each family and the largest."""
     paths = sorted(FIXTURES.glob("*/*/*.xml"))
     assert len(paths) >= 40, "the fixtures are where the tests expect them"
+    if every:
+        return paths
+    first = {}
     for path in paths:
+        first.setdefault(path.parent.parent.name, path)
+    return sorted({*first.values(), max(paths, key=lambda path: path.stat().st_size)})
+
+
+@pytest.mark.parametrize("every", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["each family", "every IR"])
+def test_every_fixture_walks_to_the_same_tags_as_iterparse(every):
+    """The default run walks an IR of each family and the largest (3.6 MB, 56 chunks); the slow tier every IR."""
+    for path in _fixture_xmls(every):
         assert _walked_tags(path) == _iterparse_tags(path), path
 
 
