@@ -54,6 +54,7 @@ def test_bench_core_measures_each_form_in_its_own_process():
     assert (rec["command"] is None) == (rec["form"] == "unmodified")
 
 
+@pytest.mark.slow   # 8 workers; the medians and ranges of a row are test_a_row_is_the_median_of_its_runs' (pure)
 def test_bench_rounds_take_turns_and_give_medians_with_their_range():
     """--rounds 2: every form runs twice, the forms taking turns (all of round 1, then round 2), and a row holds the
     medians of its two runs with the range of their decode."""
@@ -226,7 +227,8 @@ CLIENTS = ["core", "optimum", "genai", "genai-paged"]
 # the default run: every family for genai (whose advice depends on the most: sliding, KV-shared or neither) and
 # every client on one family of each kind; the slow tier the rest of the product (56 cases)
 EACH_KIND = {"gemma3/text6", "gemma4/tiny8", "qwen3_5/tiny4"}
-FOR_CASES = [pytest.param(fixture, client, marks=[] if client == "genai" or fixture in EACH_KIND else [pytest.mark.slow])
+FOR_CASES = [pytest.param(fixture, client,
+                          marks=[] if client == "genai" or fixture in EACH_KIND else [pytest.mark.slow])
              for fixture in sorted(SLIDING | NOT_SLIDING) for client in CLIENTS]
 
 

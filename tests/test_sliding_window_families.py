@@ -277,8 +277,15 @@ def vlm_generate(folder: Path, path: str, case: dict) -> list[int]:
     return vlm_pipeline_tokens(folder, path, case["prompt"], case["image"], len(case["expected"]), EXACT_CPU_CONFIG)
 
 
-@pytest.mark.parametrize("case", vlm_cases(), ids=lambda c: c["name"])
-@pytest.mark.parametrize("path", ["stateful", "paged"])
+# the default run: both paths with the image, the stateful path with the long text prompt; the slow tier the
+# other three (the text prompts' paged cells, the short text prompt's stateful one)
+VLM_CELLS = [pytest.param(path, case, id=f"{path}-{case['name']}",
+                          marks=[] if (path, case["name"]) in {("stateful", "image"), ("paged", "image"),
+                                                               ("stateful", "long")} else [pytest.mark.slow])
+             for path in ("stateful", "paged") for case in vlm_cases()]
+
+
+@pytest.mark.parametrize("path, case", VLM_CELLS)
 def test_vlm_pipeline_on_the_bounded_gemma3_folder_equals_the_unmodified_one(bounded_vlm, path, case):
     """The bounded Gemma 3 folder's language model keeps its 5 sliding layers' caches to W - 1 and VLMPipeline
     gives the unmodified folder's tokens on it, text prompts shorter and longer than W and the image prompt (4
