@@ -19,6 +19,7 @@ PROBES = BENCHMARKS / "probes"
 TINY8 = ROOT / "tests" / "fixtures" / "gemma4" / "tiny8" / "openvino_model.xml"
 EXPORT_PYTHON = ROOT / ".venvs" / "export" / "bin" / "python"
 
+SLIDING_WINDOW = ["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2", "--rounds", "1"]
 CASES = {
     "pipeline_speed": (["--layers", "4", "8", "--repeats", "1", "--compile-repeats", "1"], "pipeline_speed-"),
     "accuracy": (["--layers", "2", "--prefill", "4", "--decode", "1", "--seeds", "0"], "accuracy-"),
@@ -29,10 +30,8 @@ CASES = {
                         "--decode", "2"], "unshare_decode"),
     "paged_heads": (["--runtimes", "newest", "--decode", "2", "--repeats", "1"], "paged_heads"),
     # every form in both configs (14 processes) in the slow tier; the default run the exact config's 7
-    "sliding_window": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2",
-                        "--rounds", "1", "--config", "default", "exact"], "sliding_window-tiny8-40"),
-    "sliding_window exact": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2",
-                              "--rounds", "1", "--config", "exact"], "sliding_window-tiny8-40"),
+    "sliding_window": ([*SLIDING_WINDOW, "--config", "default", "exact"], "sliding_window-tiny8-40"),
+    "sliding_window exact": ([*SLIDING_WINDOW, "--config", "exact"], "sliding_window-tiny8-40"),
     "hybrid_families": (["--families", "qwen3_5/tiny4", "--modes", "default,trimmable"], "hybrid_families-"),
     # probes (benchmarks/probes/): their records stand; the runs (the slow tier's) keep them working
     "sliding_window_decode": (["--model", str(TINY8.parent), "--context", "64", "--decode", "4", "--every", "2",

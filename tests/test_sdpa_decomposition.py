@@ -43,8 +43,8 @@ def _specs():
     yield AttentionSpec(head_dim=12, v_head_dim=6, q_len=1, kv_len=9), True
 
 
-SPECS = [spec for spec, _ in _specs()]
 COMPILED = [pytest.param(spec, marks=[] if default else [pytest.mark.slow]) for spec, default in _specs()]
+SPECS = [param.values[0] for param in COMPILED]
 
 
 def _id(spec: AttentionSpec) -> str:
