@@ -257,11 +257,8 @@ PAGED = {"qwen3_5/tiny4": "reference", "qwen3_next/tiny4": "reference", "lfm2/ti
          "llama4/tiny4": "unchunked_reference"}
 
 
-# genai's stateful path by default, but for Zamba2 (75 ms a token of its Mamba-2 states at f32: 11 s; its default
-# rewrite and its fused SDPAs are test_every_mode_keeps_tokens_and_fused_sdpas' and check's); the paged path and
-# Zamba2's stateful one in the slow tier
-GENAI_CELLS = [pytest.param(folder, path, id=f"{folder}-{path}",
-                            marks=[] if path == "stateful" and folder != "zamba2/tiny" else [pytest.mark.slow])
+# genai's stateful path by default, the paged path in the slow tier
+GENAI_CELLS = [pytest.param(folder, path, id=f"{folder}-{path}", marks=[] if path == "stateful" else [pytest.mark.slow])
                for folder in HYBRIDS for path in ("stateful", "paged")]
 
 

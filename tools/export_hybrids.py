@@ -47,6 +47,13 @@ BASE = {k: families.TINY[k] for k in ("vocab_size", "hidden_size", "initializer_
 ATTENTION = {k: families.TINY[k] for k in ("intermediate_size", "num_attention_heads", "num_key_value_heads",
                                            "max_position_embeddings")}
 
+# Zamba2's Mamba-2 chunk (its config's default: 256). The traced scan pads every call to a whole chunk and works on
+# chunk x chunk matrices: at 256 a decode step of the 64-wide fixture took 87 ms at f32 under the CPU plugin,
+# Multiply and ReduceSum over the chunk 94% of it (PERF_COUNT, 2026-12-07), 20-90x the other fixtures' steps; at 8,
+# 4 ms, and the 24-token prompt spans three chunks, so the scan's carry from chunk to chunk is traced too. Granite
+# 4's export holds no chunk (its IR is the same at 8 and 256, measured).
+ZAMBA2_CHUNK = 8
+
 TF_5_3, TF_4_57, TF_5_5 = "5.3.0", "4.57.6", "5.5.4"
 VENV = {TF_5_3: "export-tf5.3.0", TF_4_57: "export-tf4.57.6", TF_5_5: "export"}
 
@@ -139,7 +146,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
         args=dict(BASE, num_hidden_layers=4, layers_block_type=["mamba", "hybrid", "mamba", "hybrid"],
                   intermediate_size=128, num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
                   mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, n_mamba_heads=4, mamba_ngroups=1,
-                  num_mem_blocks=1, adapter_rank=8, use_mem_rope=True),
+                  num_mem_blocks=1, adapter_rank=8, use_mem_rope=True, chunk_size=ZAMBA2_CHUNK),
         kinds="layers_block_type", short=6, long=24, new_tokens=32,
         seed=4,  # picked from 0..15: smallest gap 1.33e-2, 27+ distinct tokens
         # optimum-intel 2.2.0's Zamba2OpenVINOConfig declares MAX_TRANSFORMERS_VERSION 4.57.6 (a
