@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 PROBES = BENCHMARKS / "probes"
 TINY8 = ROOT / "tests" / "fixtures" / "gemma4" / "tiny8" / "openvino_model.xml"
+A26 = ROOT / "tests" / "fixtures" / "gemma4" / "a26"
 EXPORT_PYTHON = ROOT / ".venvs" / "export" / "bin" / "python"
 
 SLIDING_WINDOW = ["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2", "--rounds", "1"]
@@ -28,7 +29,9 @@ CASES = {
                         "--prefill", "8", "--decode", "2"], "decode_latency"),
     "unshare_decode": (["--ir", str(TINY8), "--runtimes", "newest", "--rounds", "1", "--contexts", "8",
                         "--decode", "2"], "unshare_decode"),
-    "paged_heads": (["--runtimes", "newest", "--decode", "2", "--repeats", "1"], "paged_heads"),
+    # the 26B layout (two head sizes, as e2b35's): its compile is an eighth of e2b35's (the default fixture)
+    "paged_heads": (["--runtimes", "newest", "--decode", "2", "--repeats", "1", "--fixture", str(A26)],
+                    "paged_heads"),
     # every form in both configs (14 processes) in the slow tier; the default run the exact config's 7
     "sliding_window": ([*SLIDING_WINDOW, "--config", "default", "exact"], "sliding_window-tiny8-40"),
     "sliding_window exact": ([*SLIDING_WINDOW, "--config", "exact"], "sliding_window-tiny8-40"),

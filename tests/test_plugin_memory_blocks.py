@@ -54,6 +54,7 @@ def test_difference_counts_sizes_both_ways():
     assert pmb.difference(a, b) == ([64, 2], [32, 8])
 
 
+@pytest.mark.slow   # a probe's run, as the other probes' (tests/test_benchmarks.py); its parser's tests stay
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (Debian package strace)")
 def test_runs_on_tiny8():
     model = ROOT / "tests" / "fixtures" / "gemma4" / "tiny8"

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks" / "probes"))
 
@@ -24,6 +26,7 @@ def test_a_group_takes_the_first_box_that_fits_in_time_whatever_its_size():
     assert pmg.grouped([(0, 2, 10), (3, 4, 10)]) == [10]
 
 
+@pytest.mark.slow   # a probe's run, as the other probes' (tests/test_benchmarks.py); its parser's tests stay
 def test_runs_on_tiny8(tmp_path):
     model = ROOT / "tests" / "fixtures" / "gemma4" / "tiny8"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "probes" / "plugin_memory_groups.py"), "--model", str(model),
