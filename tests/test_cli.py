@@ -785,7 +785,9 @@ def test_check_lists_where_the_plugin_fused_otherwise_than_predicted(tmp_path):
             "allowed), but the compiled model did not fuse it") in unwrapped(text)
 
 
-@pytest.mark.parametrize("device", ["cpu", "Cpu", " CPU "])
+# " Cpu " by default: the case and the spaces at once (each a check of tiny8); the others in the slow tier
+@pytest.mark.parametrize("device", [pytest.param("cpu", marks=pytest.mark.slow), " Cpu ",
+                                    pytest.param("CPU ", marks=pytest.mark.slow)])
 def test_check_takes_any_case_of_device(ir, device):
     code, report = _check(ir, "--device", device)
     assert code == 0 and report["device"] == "CPU" and report["verdict_code"] == "ok"
