@@ -149,11 +149,11 @@ def test_original_decodes_transformers_tokens(folder):
 
 
 def test_zamba2_export_does_not_carry_the_first_chunks_state_into_a_longer_prompt():
-    """An exporter defect pinned (tests/fixtures/HYBRIDS.md): the traced Mamba-2 mixer of Zamba2 is transformers'
-    chunked prefill path, whose inter-chunk recurrence sums over the target chunk instead of the source chunk
-    (transformers 5.3.0 and 5.5.4; huggingface/transformers#47475, the fix #47250). A prompt longer than one chunk
-    (8 here; 256 in the real configs) fed in one call reads wrong Mamba states from its second chunk on. One token
-    a call is the decode path, right: it equals transformers' recurrent steps (measured at 16 heads of 64: the IR's
+    """An exporter defect pinned (tests/fixtures/HYBRIDS.md): optimum-intel 2.2.0's patched Zamba2 mixer takes a
+    call of several tokens through transformers' chunked path, copied with its inter-chunk recurrence summed over
+    the target chunk instead of the source chunk (huggingface/transformers#47475, fixed there by #47250). A prompt
+    longer than one chunk (8 here; 256 in the real configs) fed in one call reads wrong Mamba states from its second
+    chunk on. One token a call takes the patch's recurrent branch, right: it equals transformers' recurrent steps (measured at 16 heads of 64: the IR's
     greedy tokens are generate()'s, while its whole 40-token prefill is off by 0.35-3.1 in the logits from the 17th
     position). Here the error is small (about 1e-3, tokens unchanged); if the two agree everywhere, the export was
     mended: re-measure."""
