@@ -18,6 +18,7 @@ BENCHMARKS = ROOT / "benchmarks"
 PROBES = BENCHMARKS / "probes"
 TINY8 = ROOT / "tests" / "fixtures" / "gemma4" / "tiny8" / "openvino_model.xml"
 A26 = ROOT / "tests" / "fixtures" / "gemma4" / "a26"
+ZAMBA2 = ROOT / "tests" / "fixtures" / "zamba2" / "tiny"
 EXPORT_PYTHON = ROOT / ".venvs" / "export" / "bin" / "python"
 
 SLIDING_WINDOW = ["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode", "2", "--rounds", "1"]
@@ -41,6 +42,7 @@ CASES = {
                                "--rounds", "1"], "sliding_window_decode-tiny8-default"),
     "sliding_window_exactness": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2"],
                                  "sliding_window_exactness-tiny8-40"),
+    "zamba2_chunk_recurrence": (["--model", str(ZAMBA2), "--steps", "2"], "zamba2_chunk_recurrence-tiny"),
     "sliding_window_expand_forms": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--decode",
                                      "2", "--config", "exact"], "sliding_window_expand_forms-tiny8-40"),
     "sliding_window_profile": (["--model", str(TINY8.parent), "--context", "40", "--chunk", "16", "--steps", "2",
@@ -130,6 +132,11 @@ def test_benchmark_script_runs(case, tmp_path):
         assert all(row["status"] == "ok" and row["tokens_match"] and row["decode_ms_per_token"] > 0 for row in rows.values())
         assert rows["paged-padded"]["kv_bytes_per_token"] > rows["paged"]["kv_bytes_per_token"]
         assert rows["stateful-padded"]["kv_bytes_per_token"] == rows["paged-padded"]["kv_bytes_per_token"]
+    if script == "zamba2_chunk_recurrence":   # the fixture's 3 chunks: the first alike, the others off until mended
+        exported, mended = data["rows"]
+        assert exported["recurrences_mended"] == 0 and mended["recurrences_mended"] == 4
+        assert exported["first_chunk_max"] < 1e-5 and exported["after_min"] > 2e-4
+        assert mended["after_max"] < 1e-5 and mended["tokens_equal"]
     if script == "sliding_window":   # each form measured in a process of its own, every config asked, every form
         configs = args[args.index("--config") + 1:]
         assert {(row["config"], row["form"]) for row in data["rows"]} == {
