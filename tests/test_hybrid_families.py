@@ -153,14 +153,14 @@ def test_zamba2_export_does_not_carry_the_first_chunks_state_into_a_longer_promp
     call of several tokens through transformers' chunked path, copied with its inter-chunk recurrence summed over
     the target chunk instead of the source chunk (huggingface/transformers#47475, fixed there by #47250). A prompt
     longer than one chunk (8 here; 256 in the real configs) fed in one call reads wrong Mamba states from its second
-    chunk on. One token a call takes the patch's recurrent branch, right: it equals transformers' recurrent steps (measured at 16 heads of 64: the IR's
-    greedy tokens are generate()'s, while its whole 40-token prefill is off by 0.35-3.1 in the logits from the 17th
-    position). Here the error is small (about 1e-3, tokens unchanged); if the two agree everywhere, the export was
-    mended: re-measure."""
+    chunk on. One token a call takes the patch's recurrent branch, right: it equals transformers' recurrent steps
+    (measured at 16 heads of 64: the IR's greedy tokens are generate()'s, while its whole 40-token prefill is off by
+    0.35-3.1 in the logits from the 17th position). Here the error is small (about 1e-3, tokens unchanged); if the
+    two agree everywhere, the export was mended: re-measure (benchmarks/probes/zamba2_chunk_recurrence.py)."""
     import numpy as np
 
-    prompt = reference("zamba2/tiny")["long_prompt"]["prompt_ids"]
-    chunk = reference("zamba2/tiny")["config"]["chunk_size"]
+    ref = reference("zamba2/tiny")
+    prompt, chunk = ref["long_prompt"]["prompt_ids"], ref["config"]["chunk_size"]
     assert len(prompt) > 2 * chunk
 
     def logits(calls: list[list[int]]) -> np.ndarray:
@@ -288,13 +288,9 @@ PAGED = {"qwen3_5/tiny4": "reference", "qwen3_next/tiny4": "reference", "lfm2/ti
          "llama4/tiny4": "unchunked_reference"}
 
 
-# genai's stateful path by default, the paged path in the slow tier
-GENAI_CELLS = [pytest.param(folder, path, id=f"{folder}-{path}", marks=[] if path == "stateful" else [pytest.mark.slow])
-               for folder in HYBRIDS for path in ("stateful", "paged")]
-
-
 @needs_genai
-@pytest.mark.parametrize("folder, path", GENAI_CELLS)
+@pytest.mark.parametrize("path", ["stateful", pytest.param("paged", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("folder", HYBRIDS)
 def test_genai_decodes_the_rewritten_folder_as_the_original(folder, path, tmp_path):
     from ovpasses.app.folder import rewrite_folder
 
