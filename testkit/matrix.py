@@ -114,7 +114,11 @@ def apply_mode(model: ov.Model, mode: str) -> ov.Model:
     return model
 
 
+@functools.cache
 def load(fixture: Path, mode: str) -> ov.Model:
+    """``fixture``'s model as ``mode`` runs it, read and rewritten once per process: the cells of one mode on
+    several paths run the same model (compiling it and saving it for genai leave it as it is); a read or a
+    rewrite that raises is not kept, and raises again in the next cell that asks."""
     return apply_mode(ov.Core().read_model(fixture / "openvino_model.xml"), mode)
 
 
