@@ -2,7 +2,7 @@
 
 ``rewrite(model)`` runs in place and returns a :class:`RewriteSummary`. What changes depends on the runtime profile
 (see :func:`~ovpasses.plan.profiles.profile_for`, the facts in :mod:`ovpasses.plan.runtimes` and the table in
-README.md), chosen from ``openvino.get_version()`` unless ``runtime`` names a release.
+docs/runtimes.md), chosen from ``openvino.get_version()`` unless ``runtime`` names a release.
 
 Analyse, plan, apply: the analyses of the model as it is are its facts (:class:`~ovpasses.plan.targets.Facts`);
 the plan made from them is frozen (:class:`~ovpasses.plan.targets.RewritePlan`, decisions typed by

@@ -15,7 +15,7 @@ import openvino as ov
 # Compile properties under which the CPU plugin computes in f32, keeps the KV cache in f32 and leaves
 # activations unquantized. Its defaults differ on each count, and each changes logits more than a
 # rewrite does (measured 2026-11-23 on this machine's Xeon with avx512_bf16, openvino 2026.0.0 and
-# 2026.4.1; README "ovpass check"):
+# 2026.4.1; docs/cli.md, `ovpass check`):
 # * INFERENCE_PRECISION_HINT: bf16 on CPUs with avx512_bf16/AMX. Unsharing the KV caches (a correct
 #   rewrite) moves the fixtures' logits by 0.007-0.013 at bf16, against 4e-7 at f32.
 # * KV_CACHE_PRECISION: f16 by default (read back from the compiled model).

@@ -37,7 +37,7 @@ class Release:
 
 # Measured with ``python tools/runtime_matrix.py`` (2026-11-21; CPU, f32 inference and f32 KV cache;
 # fixtures tiny8 and e2b35, unmodified and rewritten, 20 greedy tokens against transformers' own
-# generate): README "What the rewrite does on each runtime", benchmarks/results/runtime_matrix.json.
+# generate): docs/runtimes.md (its first table), benchmarks/results/runtime_matrix.json.
 RELEASES: tuple[Release, ...] = (
     Release((2025, 2, 0), True),
     Release((2025, 3, 0), None, "not in the runtime matrix; between 2025.2.0 and 2025.4.1, which both fail"),

@@ -34,7 +34,8 @@ def inspect_model(model: ov.Model, options: RewriteOptions | None = None) -> dic
 
     Runs the pipeline on a clone (the actions are the ones the rewrite really takes, including the
     fallback to decomposition and the refusal of an operation it cannot replace); ``model`` is not
-    changed. The result follows the schema documented in README.md (``"schema": "ovpass.inspect/3"``, :data:`ovpasses.report.schemas.INSPECT`).
+    changed. The result follows the schema documented in docs/cli.md (``"schema": "ovpass.inspect/3"``,
+    :data:`ovpasses.report.schemas.INSPECT`).
     Per SDPA, ``fusion`` is whether the CPU plugin is expected to fuse it into its stateful kernel in the
     model as the rewrite leaves it, and ``fusion_unmodified`` the same for the model as it is, each with
     its reason. With ``sliding_window=bounded``, per SDPA ``window`` (None: full attention) and

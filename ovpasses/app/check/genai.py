@@ -15,7 +15,7 @@ openvino_genai 2026.4.1: built without a tokenizer, ``generate`` fails with "Tok
 available", and no overload takes ids), so an image-text-to-text export needs its tokenizer IRs.
 
 Each pipeline runs in its own process (``python -m ovpasses.app.check.genai``): some releases crash
-the whole process on some IRs (README's runtime notes), and a crash must be a result, not the end
+the whole process on some IRs (docs/runtimes.md, runtime notes), and a crash must be a result, not the end
 of the check. The worker leaves with ``os._exit`` once its result is printed: openvino_genai 2026.0 -
 2026.2.1 segfaults now and then when a pipeline is destroyed, after its work is done.
 
