@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
 from testkit.graphs import (
     LOOP_SDPA,
+    STACK_OUTPUT,
     CacheLoopSpec,
     StackSpec,
     build_cache_loop,
@@ -33,6 +35,7 @@ from testkit.graphs import (
     run_stack,
     stack_reference,
     stack_steps,
+    step_feed,
 )
 from testkit.matrix import apply_mode
 
@@ -333,11 +336,69 @@ def test_plugin_loop_of_no_iteration_returns_its_previous_output():
     assert list(request.get_output_tensor(0).shape) == [1, 3, 4]    # the specification: [1, 0, 4]
 
 
-@pytest.mark.xfail(strict=True, raises=RuntimeError,
-                   reason="known defect, not mended yet (found 2026-12-06 by the hybrid property sweep): with the "
-                          "2026.0 - 2026.2 profiles (the mask Slice for the paged converter runs first) the trimmable "
-                          "rewrite of a layer that owns its K cache but borrows its V makes a cycle ('Loop detected "
-                          "during topological sort'); K and V shared jointly, or the installed profile, are fine")
-def test_trimmable_after_the_mask_slice_with_k_owned_and_v_borrowed():
-    model = build_stack(StackSpec(k_source=(0, 1), v_source=(0, 0), mask="sliding", kv_heads=4))
-    ovpasses.rewrite(model, "2026.0", sliding_window="trimmable")
+@pytest.mark.parametrize("runtime", [None, "2026.0"])
+def test_trimmable_after_the_mask_slice_with_k_owned_and_v_borrowed(runtime):
+    """Found 2026-12-06 by the hybrid property sweep: with the 2026.0 - 2026.2 profiles (the mask Slice for the paged
+    converter runs first, so both layers read one mask) the trimmable rewrite of a layer that owns its K cache but
+    borrows its V counted the mask's columns from that layer's cache, whose new K is computed from the first layer's
+    output, which reads the mask: a cycle ('Loop detected during topological sort'). The columns are counted from the
+    cache of the first layer that reads the mask now. Trimmed to its keep after every step (a prefill of 9 tokens
+    in chunks of 3, then 6 steps, window 4), the model decodes the float64 reference."""
+    spec = StackSpec(k_source=(0, 1), v_source=(0, 0), mask="sliding", kv_heads=4)
+    model = build_stack(spec)
+    summary = ovpasses.rewrite(model, runtime, sliding_window="trimmable")
+    assert set(summary.sliding_window_caches.bounded) == set(spec.variables())
+    steps = stack_steps(spec, prefill=9, decode=6, chunk=3)
+    request = ov.Core().compile_model(model, "CPU", CONFIG).create_infer_request()
+    trimmer = ovpasses.SlidingWindowTrimmer.for_model(model, request)
+    got = []
+    for step in steps:
+        request.infer(step_feed(spec, step))
+        got.append(np.array(request.get_tensor(STACK_OUTPUT).data, copy=True))
+        trimmer.trim()
+    assert trimmer.trims > 0 and {s.name: s.state.shape[2] for s in request.query_state()} == trimmer.keep
+    assert_matches_reference(got, spec, steps)
+
+
+def kv_layouts(layers: int):
+    """Every way ``layers`` layers can own or borrow one kind of cache: layer i reads layer ``k[i] <= i``'s, and
+    a layer read by another owns its own."""
+    for sources in itertools.product(*(range(layer + 1) for layer in range(layers))):
+        if all(sources[source] == source for source in sources):
+            yield sources
+
+
+@pytest.mark.slow   # 174 rewrites, compiles and runs of each mode: about a minute
+@pytest.mark.parametrize("sliding_window", ["trimmable", "bounded"])
+def test_every_kv_layout_of_two_and_three_layers_decodes_the_reference(sliding_window):
+    """Where the K/V-layout regression above came from, swept: every layout of K and V owned or borrowed apart on
+    two and three sliding layers, under the installed, the 2026.0 and the 2025.2 profiles, caches kept shared or
+    unshared: the rewritten model, trimmed after every step where trimmable (a prefill of 9 in chunks of 3, then 4
+    steps, window 4), decodes the float64 reference. Before the mend 17 of these cases (all trimmable, on the
+    2026.0 profile) made a cycle."""
+    core = ov.Core()
+    failed = []
+    for layers, runtime, kv_sharing in itertools.product((2, 3), (None, "2026.0", "2025.2"), ("keep", "unshare")):
+        for k_source, v_source in itertools.product(kv_layouts(layers), repeat=2):
+            spec = StackSpec(k_source=k_source, v_source=v_source, mask="sliding", kv_heads=4)
+            case = (k_source, v_source, runtime, kv_sharing)
+            model = build_stack(spec)
+            try:
+                ovpasses.rewrite(model, runtime, sliding_window=sliding_window, kv_sharing=kv_sharing)
+            except RuntimeError as error:
+                failed.append((*case, str(error).strip().splitlines()[-1]))
+                continue
+            steps = stack_steps(spec, prefill=9, decode=4, chunk=3)
+            request = core.compile_model(model, "CPU", CONFIG).create_infer_request()
+            trimmer = ovpasses.SlidingWindowTrimmer.for_model(model, request) if sliding_window == "trimmable" else None
+            got = []
+            for step in steps:
+                request.infer(step_feed(spec, step))
+                got.append(np.array(request.get_tensor(STACK_OUTPUT).data, copy=True))
+                if trimmer is not None:
+                    trimmer.trim()
+            try:
+                assert_matches_reference(got, spec, steps)
+            except AssertionError as error:
+                failed.append((*case, str(error).strip().splitlines()[-1]))
+    assert not failed, failed

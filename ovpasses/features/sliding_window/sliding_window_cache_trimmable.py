@@ -157,7 +157,14 @@ class TrimmableSlidingWindowKVCache(Rule, ModelPass):
         # first cache's; every other cache must hold as many positions (the trimmer cuts them together), or the
         # inference fails (failing_check), never reads a mask of another length.
         masks: dict[tuple[ov.Output, str], ov.Output] = {}
+        # the columns are counted from the cache of the group's first SDPA in the model's order: another's new K
+        # may be computed from the first one's output (a layer that owns its K and borrows its V reads the mask
+        # of the layer it borrows from), and a mask of the first layer counted from it made a cycle
+        position = {node: index for index, node in enumerate(model.get_ordered_ops())
+                    if node.get_type_name() == "ScaledDotProductAttention"} if any(
+                        len(group) > 1 for group in readers.values()) else {}
         for mask, group in readers.items():
+            group.sort(key=lambda reader: position.get(reader[0], 0))
             sdpa, nodes, window, held = group[0]
             new = ops.gather(ops.shape_of(nodes.new, "i64"), _i64([nodes.axis]), _i64([0]))
             key_length = ops.add(held, new)
