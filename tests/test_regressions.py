@@ -402,3 +402,31 @@ def test_every_kv_layout_of_two_and_three_layers_decodes_the_reference(sliding_w
             except AssertionError as error:
                 failed.append((*case, str(error).strip().splitlines()[-1]))
     assert not failed, failed
+
+
+def test_a_trimmer_cuts_each_cache_on_its_own_sequence_axis(tmp_path):
+    """Found by a sweep of the sliding-window modes over drawn stacks (session 28): the trimmer cut every cache on
+    axis 2, which in a ``[batch, sequence, KV heads, head size]`` (BSHD) cache holds the heads ('Can not clone with
+    new dims'). The rewrite records each trimmable cache's sequence axis in the model's runtime info (kept in the
+    IR), and the trimmer cuts there: trimmed after every step, the stack read back from its files decodes the
+    float64 reference, each cache held at its keep on axis 1."""
+    from ovpasses.features.sliding_window.caches import trimmable_axes
+
+    spec = StackSpec(k_source=(0, 1), layout="BSHD", mask="sliding", window=2, kv_heads=4)   # no GQA ShapeOf
+    model = build_stack(spec)
+    ovpasses.rewrite(model, sliding_window="trimmable")
+    assert trimmable_axes(model) == {vid: 1 for vid in spec.variables()}
+    ov.save_model(model, tmp_path / "model.xml", compress_to_fp16=False)
+    read = ov.Core().read_model(tmp_path / "model.xml")
+    assert trimmable_axes(read) == trimmable_axes(model)
+    steps = stack_steps(spec, prefill=5, decode=4, chunk=2)
+    request = ov.Core().compile_model(read, "CPU", CONFIG).create_infer_request()
+    trimmer = ovpasses.SlidingWindowTrimmer.for_model(read, request)
+    got = []
+    for step in steps:
+        request.infer(step_feed(spec, step))
+        got.append(np.array(request.get_tensor(STACK_OUTPUT).data, copy=True))
+        trimmer.trim()
+    assert trimmer.trims > 0
+    assert {state.name: state.state.shape[1] for state in request.query_state()} == trimmer.keep
+    assert_matches_reference(got, spec, steps)

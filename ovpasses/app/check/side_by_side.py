@@ -111,7 +111,7 @@ def run_steps(core: ov.Core, model: ov.Model, device: str, config: dict, feeds: 
                 result.trimmed_after.append(index)
                 for state in request.query_state():
                     if state.name in result.trimmed_held:
-                        result.trimmed_held[state.name].append(int(state.state.shape[trimmer.axis]))
+                        result.trimmed_held[state.name].append(int(state.state.shape[trimmer.axes[state.name]]))
     except Exception as exc:  # noqa: BLE001 - any runtime failure is what this reports
         result.error = _one_line(str(exc)) or type(exc).__name__
         log.debug("%s failed", label, exc_info=True)

@@ -206,12 +206,27 @@ def trimmable_key(vid: str) -> str:
 def trimmable_caches(model: ov.Model) -> dict[str, int]:
     """The caches :class:`TrimmableSlidingWindowKVCache` made trimmable in ``model`` (an ``ov.Model``, rewritten
     here or read from an IR it wrote): variable id -> positions a trimmer keeps. Empty when none."""
-    if not model.has_rt_info(RT_TRIMMABLE):
+    return _rt_entries(model, RT_TRIMMABLE)
+
+
+RT_TRIMMABLE_AXES = "ovpasses_trimmable_sliding_window_axes"   # per trimmable cache: its sequence axis
+
+
+def _rt_entries(model: ov.Model, key: str) -> dict[str, int]:
+    """``model``'s runtime info under ``key``: variable id -> int, for the variables the model has."""
+    if not model.has_rt_info(key):
         return {}
     keys = {trimmable_key(v.get_info().variable_id): v.get_info().variable_id for v in model.get_variables()}
-    found = model.get_rt_info()[RT_TRIMMABLE]
+    found = model.get_rt_info()[key]
     entries = found.astype(dict) if hasattr(found, "astype") else dict(found)
     return {keys[k]: int(v.astype(str) if hasattr(v, "astype") else v) for k, v in entries.items() if k in keys}
+
+
+def trimmable_axes(model: ov.Model) -> dict[str, int]:
+    """The sequence axis of each cache :func:`trimmable_caches` names, where the rewrite recorded it (2 in the
+    ``[batch, KV heads, sequence, head size]`` caches optimum-intel writes, 1 in ``[batch, sequence, KV heads, head
+    size]`` ones); IRs written before it was recorded have none, and a trimmer takes 2 for them."""
+    return _rt_entries(model, RT_TRIMMABLE_AXES)
 
 
 def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, masks: list[SlidingWindowMask],

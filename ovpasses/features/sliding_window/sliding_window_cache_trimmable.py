@@ -39,7 +39,9 @@ Per trimmable cache ``v`` (``k_cache_BHkvSD``; ``T`` positions seen, ``P <= T`` 
 With nobody trimming, ``P = T`` and every value is what it was: the form is the unmodified model's, so a client
 that does not trim (openvino_genai, paged or stateful) gets exactly the native behaviour. Each cache made
 trimmable records its variable id and the positions a trimmer must keep (``W - 1 + margin``) in the model's
-runtime info under :data:`RT_TRIMMABLE` (kept when the IR is saved), where the trimmer reads them.
+runtime info under :data:`RT_TRIMMABLE`, and its sequence axis under
+:data:`~ovpasses.features.sliding_window.caches.RT_TRIMMABLE_AXES` (both kept when the IR is saved), where the
+trimmer reads them.
 """
 
 from __future__ import annotations
@@ -53,7 +55,13 @@ from openvino.passes import ModelPass
 
 from ovpasses.analysis.cache_chain import find_cache_chains, variable_id
 from ovpasses.features.sliding_window.cache_nodes import CacheRefusal, cache_nodes
-from ovpasses.features.sliding_window.caches import RT_TRIMMABLE, SlidingWindowCaches, trimmable_caches, trimmable_key
+from ovpasses.features.sliding_window.caches import (
+    RT_TRIMMABLE,
+    RT_TRIMMABLE_AXES,
+    SlidingWindowCaches,
+    trimmable_caches,
+    trimmable_key,
+)
 from ovpasses.errors import PassInvariantError
 from ovpasses.features.sliding_window.masks import MASK_PORT
 from ovpasses.modes import OptionChoice, SlidingWindow
@@ -130,6 +138,7 @@ class TrimmableSlidingWindowKVCache(Rule, ModelPass):
         # is sliding, the attention_mask's length less the new tokens
         past_length = SlidingWindowKVCacheBounding._past_length(self, model, chains)
         keep: dict[str, int] = {}
+        axes: dict[str, int] = {}
         # per mask, the K caches of the SDPAs that read it: (sdpa, nodes, window, held)
         readers: dict[ov.Output, list[tuple[ov.Node, object, int, ov.Node]]] = {}
         for vid, bounded in self.plan.bounded.items():
@@ -148,6 +157,7 @@ class TrimmableSlidingWindowKVCache(Rule, ModelPass):
             for node in made:
                 node.get_rt_info()[RT_NODE] = vid
             keep[vid] = bounded.keep
+            axes[vid] = nodes.axis
             self.changed.append(vid)
             log.debug("%s: %s trimmable to its last %d positions (window %d)", self.NAME, vid, bounded.keep,
                       bounded.window)
@@ -185,6 +195,7 @@ class TrimmableSlidingWindowKVCache(Rule, ModelPass):
                 node.get_rt_info()[RT_NODE] = variable_id(nodes.read_value)
         for vid, positions in keep.items():
             model.set_rt_info(str(positions), [RT_TRIMMABLE, trimmable_key(vid)])
+            model.set_rt_info(str(axes[vid]), [RT_TRIMMABLE_AXES, trimmable_key(vid)])
         model.validate_nodes_and_infer_types()
         return True
 

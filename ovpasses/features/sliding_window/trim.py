@@ -57,7 +57,7 @@ import openvino as ov
 
 from ovpasses._ov import QUERY_PORT, is_sdpa
 from ovpasses.errors import OvpassesError
-from ovpasses.features.sliding_window.caches import trimmable_caches
+from ovpasses.features.sliding_window.caches import trimmable_axes, trimmable_caches
 
 log = logging.getLogger(__name__)
 
@@ -95,19 +95,24 @@ class SlidingWindowTrimmer:
     it holds more than its keep, which it knows from the request's ``attention_mask`` (the positions seen) and the
     positions seen at its last trim of that state.
 
+    ``axis``: the states' sequence axis, one for all (2: ``[batch, KV heads, sequence, head size]``, as optimum-intel
+    writes them) or per variable id (a missing id takes 2); :meth:`for_model` reads each cache's from the model.
+
     ``release_memory`` (default True) fixes glibc's mmap threshold for the whole process
     (:func:`_fix_mmap_threshold` says why and what it measured); False leaves malloc as it is, which trades memory
     for time: at Gemma 3 widths, a 16k prompt in chunks of 500 through :meth:`prefill`, 63.7 s and 2,871 MiB peak
     against 69.9-70.9 s and 2,421 MiB (``benchmarks/records/2026-11-26-gemma3-16k-prefill.md``)."""
 
     def __init__(self, request: ov.InferRequest, keep: Mapping[str, int], every: int = 1,
-                 axis: int = SEQUENCE_AXIS, release_memory: bool = True, query_heads: int | None = None) -> None:
+                 axis: int | Mapping[str, int] = SEQUENCE_AXIS, release_memory: bool = True,
+                 query_heads: int | None = None) -> None:
         if not keep:
             raise OvpassesError("SlidingWindowTrimmer: no trimmable cache (rewrite the model with "
                                 "sliding_window='trimmable' first)")
         if not isinstance(every, int) or every < 1:
             raise OvpassesError(f"SlidingWindowTrimmer: every must be a whole number >= 1, not {every!r}")
-        self.request, self.keep, self.every, self.axis = request, dict(keep), every, axis
+        self.request, self.keep, self.every = request, dict(keep), every
+        self.axes = {vid: (axis.get(vid, SEQUENCE_AXIS) if isinstance(axis, Mapping) else axis) for vid in self.keep}
         self.query_heads = query_heads   # the most query heads of an SDPA: what prefill's score budget needs
         self.calls = 0
         self.trims = 0
@@ -120,7 +125,7 @@ class SlidingWindowTrimmer:
                   release_memory: bool = True) -> SlidingWindowTrimmer:
         """A trimmer for ``request`` of ``model`` (rewritten with ``sliding_window="trimmable"``, or read from an
         IR so written: the caches and their keep are in its runtime info); ``release_memory`` as for the class."""
-        return cls(request, trimmable_caches(model), every, release_memory=release_memory,
+        return cls(request, trimmable_caches(model), every, axis=trimmable_axes(model), release_memory=release_memory,
                    query_heads=query_heads(model))
 
     @classmethod
@@ -150,7 +155,8 @@ class SlidingWindowTrimmer:
             raise OvpassesError("SlidingWindowTrimmer.attach: the model is not a compiled stateful OVModelForCausalLM")
         heads = query_heads(ov_model.model)
         budget = _score_budget("SlidingWindowTrimmer.attach", heads, score_budget)
-        trimmer = cls(ov_model.request, trimmable_caches(ov_model.model), every, query_heads=heads)
+        trimmer = cls(ov_model.request, trimmable_caches(ov_model.model), every, axis=trimmable_axes(ov_model.model),
+                      query_heads=heads)
         if prefill_chunk is not None:
             _chunk_generate(ov_model, prefill_chunk)
         forward = ov_model.forward
@@ -266,12 +272,13 @@ class SlidingWindowTrimmer:
                 if held <= keep:
                     continue
             value = state.state
-            length = value.shape[self.axis]
+            axis = self.axes[state.name]
+            length = value.shape[axis]
             if length <= keep:
                 continue
             data = np.asarray(value.data)
             index = [slice(None)] * data.ndim
-            index[self.axis] = slice(length - keep, length)
+            index[axis] = slice(length - keep, length)
             kept = np.array(data[tuple(index)], order="C")   # a copy: the whole state is let go before it is set
             del value, data
             state.state = ov.Tensor(kept, shared_memory=True)   # set_state copies it in; no third copy on the way
