@@ -207,6 +207,23 @@ def hybrid_stack_specs(max_layers: int = 5, **fixed) -> st.SearchStrategy[StackS
 
 
 @st.composite
+def sliding_stack_specs(draw, max_layers: int = 5) -> StackSpec:
+    """A :class:`StackSpec` whose layers read transformers' sliding-window mask (``mask="sliding"``): a window of 2-5
+    in either mask form, one layer that reads a cache attending without the window or none, every other axis as
+    :func:`stack_specs` draws it, in f32 (the sliding-window modes run on f32 exports)."""
+    spec = draw(stack_specs(max_layers, mask="sliding", dtype="f32", cache_type="f32", window=st.integers(2, 5),
+                            mask_form=st.sampled_from(["bitwise", "distance"])))
+    readers = [layer for layer, source in enumerate(spec.k_source) if source is not None]
+    full = draw(st.sets(st.sampled_from(readers), max_size=1)) if readers else set()
+    return spec.with_(full_layers=tuple(sorted(full)))
+
+
+def sliding_step_counts() -> st.SearchStrategy[tuple[int, int]]:
+    """``(prefill, decode)`` for a window of 2-5: a prefill of 2-9 and 1-5 steps, so that most runs pass it."""
+    return st.tuples(st.integers(2, 9), st.integers(1, 5))
+
+
+@st.composite
 def heads_stack_specs(draw, max_layers: int = 4) -> HeadsStackSpec:
     """A :class:`HeadsStackSpec` with one query-head count (as Gemma 3n and 4) and per owner layer a KV-head
     count dividing it and a head size, some layers borrowing an earlier owner's caches (its layout) and
