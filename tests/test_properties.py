@@ -576,11 +576,12 @@ def test_hybrid_rewrite_keeps_outputs_and_states(kv_sharing, spec, counts, chunk
 @pytest.mark.parametrize("sliding_window", ["bounded", "trimmable"])
 @HYBRID_SETTINGS   # a model compiled and run per example, as the hybrid properties: a fifth of the profile's
 @given(spec=sliding_stack_specs(), runtime=st.sampled_from([None, "2026.0", "2025.2"]),
-       kv_sharing=st.sampled_from(["keep", "unshare"]), counts=sliding_step_counts(),
+       kv_sharing=st.sampled_from(["keep", "unshare"]), blocked=st.booleans(), counts=sliding_step_counts(),
        chunk=st.sampled_from([None, 1, 3]))
-def test_sliding_window_rewrites_keep_the_outputs(sliding_window, spec, runtime, kv_sharing, counts, chunk):
+def test_sliding_window_rewrites_keep_the_outputs(sliding_window, spec, runtime, kv_sharing, blocked, counts, chunk):
     """On a stack whose layers read a sliding-window mask (:func:`~testkit.strategies.sliding_stack_specs`), each
-    sliding-window mode, under the installed, the 2026.0 and the 2025.2 profiles, caches kept or unshared: the
+    sliding-window mode, under the installed, the 2026.0 and the 2025.2 profiles, caches kept or unshared, the
+    trimmable one with its first prompt fused or blocked: the
     outputs of a prefill (whole or in chunks) and decode steps, most of them past the window, equal
     stack_reference; where the rewrite made caches trimmable, a trimmer cuts them after every step. (A sweep of
     this kind found the two trimmable defects of tests/test_regressions.py: a cycle and the trimmer's axis.)"""
@@ -591,7 +592,9 @@ def test_sliding_window_rewrites_keep_the_outputs(sliding_window, spec, runtime,
     # the plugin cannot run this graph at all (see the comment on the error list); a lost state is the rewrite's
     assume(not (isinstance(unmodified, str) and not NULL_STATES.search(unmodified)))
     model = build_stack(spec)
-    summary = ovpasses.rewrite(model, runtime, sliding_window=sliding_window, kv_sharing=kv_sharing)
+    first_prompt = "blocked" if blocked and sliding_window == "trimmable" else "fused"
+    summary = ovpasses.rewrite(model, runtime, sliding_window=sliding_window, kv_sharing=kv_sharing,
+                               first_prompt=first_prompt)
     note(summary_text(summary))
     changed = len(summary.sliding_window_caches.bounded)
     event(f"caches made {sliding_window}: {'some' if changed else 'none'}")
