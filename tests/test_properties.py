@@ -569,18 +569,19 @@ def test_hybrid_rewrite_keeps_outputs_and_states(kv_sharing, spec, counts, chunk
 
 
 # --------------------------------------------------------------------------------------------------
-# 10. sliding windows: the bounded and trimmable rewrites keep the outputs
+# 10. sliding windows: the default, bounded and trimmable rewrites keep the outputs
 # --------------------------------------------------------------------------------------------------
 
 @COUNTED
-@pytest.mark.parametrize("sliding_window", ["bounded", "trimmable"])
+@pytest.mark.parametrize("sliding_window", ["full", "bounded", "trimmable"])
 @HYBRID_SETTINGS   # a model compiled and run per example, as the hybrid properties: a fifth of the profile's
 @given(spec=sliding_stack_specs(), runtime=st.sampled_from([None, "2026.0", "2025.2"]),
        kv_sharing=st.sampled_from(["keep", "unshare"]), blocked=st.booleans(), counts=sliding_step_counts(),
        chunk=st.sampled_from([None, 1, 3]))
 def test_sliding_window_rewrites_keep_the_outputs(sliding_window, spec, runtime, kv_sharing, blocked, counts, chunk):
-    """On a stack whose layers read a sliding-window mask (:func:`~testkit.strategies.sliding_stack_specs`), each
-    sliding-window mode, under the installed, the 2026.0 and the 2025.2 profiles, caches kept or unshared, the
+    """On a stack whose layers read a sliding-window mask (:func:`~testkit.strategies.sliding_stack_specs`), the
+    default rewrite (``full``: the 2026.0 profile slices the mask for the paged converter) and each sliding-window
+    mode, under the installed, the 2026.0 and the 2025.2 profiles, caches kept or unshared, the
     trimmable one with its first prompt fused or blocked: the
     outputs of a prefill (whole or in chunks) and decode steps, most of them past the window, equal
     stack_reference; where the rewrite made caches trimmable, a trimmer cuts them after every step. (A sweep of
@@ -596,8 +597,10 @@ def test_sliding_window_rewrites_keep_the_outputs(sliding_window, spec, runtime,
     summary = ovpasses.rewrite(model, runtime, sliding_window=sliding_window, kv_sharing=kv_sharing,
                                first_prompt=first_prompt)
     note(summary_text(summary))
-    changed = len(summary.sliding_window_caches.bounded)
-    event(f"caches made {sliding_window}: {'some' if changed else 'none'}")
+    caches = summary.sliding_window_caches   # None where the mode is full
+    changed = len(caches.bounded) if caches is not None else 0
+    if sliding_window != "full":
+        event(f"caches made {sliding_window}: {'some' if changed else 'none'}")
     request = ov.Core().compile_model(model, "CPU", CONFIG).create_infer_request()
     keep = trimmable_caches(model)
     assert bool(keep) == (sliding_window == "trimmable" and changed > 0)
