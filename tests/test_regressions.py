@@ -61,10 +61,11 @@ def assert_loses_state(compiled: ov.CompiledModel, spec: StackSpec, steps) -> No
     assert_fails(compiled, spec, steps, "null input states")
 
 
-def assert_matches_reference(got: list[np.ndarray], spec: StackSpec, steps, atol: float = 1e-5) -> None:
-    """``got`` against the float64 reference, ``atol`` scaled by max(1, max|reference|) (f32: see
-    the tolerance note of tests/test_properties.py)."""
-    expected = stack_reference(spec, steps)
+def assert_matches_reference(got: list[np.ndarray], spec: StackSpec, steps, atol: float = 1e-5,
+                             expected: list[np.ndarray] | None = None) -> None:
+    """``got`` against the float64 reference (``expected``, else computed), ``atol`` scaled by max(1,
+    max|reference|) (f32: see the tolerance note of tests/test_properties.py)."""
+    expected = stack_reference(spec, steps) if expected is None else expected
     magnitude = max(1.0, max(float(np.abs(e).max()) for e in expected))
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=0, atol=atol * magnitude)
@@ -409,7 +410,8 @@ def test_a_trimmer_cuts_each_cache_on_its_own_sequence_axis(tmp_path):
     axis 2, which in a ``[batch, sequence, KV heads, head size]`` (BSHD) cache holds the heads ('Can not clone with
     new dims'). The rewrite records each trimmable cache's sequence axis in the model's runtime info (kept in the
     IR), and the trimmer cuts there: trimmed after every step, the stack read back from its files decodes the
-    float64 reference, each cache held at its keep on axis 1."""
+    float64 reference, each cache held at its keep on axis 1; so does the prompt fed through the trimmer's
+    prefill."""
     from ovpasses.features.sliding_window.caches import trimmable_axes
 
     spec = StackSpec(k_source=(0, 1), layout="BSHD", mask="sliding", window=2, kv_heads=4)   # no GQA ShapeOf
@@ -430,3 +432,17 @@ def test_a_trimmer_cuts_each_cache_on_its_own_sequence_axis(tmp_path):
     assert trimmer.trims > 0
     assert {state.name: state.state.shape[1] for state in request.query_state()} == trimmer.keep
     assert_matches_reference(got, spec, steps)
+    # the prompt through the trimmer's prefill (chunks of 2, a trim after each), then the decode steps
+    whole = stack_steps(spec, prefill=5, decode=4)
+    request = ov.Core().compile_model(read, "CPU", CONFIG).create_infer_request()
+    trimmer = ovpasses.SlidingWindowTrimmer.for_model(read, request)
+    trimmer.prefill(step_feed(spec, whole[0]), chunk=2)
+    got = [np.array(request.get_tensor(STACK_OUTPUT).data, copy=True)]
+    for step in whole[1:]:
+        request.infer(step_feed(spec, step))
+        got.append(np.array(request.get_tensor(STACK_OUTPUT).data, copy=True))
+        trimmer.step()
+    expected = stack_reference(spec, whole)
+    expected[0] = expected[0][:, -got[0].shape[1]:]   # prefill leaves the last chunk's outputs in the request
+    assert {state.name: state.state.shape[1] for state in request.query_state()} == trimmer.keep
+    assert_matches_reference(got, spec, whole, expected=expected)
