@@ -200,3 +200,20 @@ def test_check_says_when_a_mode_unfuses_on_purpose():
         (report.original.fused_sdpa_names, report.rewritten.fused_sdpa_names)
     assert report.verdict_code == OK, report.verdict
     assert "outside the fused kernel, as the rewrite means to for the runtime and mode asked for" in report.verdict
+
+
+@pytest.mark.parametrize("sliding_window", ["full", "trimmable"])
+def test_check_feeds_the_static_batch_an_ir_fixes(sliding_window):
+    """A model reshaped to a static batch of 2 (beam_idx [2], inputs_embeds [2, ?, H], attention_mask [2, ?]): the
+    inputs check makes take that batch, so both models run and agree. Found by a sweep of check over drawn
+    sliding-window stacks (session 28): every input was made at batch 1, and neither model ran a step
+    ("INCONCLUSIVE: neither model ran a step on the inputs made")."""
+    spec = StackSpec(k_source=(0, 1), kv_heads=4, mask="sliding", window=3, batch=2, dynamic_batch=False)
+    model = build_stack(spec)
+    assert {p.get_any_name(): p.get_partial_shape()[0].get_length() for p in model.inputs} == \
+        {"inputs_embeds": 2, "attention_mask": 2, "beam_idx": 2}
+    report = check_model(model, steps=3, prefill=8, options=RewriteOptions(sliding_window=sliding_window))
+    assert report.verdict_code == "ok" and report.steps_compared == 4, report.verdict
+    feeds = make_feeds(build_stack(spec), 2, 1, source=InputSource())
+    assert {name: value.shape[0] for feed in feeds for name, value in feed.items()} == \
+        {"inputs_embeds": 2, "attention_mask": 2, "beam_idx": 2}

@@ -1,4 +1,5 @@
-"""The inputs ``ovpass check`` feeds a model: a prefill and single-token decode steps, batch 1.
+"""The inputs ``ovpass check`` feeds a model: a prefill and single-token decode steps, batch 1 (or the static batch
+the IR fixes).
 
 Decoder IRs from optimum-intel take some of these inputs, recognised by name:
 
@@ -166,7 +167,8 @@ def _static(pshape: ov.PartialShape, index: int) -> int | None:
 
 def make_feeds(model: ov.Model, steps: int, prefill: int = 8, seed: int = 0,
                source: InputSource | None = None, prefill_chunk: int | None = None) -> list[dict[str, np.ndarray]]:
-    """Inputs for a prefill of ``prefill`` tokens then ``steps`` single-token decode steps, batch 1.
+    """Inputs for a prefill of ``prefill`` tokens then ``steps`` single-token decode steps, batch 1 (or the IR's static
+    batch).
     ``prefill_chunk`` splits the prefill into inferences of at most that many tokens (None: one).
 
     See the module's table. Raises :class:`OvpassesError` for a ``--data-shape`` name the model does
@@ -247,24 +249,27 @@ def _value(name: str, kind: str | None, pshape: ov.PartialShape, dtype: np.dtype
            past: int, ids: np.ndarray, vocab: int, rng: np.random.Generator, source: InputSource) -> np.ndarray:
     """One step's value of an input: recognised kinds as the module's table says, others random."""
     rank = pshape.rank.get_length() if pshape.rank.is_static else None
-    if given is None:   # the shape a recognised input has in an LLM, where the model leaves it open
+    if given is None:   # the shape a recognised input has in an LLM, where the model leaves it open; the batch is
+        # the model's where the IR fixes it (a model reshaped to a static batch), else 1
+        at = 1 if kind == "position_ids" and rank == 3 else 0
+        batch = (_static(pshape, at) if rank is not None and rank > at else None) or 1
         if kind in ("input_ids", "token_type_ids"):
-            given = [1, n]
+            given = [batch, n]
         elif kind == "attention_mask":
-            given = [1, past + n]
+            given = [batch, past + n]
         elif kind == "position_ids":
-            given = [3, 1, n] if rank == 3 else [1, n]   # [3, batch, seq] for M-RoPE
+            given = [3, batch, n] if rank == 3 else [batch, n]   # [3, batch, seq] for M-RoPE
         elif kind == "beam_idx":
-            given = [1]
+            given = [batch]
         elif kind == "inputs_embeds" and rank == 3:
             if source.embedders.text is not None:
                 return source.embedders.run("text", ids)
-            given = [1, n, _needed(kind, "width", _static(pshape, 2) or source.config_value("hidden_size"),
-                                   "[1,?,WIDTH]")]
+            given = [batch, n, _needed(kind, "width", _static(pshape, 2) or source.config_value("hidden_size"),
+                                       "[1,?,WIDTH]")]
         elif kind == "per_layer_inputs" and rank == 4:
             if source.embedders.per_layer is not None:
                 return source.embedders.run("per_layer", ids)
-            given = [1, n,
+            given = [batch, n,
                      _needed(kind, "layer count", _static(pshape, 2) or source.config_value("num_hidden_layers"),
                              "[1,?,LAYERS,WIDTH]"),
                      _needed(kind, "width", _static(pshape, 3) or source.config_value("hidden_size_per_layer_input"),
