@@ -113,6 +113,7 @@ class SlidingWindowTrimmer:
             raise OvpassesError(f"SlidingWindowTrimmer: every must be a whole number >= 1, not {every!r}")
         self.request, self.keep, self.every = request, dict(keep), every
         self.axes = {vid: (axis.get(vid, SEQUENCE_AXIS) if isinstance(axis, Mapping) else axis) for vid in self.keep}
+        self.axis = SEQUENCE_AXIS if isinstance(axis, Mapping) else axis   # 0.1.0's attribute: the axis given for all
         self.query_heads = query_heads   # the most query heads of an SDPA: what prefill's score budget needs
         self.calls = 0
         self.trims = 0
