@@ -856,14 +856,18 @@ def step_feed(spec: StackSpec, step: StackStep) -> dict[str, np.ndarray]:
     return feed
 
 
-def run_stack(compiled: ov.CompiledModel, spec: StackSpec, steps: list[StackStep]) -> list[np.ndarray]:
-    """Run ``steps`` through one infer request from a reset state; return each step's output."""
-    request = compiled.create_infer_request()
+def run_stack(compiled: ov.CompiledModel, spec: StackSpec, steps: list[StackStep],
+              request: ov.InferRequest | None = None, after_step=None) -> list[np.ndarray]:
+    """Run ``steps`` through one infer request (``request``, else a new one of ``compiled``) from a reset state;
+    return each step's output. ``after_step()`` runs after each step (a trimmer's ``trim``)."""
+    request = request or compiled.create_infer_request()
     request.reset_state()
     outs = []
     for step in steps:
         request.infer(step_feed(spec, step))
         outs.append(np.array(request.get_tensor(STACK_OUTPUT).data, copy=True))
+        if after_step is not None:
+            after_step()
     return outs
 
 

@@ -46,7 +46,6 @@ from testkit.graphs import (
     sharing_layout,
     stack_reference,
     stack_steps,
-    step_feed,
 )
 from testkit.matrix import apply_mode
 from testkit.strategies import (
@@ -601,16 +600,12 @@ def test_sliding_window_rewrites_keep_the_outputs(sliding_window, spec, runtime,
     changed = len(caches.bounded) if caches is not None else 0
     if sliding_window != "full":
         event(f"caches made {sliding_window}: {'some' if changed else 'none'}")
-    request = ov.Core().compile_model(model, "CPU", CONFIG).create_infer_request()
+    compiled = ov.Core().compile_model(model, "CPU", CONFIG)
+    request = compiled.create_infer_request()
     keep = trimmable_caches(model)
     assert bool(keep) == (sliding_window == "trimmable" and changed > 0)
-    trimmer = ovpasses.SlidingWindowTrimmer.for_model(model, request) if keep else None
-    got = []
-    for step in steps:
-        request.infer(step_feed(spec, step))
-        got.append(np.array(request.get_tensor(STACK_OUTPUT).data, copy=True))
-        if trimmer is not None:
-            trimmer.trim()
+    got = run_stack(compiled, spec, steps, request,
+                    after_step=ovpasses.SlidingWindowTrimmer.for_model(model, request).trim if keep else None)
     JUDGED[prop] += 1
     expected = stack_reference(spec, steps)
     assert max_error(got, expected) <= tolerance(spec, expected)

@@ -350,13 +350,10 @@ def test_trimmable_after_the_mask_slice_with_k_owned_and_v_borrowed(runtime):
     summary = ovpasses.rewrite(model, runtime, sliding_window="trimmable")
     assert set(summary.sliding_window_caches.bounded) == set(spec.variables())
     steps = stack_steps(spec, prefill=9, decode=6, chunk=3)
-    request = ov.Core().compile_model(model, "CPU", CONFIG).create_infer_request()
+    compiled = ov.Core().compile_model(model, "CPU", CONFIG)
+    request = compiled.create_infer_request()
     trimmer = ovpasses.SlidingWindowTrimmer.for_model(model, request)
-    got = []
-    for step in steps:
-        request.infer(step_feed(spec, step))
-        got.append(np.array(request.get_tensor(STACK_OUTPUT).data, copy=True))
-        trimmer.trim()
+    got = run_stack(compiled, spec, steps, request, after_step=trimmer.trim)
     assert trimmer.trims > 0 and {s.name: s.state.shape[2] for s in request.query_state()} == trimmer.keep
     assert_matches_reference(got, spec, steps)
 
@@ -390,14 +387,10 @@ def test_every_kv_layout_of_two_and_three_layers_decodes_the_reference(sliding_w
                 failed.append((*case, str(error).strip().splitlines()[-1]))
                 continue
             steps = stack_steps(spec, prefill=9, decode=4, chunk=3)
-            request = core.compile_model(model, "CPU", CONFIG).create_infer_request()
+            compiled = core.compile_model(model, "CPU", CONFIG)
+            request = compiled.create_infer_request()
             trimmer = ovpasses.SlidingWindowTrimmer.for_model(model, request) if sliding_window == "trimmable" else None
-            got = []
-            for step in steps:
-                request.infer(step_feed(spec, step))
-                got.append(np.array(request.get_tensor(STACK_OUTPUT).data, copy=True))
-                if trimmer is not None:
-                    trimmer.trim()
+            got = run_stack(compiled, spec, steps, request, after_step=trimmer.trim if trimmer is not None else None)
             try:
                 assert_matches_reference(got, spec, steps)
             except AssertionError as error:
@@ -422,13 +415,10 @@ def test_a_trimmer_cuts_each_cache_on_its_own_sequence_axis(tmp_path):
     read = ov.Core().read_model(tmp_path / "model.xml")
     assert trimmable_axes(read) == trimmable_axes(model)
     steps = stack_steps(spec, prefill=5, decode=4, chunk=2)
-    request = ov.Core().compile_model(read, "CPU", CONFIG).create_infer_request()
+    compiled = ov.Core().compile_model(read, "CPU", CONFIG)
+    request = compiled.create_infer_request()
     trimmer = ovpasses.SlidingWindowTrimmer.for_model(read, request)
-    got = []
-    for step in steps:
-        request.infer(step_feed(spec, step))
-        got.append(np.array(request.get_tensor(STACK_OUTPUT).data, copy=True))
-        trimmer.trim()
+    got = run_stack(compiled, spec, steps, request, after_step=trimmer.trim)
     assert trimmer.trims > 0
     assert {state.name: state.state.shape[1] for state in request.query_state()} == trimmer.keep
     assert_matches_reference(got, spec, steps)
