@@ -96,7 +96,7 @@ def run_core(job: dict) -> dict:
 
     from ovpasses.analysis.kv_memory import compiled_held_precision, model_kv_bytes_held
     from ovpasses.app.check import count_fused_sdpa
-    from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer, trimmable_axes, trimmable_caches
+    from ovpasses.features.sliding_window.trim import SlidingWindowTrimmer, trimmable_caches
 
     core = ov.Core()
     model = core.read_model(Path(job["folder"]) / "openvino_model.xml")
@@ -121,7 +121,7 @@ def run_core(job: dict) -> dict:
     request = compiled.create_infer_request()
     request.reset_state()
     feed = feeder(request, names)
-    trimmer = SlidingWindowTrimmer(request, keep, TRIM_EVERY, axis=trimmable_axes(model)) if keep else None
+    trimmer = SlidingWindowTrimmer.for_model(model, request, TRIM_EVERY) if keep else None
     prompt = prompt_ids(job["context"], vocab)
     chunk = job["chunk"] or len(prompt)
     start = time.perf_counter()
@@ -130,7 +130,7 @@ def run_core(job: dict) -> dict:
         if trimmer:
             trimmer.trim()
     prefill = time.perf_counter() - start
-    positions = {s.name: s.state.shape[2] for s in request.query_state() if s.name in keep}
+    positions = {s.name: s.state.shape[trimmer.axes[s.name]] for s in request.query_state() if s.name in keep}
     tokens, steps = [], []
     for _ in range(job["steps"]):
         tokens.append(int(np.argmax(logits)))
