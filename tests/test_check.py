@@ -217,3 +217,23 @@ def test_check_feeds_the_static_batch_an_ir_fixes(sliding_window):
     feeds = make_feeds(build_stack(spec), 2, 1, source=InputSource())
     assert {name: value.shape[0] for feed in feeds for name, value in feed.items()} == \
         {"inputs_embeds": 2, "attention_mask": 2, "beam_idx": 2}
+
+
+def test_a_failed_inference_on_one_thread_is_a_failed_run():
+    """check runs each step with start_async and wait (``ovpasses._ov.infer``): on one inference thread the plugin's
+    synchronous infer returns from a failed inference without an error, its outputs the previous step's
+    (``tests/test_regressions.py::test_plugin_sync_infer_on_one_thread_hides_the_error``), which check would
+    have compared as the step's. Here the second step fails (a Concat of mismatched shapes) and the run says so."""
+    import openvino as ov
+    from openvino import opset13 as ops
+
+    from ovpasses.features.sliding_window.sliding_window_cache_bounding import failing_check
+
+    lost = ops.parameter([1], ov.Type.i64, name="lost")
+    x = ops.parameter([-1], ov.Type.f32, name="x")
+    checked = ops.convert(ops.reduce_sum(failing_check(lost), ops.constant(np.array([0, 1])), False), ov.Type.f32)
+    model = ov.Model([ops.add(x, checked)], [lost, x])
+    feeds = [{"lost": np.array([flag], np.int64), "x": np.full(flag + 1, 3.0, np.float32)} for flag in (0, 1, 0)]
+    result = run_steps(ov.Core(), model, "CPU", {**EXACT_CPU_CONFIG, "INFERENCE_NUM_THREADS": 1}, feeds, "one thread")
+    assert result.compiled and result.steps_run == 1 and "Concat" in result.error, result
+    assert [step[0].tolist() for step in result.outputs] == [[3.0]]

@@ -373,3 +373,20 @@ def test_the_licence_file_matches_the_declared_licence_and_the_changelog_names_t
     assert "Apache License" in licence and "Version 2.0, January 2004" in licence and "END OF TERMS AND CONDITIONS" in licence
     changelog = (ROOT / "CHANGELOG.md").read_text()
     assert f"## {project['version']}" in changelog
+
+
+def test_the_library_infers_through_one_helper():
+    """Every inference the package runs goes through ``ovpasses._ov.infer`` (start_async and wait): a synchronous
+    ``InferRequest.infer`` on one inference thread returns from a failed inference without an error
+    (``tests/test_regressions.py::test_plugin_sync_infer_on_one_thread_hides_the_error``)."""
+    calls, helper_calls = [], 0
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+                if name == "infer" and isinstance(node.func, ast.Attribute):
+                    calls.append(f"{module}:{node.lineno}")
+                elif name == "infer":
+                    helper_calls += 1
+    assert calls == []
+    assert helper_calls >= 3   # check, bench's worker, the trimmer's prefill

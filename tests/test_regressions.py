@@ -337,6 +337,44 @@ def test_plugin_loop_of_no_iteration_returns_its_previous_output():
     assert list(request.get_output_tensor(0).shape) == [1, 3, 4]    # the specification: [1, 0, 4]
 
 
+def test_plugin_sync_infer_on_one_thread_hides_the_error():
+    """A CPU plugin defect (2026.0.0, 2026.4.1; found 2026-12-07 when the test workers were pinned to one core
+    each): compiled for one inference thread (``INFERENCE_NUM_THREADS=1``, or a process whose affinity holds one
+    CPU), a synchronous ``infer`` whose inference fails returns without an error, its outputs the previous
+    inference's; ``start_async`` and ``wait`` raise it, as ``infer`` does on two threads. The failure here is the
+    bounded cache's lost-positions check (a Concat of mismatched shapes, a shape-inference error); a scatter out of
+    range (a kernel's error) behaves alike. The library infers through ``ovpasses._ov.infer`` (start_async and wait)
+    for that reason. If this test fails, the plugin was fixed: say so in docs/runtimes.md."""
+    from openvino import opset13 as ops
+
+    from ovpasses._ov import infer
+    from ovpasses.features.sliding_window.sliding_window_cache_bounding import failing_check
+
+    lost = ops.parameter([1], ov.Type.i64, name="lost")
+    x = ops.parameter([-1], ov.Type.f32, name="x")
+    checked = ops.convert(ops.reduce_sum(failing_check(lost), ops.constant(np.array([0, 1])), False), ov.Type.f32)
+    model = ov.Model([ops.add(x, checked)], [lost, x])
+
+    def feeds(flag, values):
+        return {"lost": np.array([flag], np.int64), "x": np.array(values, np.float32)}
+
+    for threads in (1, 2):
+        request = ov.Core().compile_model(model, "CPU", {**CONFIG, "INFERENCE_NUM_THREADS": threads}) \
+            .create_infer_request()
+        request.infer(feeds(0, [1.0]))
+        assert request.get_output_tensor(0).data.tolist() == [1.0]
+        with pytest.raises(RuntimeError, match="Concat"):
+            infer(request, feeds(1, [5.0, 6.0]))
+        if threads == 1:
+            request.infer(feeds(1, [5.0, 6.0]))              # no error: the previous inference's output
+            assert request.get_output_tensor(0).data.tolist() == [1.0]
+        else:
+            with pytest.raises(RuntimeError, match="Concat"):
+                request.infer(feeds(1, [5.0, 6.0]))
+        infer(request, feeds(0, [7.0, 8.0]))
+        assert request.get_output_tensor(0).data.tolist() == [7.0, 8.0]
+
+
 @pytest.mark.parametrize("runtime", [None, "2026.0"])
 def test_trimmable_after_the_mask_slice_with_k_owned_and_v_borrowed(runtime):
     """Found 2026-12-06 by the hybrid property sweep: with the 2026.0 - 2026.2 profiles (the mask Slice for the paged

@@ -71,7 +71,10 @@ def _mib(kib: int | None) -> float | None:
 
 def feeder(request, names: set[str]):
     """``feed(ids)``: one inference on the next ids (batch 1), the inputs the IR has among input_ids,
-    attention_mask, position_ids and beam_idx; returns the last position's logits."""
+    attention_mask, position_ids and beam_idx; returns the last position's logits. Each inference is started and
+    waited for (``ovpasses._ov.infer``), as a synchronous infer on one thread hides a failed one."""
+    from ovpasses._ov import infer   # noqa: PLC0415 - imports openvino, which the worker imports once it runs a form
+
     past = 0
 
     def feed(ids) -> np.ndarray:
@@ -84,7 +87,7 @@ def feeder(request, names: set[str]):
             inputs["position_ids"] = np.arange(past, past + n, dtype=np.int64)[None]
         if "beam_idx" in names:
             inputs["beam_idx"] = np.zeros(1, np.int32)
-        request.infer(inputs)
+        infer(request, inputs)
         past += n
         return np.array(request.get_output_tensor(0).data[0, -1], np.float32, copy=True)
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 import numpy as np
 import openvino as ov
 
-from ovpasses._ov import SDPA_TYPE
+from ovpasses._ov import SDPA_TYPE, infer
 from ovpasses.app.check.inputs import InputSource, InputUnknownError, make_feeds  # noqa: F401 - make_feeds re-exported
 from ovpasses.app.check.report import CheckReport, trimmed_lines  # noqa: F401 - re-exported
 from ovpasses.app.check.verdict import FIXED, INCONCLUSIVE, OK, WORSE, Comparison, RunResult
@@ -103,7 +103,7 @@ def run_steps(core: ov.Core, model: ov.Model, device: str, config: dict, feeds: 
         if trimmer is not None:
             result.trimmed_held = {name: [] for name in sorted(trimmer.keep)}
         for index, feed in enumerate(feeds):
-            request.infer(feed)
+            infer(request, feed)   # start_async and wait: an infer on one thread hides a failed inference
             result.outputs.append([np.array(request.get_output_tensor(i).data, copy=True)
                                    for i in range(len(compiled.outputs))])
             result.steps_run += 1

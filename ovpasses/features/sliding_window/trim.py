@@ -40,7 +40,10 @@ feed it in chunks (:meth:`SlidingWindowTrimmer.prefill`, or ``attach(..., prefil
 
 Not for a client that rolls the cache back (openvino_genai's chat history, speculative decoding): a trimmed
 cache cannot give back positions it no longer holds beyond the margin; openvino_genai does not run this helper,
-so with it the model behaves as unmodified.
+so with it the model behaves as unmodified. A step past what a cache holds fails the inference; on one inference
+thread a synchronous ``request.infer`` does not raise that (openvino 2026.0.0 and 2026.4.1: docs/runtimes.md), so
+a program that may run there starts each inference and waits for it (``request.start_async(inputs)``,
+``request.wait()``), as :meth:`SlidingWindowTrimmer.prefill` does.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ from collections.abc import Mapping
 import numpy as np
 import openvino as ov
 
-from ovpasses._ov import QUERY_PORT, is_sdpa
+from ovpasses._ov import QUERY_PORT, infer, is_sdpa
 from ovpasses.errors import OvpassesError
 from ovpasses.features.sliding_window.caches import trimmable_axes, trimmable_caches
 
@@ -236,7 +239,7 @@ class SlidingWindowTrimmer:
                     fed[name] = np.ascontiguousarray(np.asarray(value)[tuple(index)])
                 else:
                     fed[name] = value
-            self.request.infer(fed)
+            infer(self.request, fed)
             self.trim()
             count += 1
         return count
