@@ -50,7 +50,7 @@ def infer(request: ov.InferRequest, inputs=None) -> None:
 
     ``start_async`` and ``wait``, not ``InferRequest.infer``: on one inference thread (``INFERENCE_NUM_THREADS=1``,
     or a process whose affinity holds one CPU, where the CPU plugin compiles one thread) the synchronous ``infer`` of
-    openvino 2026.0.0 and 2026.4.1 returns without raising when the inference failed (a shape check, a kernel's
+    openvino 2025.2.0, 2026.0.0 and 2026.4.1 returns without raising when the inference failed (a shape check, a kernel's
     error), its outputs the previous inference's or memory never written; ``wait`` raises the error
     (docs/runtimes.md, runtime notes; ``tests/test_regressions.py::test_plugin_sync_infer_on_one_thread_hides_the_error``).
     The outputs are the request's (``request.get_output_tensor``)."""

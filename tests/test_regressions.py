@@ -338,7 +338,7 @@ def test_plugin_loop_of_no_iteration_returns_its_previous_output():
 
 
 def test_plugin_sync_infer_on_one_thread_hides_the_error():
-    """A CPU plugin defect (2026.0.0, 2026.4.1; found 2026-12-07 when the test workers were pinned to one core
+    """A CPU plugin defect (2025.2.0, 2026.0.0, 2026.4.1; found 2026-12-07 when the test workers were pinned to one core
     each): compiled for one inference thread (``INFERENCE_NUM_THREADS=1``, or a process whose affinity holds one
     CPU), a synchronous ``infer`` whose inference fails returns without an error, its outputs the previous
     inference's; ``start_async`` and ``wait`` raise it, as ``infer`` does on two threads. The failure here is the

@@ -41,7 +41,7 @@ feed it in chunks (:meth:`SlidingWindowTrimmer.prefill`, or ``attach(..., prefil
 Not for a client that rolls the cache back (openvino_genai's chat history, speculative decoding): a trimmed
 cache cannot give back positions it no longer holds beyond the margin; openvino_genai does not run this helper,
 so with it the model behaves as unmodified. A step past what a cache holds fails the inference; on one inference
-thread a synchronous ``request.infer`` does not raise that (openvino 2026.0.0 and 2026.4.1: docs/runtimes.md), so
+thread a synchronous ``request.infer`` does not raise that (openvino 2025.2 - 2026.4: docs/runtimes.md), so
 a program that may run there starts each inference and waits for it (``request.start_async(inputs)``,
 ``request.wait()``), as :meth:`SlidingWindowTrimmer.prefill` does.
 """
