@@ -196,6 +196,35 @@ def test_greedy_tokens_equal_the_unmodified_model(length, chunk, kv_sharing):
     assert {n for v, n in lengths.items() if v.split("/")[0] not in SLIDING_VARIABLES} == {total}
 
 
+@pytest.mark.parametrize("dynamic_batch", [True, False])
+@pytest.mark.parametrize("runtime", [None, "2026.0"])
+def test_an_f16_state_of_dynamic_batch_stays_whole_where_the_plugin_cannot_run_it_unfused(runtime, dynamic_batch):
+    """Found 2026-12-07 by a sweep of the sliding-window modes over f16 stacks: the CPU plugin of 2026.1 and newer
+    cannot run an f16 state of dynamic batch out of its fused kernel ("Can not clone with new dims":
+    test_regressions.py::test_plugin_cannot_run_unfused_f16_cache), and the bounding takes caches out of it, so the
+    bounded model failed at its first inference where the unmodified one decodes. On those profiles such caches
+    stay whole, said with the reason; the 2026.0 profile and a static batch bound them. The model decodes as the
+    unmodified one on the installed runtime wherever its profile is this one's."""
+    spec = StackSpec(k_source=(0, 1), v_source=(0, 1), heads=4, kv_heads=2, head_dim=8, gqa_form="bidirectional",
+                     cache_type="f16", dtype="f16",
+                     dynamic_batch=dynamic_batch, mask="sliding", window=3, mask_form="bitwise")
+    model = build_stack(spec)
+    summary = ovpasses.rewrite(model, runtime, sliding_window="bounded")
+    caches = summary.sliding_window_caches
+    kept_fused = runtime is None and dynamic_batch and installed_version() >= (2026, 1, 0)
+    if kept_fused:
+        assert not caches.bounded and {r.reason for r in caches.refused.values()} == {Refusal.UNFUSED_F16_STATE}
+        assert "cannot run out of its fused kernel" in summary_text(summary)
+    else:
+        assert len(caches.bounded) == 4 and not caches.refused
+    if runtime is None:
+        steps = stack_steps(spec, 5, 3)
+        got = run_stack(ov.Core().compile_model(model, "CPU", EXACT_CPU_CONFIG), spec, steps)
+        expected = run_stack(ov.Core().compile_model(build_stack(spec), "CPU", EXACT_CPU_CONFIG), spec, steps)
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=0, atol=4 * 2.0**-10 * max(1.0, float(np.abs(e).max())))
+
+
 def test_one_head_caches_reach_the_sdpa_without_the_gqa_expand():
     """e2b35 (one KV head, 8 query heads, W = 512): every SDPA, bounded or full, reads K and V straight from
     its cache Concat, ``[B, 1, S, D]``, and broadcasts them itself. A 600-token prompt in chunks of 256 and 30

@@ -16,6 +16,7 @@ from ovpasses.plan.runtimes import (
     PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT,
     PAGED_IGNORES_CHUNK,
     PAGED_WINDOW_NEEDS_SLICE,
+    UNFUSED_F16_STATE_FAILS,
     Version,
     installed_version,
     parse_release,
@@ -37,6 +38,7 @@ class RuntimeProfile:
     paged_cpu_one_head_size: bool = False        # CPU PagedAttention wrong when layers' head sizes differ
     paged_cpu_one_query_head_count: bool = False  # ... when their query-head counts differ
     paged_ignores_chunk: bool = False            # the paged path attends across chunked attention's chunks
+    unfused_f16_state_fails: bool = False        # CPU: an f16 state of dynamic batch fails out of the fused kernel
 
     @property
     def version_string(self) -> str:
@@ -74,7 +76,8 @@ def profile_for(runtime: str | None = None) -> RuntimeProfile:
                  paged_cpu_ignores_window=_within(version, PAGED_CPU_IGNORES_WINDOW),
                  paged_cpu_one_head_size=_within(version, PAGED_CPU_NEEDS_ONE_HEAD_SIZE),
                  paged_cpu_one_query_head_count=_within(version, PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT),
-                 paged_ignores_chunk=_within(version, PAGED_IGNORES_CHUNK))
+                 paged_ignores_chunk=_within(version, PAGED_IGNORES_CHUNK),
+                 unfused_f16_state_fails=_within(version, UNFUSED_F16_STATE_FAILS))
     if version > NEWEST_KNOWN and version not in _warned_newer:
         _warned_newer.add(version)
         log.warning("openvino %s is newer than every release the profiles were measured on (newest %s); "

@@ -32,6 +32,7 @@ class Refusal(str, enum.Enum):
     NO_FULL_CACHE = "no_full_cache"
     ALREADY_BOUNDED = "already_bounded"
     ALREADY_TRIMMABLE = "already_trimmable"
+    UNFUSED_F16_STATE = "unfused_f16_state"
 
 
 REFUSALS = {
@@ -50,6 +51,8 @@ REFUSALS = {
                            "inputs_embeds) inputs: nothing would give the past length, the positions and the masks",
     Refusal.ALREADY_BOUNDED: "already bounded (its Assign stores a window of the Concat)",
     Refusal.ALREADY_TRIMMABLE: "already trimmable (an earlier run made it so: the model's runtime info names it)",
+    Refusal.UNFUSED_F16_STATE: "an f16 state of dynamic batch, which this runtime's CPU plugin cannot run out of its "
+                               "fused kernel (\"Can not clone with new dims\"); the trimmable mode keeps it fused",
 }
 
 

@@ -230,14 +230,16 @@ def trimmable_axes(model: ov.Model) -> dict[str, int]:
 
 
 def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, masks: list[SlidingWindowMask],
-                                  margin: int = 0,
-                                  distance_masks: list[DistanceWindowMask] = ()) -> SlidingWindowCaches:
+                                  margin: int = 0, distance_masks: list[DistanceWindowMask] = (),
+                                  keep_f16_states_fused: bool = False) -> SlidingWindowCaches:
     """Which caches of ``model`` the bounding can keep to ``W - 1 + margin`` positions, and why not the others.
 
     ``analysis`` and ``masks`` are the model's KV-sharing analysis and its sliding-window masks as found
     now. A cache is bounded when every SDPA that reads it has a sliding-window mask, nothing the analysis
     cannot see reads it, and :func:`cache_nodes` takes its graph; the reference (where the past length is
-    read from) is the first cache that is not bounded and has a cache chain.
+    read from) is the first cache that is not bounded and has a cache chain. ``keep_f16_states_fused``: the runtime's
+    CPU plugin cannot run an f16 state of dynamic batch out of its fused kernel (the profile's
+    ``unfused_f16_state_fails``), so such caches are not bounded.
     """
     windows = sdpa_windows(analysis, masks, distance_masks)
     trimmable = trimmable_caches(model)   # made trimmable by an earlier run: a second one would break the trims
@@ -285,6 +287,8 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
                 refused[vid] = nodes
             elif {n.get_friendly_name() for n, _ in nodes.readers} != set(cache.sdpa):
                 refused[vid] = CacheRefusal(Refusal.UNSUPPORTED_PATH, "its readers are not all on its Concat's path")
+            elif keep_f16_states_fused and _f16_state_of_dynamic_batch(chains[vid][0], element_types.get(vid)):
+                refused[vid] = CacheRefusal(Refusal.UNFUSED_F16_STATE)
             else:
                 bounded[vid] = BoundedCache(vid, window, window - 1 + margin, cache.sdpa, nodes.axis, per_token[vid])
     # an SDPA reads K and V of one length: both caches bounded, or neither (and K from a cache)
@@ -324,6 +328,12 @@ def analyze_sliding_window_caches(model: ov.Model, analysis: KVSharingAnalysis, 
     return SlidingWindowCaches(windows, bounded, refused, reference if bounded else None, margin, per_token,
                                unfused if bounded else (), shapes, fused_caches, precisions,
                                context_inputs if bounded else None)
+
+
+def _f16_state_of_dynamic_batch(concat: ov.Node, state_type) -> bool:
+    """The cache's state and its Concat are f16 (no Convert between them) and its batch (axis 0) is dynamic."""
+    return (state_type == ov.Type.f16 and concat.get_output_element_type(0) == ov.Type.f16
+            and concat.get_output_partial_shape(0)[0].is_dynamic)
 
 
 CONTEXT_INPUT = "attention_mask"

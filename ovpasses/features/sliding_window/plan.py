@@ -64,9 +64,12 @@ def mask_slice_part(_facts, plan) -> RulePlan:
 
 def _sliding_caches(facts, rule: str, action: Action, columns: bool = False) -> RulePlan:
     """Last: planned (:func:`analyze_sliding_window_caches`) on the model as the other rules left it. ``columns``:
-    the reason says which key columns its readers' mask gives them (:func:`narrowed_mask`)."""
-    caches = analyze_sliding_window_caches(facts.model, facts.kv, facts.masks, facts.options.sliding_window_margin,
-                                           facts.distance_masks)
+    the reason says which key columns its readers' mask gives them (:func:`narrowed_mask`). Bounded caches leave
+    the plugin's fused kernel, which some runtimes cannot do with an f16 state (the profile's
+    ``unfused_f16_state_fails``); trimmable ones stay in it."""
+    caches = analyze_sliding_window_caches(
+        facts.model, facts.kv, facts.masks, facts.options.sliding_window_margin, facts.distance_masks,
+        keep_f16_states_fused=action is Action.BOUNDED and facts.options.runtime.unfused_f16_state_fails)
 
     def reason(c) -> str:
         said = f"only sliding-window attention (window {c.window}) reads it"
