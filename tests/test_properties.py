@@ -564,6 +564,15 @@ def test_hybrid_rewrite_keeps_outputs_and_states(kv_sharing, spec, counts, chunk
             assume(False)
     JUDGED[prop] += 1
     assert not isinstance(got, str), f"rewritten graph raises {got}"
+    if max_error(got, expected) > tolerance(spec, expected) and "f16" in (spec.dtype, spec.cache_type):
+        # f16 recurrences compound the plugin's rounding past the reference's tolerance (found 2026-12-07: three
+        # conv layers in f16, a rewrite that changed nothing, 0.071 against 0.062): where the unmodified graph is
+        # as far off, the rewritten one must equal it
+        unmodified = run(build_stack(spec), spec, steps)
+        assert not isinstance(unmodified, str), f"only the unmodified graph raises: {unmodified}"
+        assert max_error(unmodified, expected) > tolerance(spec, expected), "only the rewritten graph is off"
+        event("f16: the unmodified graph is off the reference too; compared with it")
+        expected = unmodified
     assert max_error(got, expected) <= tolerance(spec, expected)
 
 
