@@ -210,11 +210,13 @@ def hybrid_stack_specs(max_layers: int = 5, **fixed) -> st.SearchStrategy[StackS
 def sliding_stack_specs(draw, max_layers: int = 5) -> StackSpec:
     """A :class:`StackSpec` whose layers read transformers' sliding-window mask (``mask="sliding"``): a window of 2-5
     in either mask form, one layer that reads a cache attending without the window or none, the GQA expand mostly
-    bidirectional, every other axis as :func:`stack_specs` draws it, in f32 (the sliding-window modes run on f32
-    exports)."""
+    bidirectional, every other axis as :func:`stack_specs` draws it, in f32 three times in four (the exports of the
+    sliding families are f32), else with an f16 model and cache (where the CPU plugin of 2026.1 and newer cannot run an
+    f16 state of dynamic batch out of its fused kernel, which the bounding must leave whole)."""
     # the GQA expand mostly as the exports of every sliding family write it (a bidirectional Broadcast: measured on
     # the fixtures, transformers 4.57.6 and 5.5.4); the ShapeOf form, whose caches the modes refuse, one time in three
-    spec = draw(stack_specs(max_layers, mask="sliding", dtype="f32", cache_type="f32", window=st.integers(2, 5),
+    dtype = draw(st.sampled_from(["f32", "f32", "f32", "f16"]))
+    spec = draw(stack_specs(max_layers, mask="sliding", dtype=dtype, cache_type=dtype, window=st.integers(2, 5),
                             mask_form=st.sampled_from(["bitwise", "distance"]),
                             gqa_form=st.sampled_from(["bidirectional", "bidirectional", "shapeof"])))
     readers = [layer for layer, source in enumerate(spec.k_source) if source is not None]

@@ -37,6 +37,7 @@ from ovpasses.features.sliding_window.caches import trimmable_caches
 from ovpasses.features.unsharing.plan import NO_INITIALISER, SCALAR_MASK
 from ovpasses.precision import EXACT_CPU_CONFIG as CONFIG
 from ovpasses.plan.runtimes import FIRST_FIXED, installed_version
+from ovpasses.plan.profiles import profile_for
 from ovpasses.app.render.text import summary_text
 from testkit.graphs import (
     STACK_OUTPUT,
@@ -600,6 +601,27 @@ def test_sliding_window_rewrites_keep_the_outputs(sliding_window, spec, runtime,
     unmodified = run(build_stack(spec), spec, steps)
     # the plugin cannot run this graph at all (see the comment on the error list); a lost state is the rewrite's
     assume(not (isinstance(unmodified, str) and not NULL_STATES.search(unmodified)))
+    expected = stack_reference(spec, steps)
+    if spec.dtype == "f16" and not isinstance(unmodified, str) \
+            and not max_error(unmodified, expected) <= tolerance(spec, expected):
+        # the plugin runs the unmodified f16 graph off the reference (NaN, or wrong, at batch 2 with this mask:
+        # measured 2026-12-07 on 2025.2.0 - 2026.4.1): nothing to judge the rewrite by
+        event("f16: the unmodified graph is off the reference")
+        assume(False)
+    if spec.dtype == "f16" and isinstance(unmodified, str):
+        # it loses its state (an off-path borrower), and a rewrite can only keep that cache unfused: where the plugin
+        # cannot run the graph unfused either (every SDPA decomposed: an error, or NaN at batch 2 with this mask),
+        # there is nothing to judge the rewrite by
+        unfused = run(apply_mode(build_stack(spec), "decomposed"), spec, steps)
+        if isinstance(unfused, str) or not max_error(unfused, expected) <= tolerance(spec, expected):
+            event("f16: the unmodified graph loses its state, and the plugin cannot run it unfused")
+            assume(False)
+    if spec.dtype == "f16" and sliding_window == "bounded" and \
+            profile_for(runtime).unfused_f16_state_fails < profile_for(None).unfused_f16_state_fails:
+        # bounded for a runtime that runs an f16 state out of the fused kernel, run here on one that cannot
+        # (test_regressions.py::test_plugin_cannot_run_unfused_f16_cache): the IR is for the other runtime
+        event("f16: bounded for a runtime that runs f16 states unfused; this one cannot")
+        assume(False)
     model = build_stack(spec)
     first_prompt = "blocked" if blocked and sliding_window == "trimmable" else "fused"
     summary = ovpasses.rewrite(model, runtime, sliding_window=sliding_window, kv_sharing=kv_sharing,
@@ -616,7 +638,6 @@ def test_sliding_window_rewrites_keep_the_outputs(sliding_window, spec, runtime,
     got = run_stack(compiled, spec, steps, request,
                     after_step=ovpasses.SlidingWindowTrimmer.for_model(model, request).trim if keep else None)
     JUDGED[prop] += 1
-    expected = stack_reference(spec, steps)
     assert max_error(got, expected) <= tolerance(spec, expected)
 
 
