@@ -252,6 +252,12 @@ RecurrentForm = Literal["conv", "scan"]
 STACK_OUTPUT = "hidden_out"
 PAST_LENGTH_WEIGHT = 1e-3
 MASK_MIN = float(np.finfo(np.float32).min)   # the additive mask's "not seen", as transformers writes it
+
+
+def _mask_min(et: ov.Type) -> float:
+    """MASK_MIN in the mask's element type: transformers writes ``torch.finfo(dtype).min``, so an f16 model's mask
+    holds -65504, not float32's minimum (which is -inf in f16, and makes a fully masked row NaN)."""
+    return float(np.finfo(np.float16).min) if et == ov.Type.f16 else MASK_MIN
 SCAN_L2_EPS = 1e-6                             # recurrent_form="scan": NormalizeL2's eps on q and k
 CONV_KERNEL = 3                               # recurrent_form="conv": the kernel K; the state keeps K - 1 positions
 
@@ -697,10 +703,10 @@ def build_stack(spec: StackSpec) -> ov.Model:
                     in_window = ops.greater(kv_idx_11S, ops.add(q_idx_1T1, _i64([-spec.window])))
                     cond = ops.bitwise_and(causal, in_window)
                 cond = ops.bitwise_and(ops.bitwise_and(true, ops.bitwise_and(cond, keep)), true)
-                select = ops.select(ops.broadcast(cond, target), _const(0.0, et), _const(MASK_MIN, et))
+                select = ops.select(ops.broadcast(cond, target), _const(0.0, et), _const(_mask_min(et), et))
                 if with_window and spec.mask_form == "distance":
                     too_far_1TS = ops.greater_equal(ops.subtract(q_idx_1T1, kv_idx_11S), _i64([spec.window]))
-                    select = ops.select(ops.unsqueeze(too_far_1TS, _i64([0])), _const(MASK_MIN, et), select)
+                    select = ops.select(ops.unsqueeze(too_far_1TS, _i64([0])), _const(_mask_min(et), et), select)
                 select.set_friendly_name("sliding_window_mask" if with_window else "causal_mask")
                 sliding_masks[with_window] = select.output(0)
         return sliding_masks[windowed]
