@@ -105,14 +105,17 @@ def stateful_feeder(request) -> Callable:
     mask and positions follow the tokens fed so far); returns the last position's logits (a float32 copy)."""
     import numpy as np
 
+    from ovpasses._ov import infer   # start_async and wait: one inference thread hides a failed one from infer()
+
     past = 0
 
     def feed(ids):
         nonlocal past
         n = len(ids)
-        request.infer({"input_ids": np.asarray(ids, np.int64)[None], "attention_mask": np.ones((1, past + n), np.int64),
-                       "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
-                       "beam_idx": np.zeros(1, np.int32)})
+        infer(request, {"input_ids": np.asarray(ids, np.int64)[None],
+                        "attention_mask": np.ones((1, past + n), np.int64),
+                        "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
+                        "beam_idx": np.zeros(1, np.int32)})
         past += n
         return np.array(request.get_output_tensor(0).data[0, -1], np.float32, copy=True)
 

@@ -48,6 +48,7 @@ def worker(xml: Path, mode: str, prefill: int, decode: int, repeats: int) -> dic
     import numpy as np
     import openvino as ov
 
+    from ovpasses._ov import infer   # start_async and wait: one inference thread hides a failed one from infer()
     from ovpasses.app.check import count_fused_sdpa, make_feeds
     from testkit.matrix import apply_mode
 
@@ -64,11 +65,11 @@ def worker(xml: Path, mode: str, prefill: int, decode: int, repeats: int) -> dic
         for _ in range(repeats):
             request.reset_state()
             start = time.perf_counter()
-            request.infer(feeds[0])
+            infer(request, feeds[0])
             prefill_s.append(time.perf_counter() - start)
             for feed in feeds[1:]:
                 start = time.perf_counter()
-                request.infer(feed)
+                infer(request, feed)
                 steps.append(time.perf_counter() - start)
             logits = request.get_output_tensor(0).data
             # measured on 2026.0 pinned to one core: a state lost by the fused kernel gives 0-token

@@ -66,6 +66,7 @@ def compile_form(model_dir: Path, name: str, config: dict, margin: int):
     import openvino as ov
 
     import ovpasses
+    from ovpasses._ov import infer   # start_async and wait: one inference thread hides a failed one from infer()
     from ovpasses.app.check import count_fused_sdpa
     core = ov.Core()
     model = core.read_model(model_dir / "openvino_model.xml")
@@ -77,9 +78,9 @@ def compile_form(model_dir: Path, name: str, config: dict, margin: int):
     warm = compiled.create_infer_request()   # first inferences allocate; not part of any measurement
     warm.reset_state()
     for past, n in ((0, 16), (16, 1)):
-        warm.infer({"input_ids": np.full((1, n), 5, np.int64), "attention_mask": np.ones((1, past + n), np.int64),
-                    "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
-                    "beam_idx": np.zeros(1, np.int32)})
+        infer(warm, {"input_ids": np.full((1, n), 5, np.int64), "attention_mask": np.ones((1, past + n), np.int64),
+                     "position_ids": np.arange(past, past + n, dtype=np.int64)[None],
+                     "beam_idx": np.zeros(1, np.int32)})
     del warm
     precision = {key: _type_name(compiled.get_property(key)) for key in ("INFERENCE_PRECISION_HINT", "KV_CACHE_PRECISION")}
     return compiled, count_fused_sdpa(compiled), precision, model
