@@ -1,7 +1,8 @@
 """Small helpers over the OpenVINO Python API that the passes share.
 
 Kept to what the Python bindings lack (``copy_runtime_info``), spell differently between the
-supported runtimes (2025.2 and newer), or do unsafely (``infer``: a synchronous inference that raises what failed). Versions of runtimes are :mod:`ovpasses.plan.runtimes`' concern.
+supported runtimes (2025.2 and newer), or do unsafely (``infer``: a synchronous inference that raises what
+failed). Versions of runtimes are :mod:`ovpasses.plan.runtimes`' concern.
 """
 
 from __future__ import annotations
@@ -49,10 +50,11 @@ def infer(request: ov.InferRequest, inputs=None) -> None:
     """Run one inference of ``request`` on ``inputs`` and wait for it; raise what failed in it.
 
     ``start_async`` and ``wait``, not ``InferRequest.infer``: on one inference thread (``INFERENCE_NUM_THREADS=1``,
-    or a process whose affinity holds one CPU, where the CPU plugin compiles one thread) the synchronous ``infer`` of
-    openvino 2025.2.0, 2026.0.0 and 2026.4.1 returns without raising when the inference failed (a shape check, a kernel's
-    error), its outputs the previous inference's or memory never written; ``wait`` raises the error
-    (docs/runtimes.md, runtime notes; ``tests/test_regressions.py::test_plugin_sync_infer_on_one_thread_hides_the_error``).
+    or a process whose affinity holds one CPU, where the CPU plugin compiles one thread) the synchronous ``infer``
+    of openvino 2025.2.0, 2026.0.0 and 2026.4.1 returns without raising when the inference failed (a shape check,
+    a kernel's error), its outputs the previous inference's or memory never written; ``wait`` raises the error
+    (docs/runtimes.md, runtime notes;
+    ``tests/test_regressions.py::test_plugin_sync_infer_on_one_thread_hides_the_error``).
     The outputs are the request's (``request.get_output_tensor``)."""
     request.start_async(inputs if inputs is not None else {})
     request.wait()

@@ -93,6 +93,7 @@ PAGED_CPU_NEEDS_ONE_HEAD_SIZE: tuple[Version, Version | None] = ((2025, 2, 0), (
 # folder without its tokenizer IRs for the older genai). 2025.2 - 2025.3 not measured, taken as the same.
 # None: no release measured fixes it.
 PAGED_IGNORES_CHUNK: tuple[Version, Version | None] = ((2025, 2, 0), None)
+PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT: tuple[Version, Version | None] = ((2025, 2, 0), None)
 # The CPU plugin cannot run an f16 state (ReadValue f16 -> [Gather] -> Concat f16) whose batch is dynamic out of its
 # fused kernel: the first inference fails with "Can not clone with new dims" (a static batch runs). Measured
 # 2026-12-07 on a one-layer testkit stack (cache and model f16, batch dynamic, sliding-window mask, prefill 2 and a
@@ -100,7 +101,6 @@ PAGED_IGNORES_CHUNK: tuple[Version, Version | None] = ((2025, 2, 0), None)
 # 2026.4.1 fail; 2025.2.0 and 2026.0.0 run it (2025.4.1 not measured, taken as them). The bounding takes caches
 # out of the kernel, so it leaves such a cache whole there. None: no release measured fixes it.
 UNFUSED_F16_STATE_FAILS: tuple[Version, Version | None] = ((2026, 1, 0), None)
-PAGED_CPU_NEEDS_ONE_QUERY_HEAD_COUNT: tuple[Version, Version | None] = ((2025, 2, 0), None)
 
 # IR versions (the ``version`` attribute of the root ``<net>``) that ``Core.read_model`` reads.
 # Measured (2026-11-22) on openvino 2026.0.0 and 2026.4.1: a one-Add model written by ov.save_model
