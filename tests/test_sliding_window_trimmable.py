@@ -21,6 +21,7 @@ import pytest
 from openvino import opset13
 
 import ovpasses
+from ovpasses._ov import infer
 from ovpasses.app.check import count_fused_sdpa
 from ovpasses.errors import OvpassesError
 from ovpasses._ov import constant_values
@@ -67,10 +68,12 @@ def _greedy(compiled: ov.CompiledModel, prompt: list[int], chunk: int, steps: in
 
     def feed(ids):
         nonlocal past
-        request.infer({"input_ids": np.asarray(ids, np.int64)[None],
-                       "attention_mask": np.ones((1, past + len(ids)), np.int64),
-                       "position_ids": np.arange(past, past + len(ids), dtype=np.int64)[None],
-                       "beam_idx": np.zeros(1, np.int32)})
+        # start_async and wait, as the library infers: on one inference thread a synchronous infer hides a failed
+        # inference (the next one then may crash the process: measured with taskset -c 1 on 2026.4.1)
+        infer(request, {"input_ids": np.asarray(ids, np.int64)[None],
+                        "attention_mask": np.ones((1, past + len(ids)), np.int64),
+                        "position_ids": np.arange(past, past + len(ids), dtype=np.int64)[None],
+                        "beam_idx": np.zeros(1, np.int32)})
         past += len(ids)
         return request.get_output_tensor(0).data[0, -1].copy()
 
@@ -420,9 +423,9 @@ def _decode_after_prefill(request: ov.InferRequest, trimmer: SlidingWindowTrimme
     logits, tokens = request.get_output_tensor(0).data[0, -1].copy(), []
     for _ in range(steps):
         tokens.append(int(np.argmax(logits)))
-        request.infer({"input_ids": np.asarray([[tokens[-1]]], np.int64),
-                       "attention_mask": np.ones((1, past + 1), np.int64),
-                       "position_ids": np.asarray([[past]], np.int64), "beam_idx": np.zeros(1, np.int32)})
+        infer(request, {"input_ids": np.asarray([[tokens[-1]]], np.int64),
+                        "attention_mask": np.ones((1, past + 1), np.int64),
+                        "position_ids": np.asarray([[past]], np.int64), "beam_idx": np.zeros(1, np.int32)})
         past += 1
         trimmer.step()
         logits = request.get_output_tensor(0).data[0, -1].copy()
