@@ -36,6 +36,7 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as ops
 
+from ovpasses._ov import infer
 from ovpasses.precision import round_to_bf16  # noqa: F401  (tests import it from here)
 from testkit.reference import sdpa_reference
 
@@ -870,7 +871,7 @@ def run_stack(compiled: ov.CompiledModel, spec: StackSpec, steps: list[StackStep
     request.reset_state()
     outs = []
     for step in steps:
-        request.infer(step_feed(spec, step))
+        infer(request, step_feed(spec, step))
         outs.append(np.array(request.get_tensor(STACK_OUTPUT).data, copy=True))
         if after_step is not None:
             after_step()
