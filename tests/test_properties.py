@@ -319,6 +319,15 @@ def test_decomposition_scales_qk_output(spec, counts):
         expected = stack_reference(spec, steps)
         got = run(model, spec, steps)
         assert not isinstance(got, str), got
+        if max_error(got, expected) > tolerance(spec, expected) and spec.recurrent_layers:
+            # f32 through recurrent layers can leave the plugin's own graph off the reference (found 2026-12-07: four
+            # conv layers and five attention layers, magnitude 53, the unmodified graph 0.0013 off against a 0.00053
+            # tolerance): the decomposed one must then equal the unmodified one
+            unmodified = run(build_stack(spec), spec, steps)
+            assert not isinstance(unmodified, str), f"only the unmodified graph raises: {unmodified}"
+            assert max_error(unmodified, expected) > tolerance(spec, expected), "only the decomposed graph is off"
+            event("f32 recurrences: the unmodified graph is off the reference too; compared with it")
+            expected = unmodified
         assert max_error(got, expected) <= tolerance(spec, expected)
 
 
