@@ -253,14 +253,14 @@ RecurrentForm = Literal["conv", "scan"]
 STACK_OUTPUT = "hidden_out"
 PAST_LENGTH_WEIGHT = 1e-3
 MASK_MIN = float(np.finfo(np.float32).min)   # the additive mask's "not seen", as transformers writes it
+SCAN_L2_EPS = 1e-6                             # recurrent_form="scan": NormalizeL2's eps on q and k
+CONV_KERNEL = 3                               # recurrent_form="conv": the kernel K; the state keeps K - 1 positions
 
 
 def _mask_min(et: ov.Type) -> float:
     """MASK_MIN in the mask's element type: transformers writes ``torch.finfo(dtype).min``, so an f16 model's mask
     holds -65504, not float32's minimum (which is -inf in f16, and makes a fully masked row NaN)."""
     return float(np.finfo(np.float16).min) if et == ov.Type.f16 else MASK_MIN
-SCAN_L2_EPS = 1e-6                             # recurrent_form="scan": NormalizeL2's eps on q and k
-CONV_KERNEL = 3                               # recurrent_form="conv": the kernel K; the state keeps K - 1 positions
 
 
 @dataclass(frozen=True)
@@ -861,6 +861,17 @@ def step_feed(spec: StackSpec, step: StackStep) -> dict[str, np.ndarray]:
     if spec.mask in ("bool", "float", "sliding"):
         feed["attention_mask"] = step.attention_mask
     return feed
+
+
+def failing_check_model() -> ov.Model:
+    """``x + sum(failing_check(lost))``: inputs ``lost`` (i64 [1]) and ``x`` (f32 [?]); the inference fails (a Concat
+    of mismatched shapes, the bounded cache's lost-positions check) where ``lost`` is 1, else gives ``x``."""
+    from ovpasses.features.sliding_window.sliding_window_cache_bounding import failing_check  # noqa: PLC0415
+
+    lost = ops.parameter([1], ov.Type.i64, name="lost")
+    x = ops.parameter([-1], ov.Type.f32, name="x")
+    checked = ops.convert(ops.reduce_sum(failing_check(lost), _i64([0, 1]), False), ov.Type.f32)
+    return ov.Model([ops.add(x, checked)], [lost, x])
 
 
 def run_stack(compiled: ov.CompiledModel, spec: StackSpec, steps: list[StackStep],

@@ -225,14 +225,10 @@ def test_a_failed_inference_on_one_thread_is_a_failed_run():
     (``tests/test_regressions.py::test_plugin_sync_infer_on_one_thread_hides_the_error``), which check would
     have compared as the step's. Here the second step fails (a Concat of mismatched shapes) and the run says so."""
     import openvino as ov
-    from openvino import opset13 as ops
 
-    from ovpasses.features.sliding_window.sliding_window_cache_bounding import failing_check
+    from testkit.graphs import failing_check_model
 
-    lost = ops.parameter([1], ov.Type.i64, name="lost")
-    x = ops.parameter([-1], ov.Type.f32, name="x")
-    checked = ops.convert(ops.reduce_sum(failing_check(lost), ops.constant(np.array([0, 1])), False), ov.Type.f32)
-    model = ov.Model([ops.add(x, checked)], [lost, x])
+    model = failing_check_model()
     feeds = [{"lost": np.array([flag], np.int64), "x": np.full(flag + 1, 3.0, np.float32)} for flag in (0, 1, 0)]
     result = run_steps(ov.Core(), model, "CPU", {**EXACT_CPU_CONFIG, "INFERENCE_NUM_THREADS": 1}, feeds, "one thread")
     assert result.compiled and result.steps_run == 1 and "Concat" in result.error, result

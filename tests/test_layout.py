@@ -382,11 +382,11 @@ def test_the_library_infers_through_one_helper():
     calls, helper_calls = [], 0
     for module, path in _modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name)):
-                name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
-                if name == "infer" and isinstance(node.func, ast.Attribute):
-                    calls.append(f"{module}:{node.lineno}")
-                elif name == "infer":
-                    helper_calls += 1
+            if not isinstance(node, ast.Call):
+                continue
+            if isinstance(node.func, ast.Attribute) and node.func.attr == "infer":   # request.infer(...)
+                calls.append(f"{module}:{node.lineno}")
+            elif isinstance(node.func, ast.Name) and node.func.id == "infer":      # the helper
+                helper_calls += 1
     assert calls == []
     assert helper_calls >= 3   # check, bench's worker, the trimmer's prefill

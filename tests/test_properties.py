@@ -160,6 +160,16 @@ def plugin_cannot_run_unfused(spec: StackSpec, steps) -> str | None:
     return outcome if isinstance(outcome, str) and PLUGIN_ERROR.search(outcome) else None
 
 
+def unmodified_off_the_reference(spec: StackSpec, steps, expected: list[np.ndarray], what: str) -> list[np.ndarray]:
+    """The unmodified graph's outputs, to judge ``what`` (a graph off the float64 reference) by: asserted to run and
+    to be off the reference as well (the plugin's own rounding, not ``what``'s change)."""
+    unmodified = run(build_stack(spec), spec, steps)
+    assert not isinstance(unmodified, str), f"only the unmodified graph raises: {unmodified}"
+    assert max_error(unmodified, expected) > tolerance(spec, expected), f"only the {what} graph is off"
+    event("the unmodified graph is off the reference too; compared with it")
+    return unmodified
+
+
 def max_error(got: list[np.ndarray], expected: list[np.ndarray]) -> float:
     return max(float(np.abs(np.asarray(g, np.float64) - e).max()) for g, e in zip(got, expected))
 
@@ -323,11 +333,7 @@ def test_decomposition_scales_qk_output(spec, counts):
             # f32 through recurrent layers can leave the plugin's own graph off the reference (found 2026-12-07: four
             # conv layers and five attention layers, magnitude 53, the unmodified graph 0.0013 off against a 0.00053
             # tolerance): the decomposed one must then equal the unmodified one
-            unmodified = run(build_stack(spec), spec, steps)
-            assert not isinstance(unmodified, str), f"only the unmodified graph raises: {unmodified}"
-            assert max_error(unmodified, expected) > tolerance(spec, expected), "only the decomposed graph is off"
-            event("f32 recurrences: the unmodified graph is off the reference too; compared with it")
-            expected = unmodified
+            expected = unmodified_off_the_reference(spec, steps, expected, "decomposed")
         assert max_error(got, expected) <= tolerance(spec, expected)
 
 
@@ -578,11 +584,7 @@ def test_hybrid_rewrite_keeps_outputs_and_states(kv_sharing, spec, counts, chunk
         # f16 recurrences compound the plugin's rounding past the reference's tolerance (found 2026-12-07: three
         # conv layers in f16, a rewrite that changed nothing, 0.071 against 0.062): where the unmodified graph is
         # as far off, the rewritten one must equal it
-        unmodified = run(build_stack(spec), spec, steps)
-        assert not isinstance(unmodified, str), f"only the unmodified graph raises: {unmodified}"
-        assert max_error(unmodified, expected) > tolerance(spec, expected), "only the rewritten graph is off"
-        event("f16: the unmodified graph is off the reference too; compared with it")
-        expected = unmodified
+        expected = unmodified_off_the_reference(spec, steps, expected, "rewritten")
     assert max_error(got, expected) <= tolerance(spec, expected)
 
 

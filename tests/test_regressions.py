@@ -348,15 +348,10 @@ def test_plugin_sync_infer_on_one_thread_hides_the_error():
     bounded cache's lost-positions check (a Concat of mismatched shapes, a shape-inference error); a scatter out of
     range (a kernel's error) behaves alike. The library infers through ``ovpasses._ov.infer`` (start_async and wait)
     for that reason. If this test fails, the plugin was fixed: say so in docs/runtimes.md."""
-    from openvino import opset13 as ops
-
     from ovpasses._ov import infer
-    from ovpasses.features.sliding_window.sliding_window_cache_bounding import failing_check
+    from testkit.graphs import failing_check_model
 
-    lost = ops.parameter([1], ov.Type.i64, name="lost")
-    x = ops.parameter([-1], ov.Type.f32, name="x")
-    checked = ops.convert(ops.reduce_sum(failing_check(lost), ops.constant(np.array([0, 1])), False), ov.Type.f32)
-    model = ov.Model([ops.add(x, checked)], [lost, x])
+    model = failing_check_model()
 
     def feeds(flag, values):
         return {"lost": np.array([flag], np.int64), "x": np.array(values, np.float32)}
