@@ -51,8 +51,9 @@ REFUSALS = {
                            "inputs_embeds) inputs: nothing would give the past length, the positions and the masks",
     Refusal.ALREADY_BOUNDED: "already bounded (its Assign stores a window of the Concat)",
     Refusal.ALREADY_TRIMMABLE: "already trimmable (an earlier run made it so: the model's runtime info names it)",
-    Refusal.UNFUSED_F16_STATE: "an f16 state of dynamic batch, which this runtime's CPU plugin cannot run out of its "
-                               "fused kernel (\"Can not clone with new dims\"); the trimmable mode keeps it fused",
+    Refusal.UNFUSED_F16_STATE: "an f16 cache whose batch size is dynamic: this runtime's CPU plugin cannot run it "
+                               "outside its fused kernel (\"Can not clone with new dims\"); the trimmable mode keeps "
+                               "it fused",
 }
 
 
