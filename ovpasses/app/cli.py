@@ -84,8 +84,14 @@ def _check_for_input(source: Path) -> None:
                                 "docs/guides/sliding-window-bounded.md)")
         io.read_ir(decoder)   # an IR that parses as XML but OpenVINO cannot read: worded as the rewrite words it
         return
-    io.read_ir(source)
+    io.check_ir_file(source)
     export_scan.refuse_without_attention(source)
+    # before OpenVINO reads it: a tokenizer IR is read where openvino_tokenizers is imported, refused elsewhere
+    if not export_scan.holds_stateful_attention(source):
+        raise OvpassesError(f"{source}: --for advises a form for an LLM's decoder, and this IR holds no stateful "
+                            "attention (ReadValue and ScaledDotProductAttention or Softmax); give the decoder's .xml "
+                            "(openvino_model.xml) or its export folder")
+    io.read_ir(source)
 
 
 def cmd_rewrite(args) -> int:
