@@ -59,8 +59,15 @@ def _greedy(compiled: ov.CompiledModel, prompt: list[int], chunk: int, steps: in
     return tokens
 
 
-@pytest.mark.parametrize("sliding_window", ["full", "trimmable"], ids=["default-rewrite", "trimmable"])
-@pytest.mark.parametrize("folder, heads", [(E2B35, 1), (TINY8, 2)], ids=["e2b35-one-kv-head", "tiny8-two-kv-heads"])
+# each fixture and each mode in the default run (e2b35 rewritten by default, tiny8 trimmable); the other two in the
+# slow tier
+EXPAND_CASES = [pytest.param(folder, heads, mode, id=f"{name}-{mode_id}",
+                             marks=[pytest.mark.slow] if (folder == E2B35) == (mode == "trimmable") else [])
+                for folder, heads, name in [(E2B35, 1, "e2b35-one-kv-head"), (TINY8, 2, "tiny8-two-kv-heads")]
+                for mode, mode_id in [("full", "default-rewrite"), ("trimmable", "trimmable")]]
+
+
+@pytest.mark.parametrize("folder, heads, sliding_window", EXPAND_CASES)
 def test_unfused_sdpas_read_their_caches_without_the_exported_expand(folder, heads, sliding_window):
     """Every SDPA the plugin does not fuse (Gemma 4's shared layers) reads a one-head cache without its GQA expand,
     or through a numpy Broadcast (two KV heads); the SDPAs it fuses keep the exported expand and stay fused; the
