@@ -124,6 +124,10 @@ def rename_to(steps: list[tuple[str, int, str]], target: Path) -> tuple[str, int
 
 # --------------------------------------------------------------------------------------- kill at every step
 
+# SIGKILL at every step of a file commit to -o: the default run's signal trials hold each kind of step of that commit
+# with SIGKILL, SIGINT and SIGTERM in turn (test_a_signal_at_any_step_of_a_commit_loses_nothing), so this one, the
+# first of them, is the slow tier's
+@pytest.mark.slow
 @needs_strace
 def test_a_kill_at_any_step_leaves_the_old_or_the_new_pair(out, ir_versions):
     """Kill the writer before each file-system change of its commit; then the next command recovers."""

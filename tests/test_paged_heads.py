@@ -298,6 +298,7 @@ def cell(python: Path, fixture: str | Path, mode: str, path: str, prompt: str = 
 
 
 @needs_affected
+@pytest.mark.slow   # the same backend as test_affected_continuous_batching_pipeline_decodes_e2b35_once_padded's
 def test_affected_genai_paged_decodes_e2b35_once_padded():
     """openvino_genai's continuous batching on 2026.0: as rewritten today, wrong from the 2nd token; padded,
     transformers' 20 tokens."""
