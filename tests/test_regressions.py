@@ -17,6 +17,8 @@ import ovpasses
 from ovpasses import OvpassesError
 from ovpasses.app import cli
 from ovpasses.app.check import count_fused_sdpa
+from ovpasses.app.render.text import summary_text
+from ovpasses.features.sliding_window.first_prompt_plan import RT_BLOCKED
 from ovpasses.passes.disable_stateful_sdpa_fusion import RT_BARRIER, is_fusion_barrier
 from ovpasses.pipeline import PIPELINE_PASSES
 from ovpasses.plan.decisions import Action
@@ -395,6 +397,28 @@ def test_trimmable_after_the_mask_slice_with_k_owned_and_v_borrowed(runtime):
     assert_matches_reference(got, spec, steps)
 
 
+def test_blocked_first_prompt_of_an_unshared_borrower_before_a_sliding_owner():
+    """Found 2026-12-08 by property 10 (test_sliding_window_rewrites_keep_the_outputs) in a default test run: a full
+    layer 0, a sliding layer 1 owning its K, a sliding layer 2 reading layer 0's K; unshared, trimmable, the first
+    prompt blocked. The plan listed layer 2 (its K cache made by the unsharing) before layer 1, and the blocked first
+    prompt built the gate both read from layer 2's query, which layer 1's output feeds: 'Loop detected during
+    topological sort'. The layers are taken in the model's order now. A first prompt of 6 (past the keep: the blocked
+    path) and 3 steps, trimmed after each, decode the float64 reference."""
+    spec = StackSpec(k_source=(0, 1, 0), kv_heads=4, gqa_form="bidirectional", beam_gather=False, mask="sliding", window=2,
+                     full_layers=(0,), dynamic_batch=False)
+    model = build_stack(spec)
+    summary = ovpasses.rewrite(model, sliding_window="trimmable", kv_sharing="unshare", first_prompt="blocked")
+    blocked = set(model.get_rt_info(RT_BLOCKED).astype(str).split(","))
+    assert blocked == {"layers.1.self_attn.sdpa", "layers.2.self_attn.sdpa"}, summary_text(summary)
+    steps = stack_steps(spec, prefill=6, decode=3)
+    compiled = ov.Core().compile_model(model, "CPU", CONFIG)
+    request = compiled.create_infer_request()
+    trimmer = ovpasses.SlidingWindowTrimmer.for_model(model, request)
+    got = run_stack(compiled, spec, steps, request, after_step=trimmer.trim)
+    assert trimmer.trims > 0
+    assert_matches_reference(got, spec, steps)
+
+
 def kv_layouts(layers: int):
     """Every way ``layers`` layers can own or borrow one kind of cache: layer i reads layer ``k[i] <= i``'s, and
     a layer read by another owns its own."""
@@ -404,29 +428,35 @@ def kv_layouts(layers: int):
 
 
 @pytest.mark.slow   # 174 rewrites, compiles and runs of each mode: about a minute
-@pytest.mark.parametrize("sliding_window", ["trimmable", "bounded"])
+@pytest.mark.parametrize("sliding_window", ["trimmable", "bounded", "trimmable+blocked"])
 def test_every_kv_layout_of_two_and_three_layers_decodes_the_reference(sliding_window):
     """Where the K/V-layout regression above came from, swept: every layout of K and V owned or borrowed apart on
     two and three sliding layers, under the installed, the 2026.0 and the 2025.2 profiles, caches kept shared or
     unshared: the rewritten model, trimmed after every step where trimmable (a prefill of 9 in chunks of 3, then 4
     steps, window 4), decodes the float64 reference. Before the mend 17 of these cases (all trimmable, on the
-    2026.0 profile) made a cycle."""
+    2026.0 profile) made a cycle. ``trimmable+blocked``: the first prompt blocked, the prefill of 9 in one call (past
+    the keep of 3: the blocked path), layer 0 a full layer (the loop of
+    test_blocked_first_prompt_of_an_unshared_borrower_before_a_sliding_owner needs one)."""
     core = ov.Core()
     failed = []
     for layers, runtime, kv_sharing in itertools.product((2, 3), (None, "2026.0", "2025.2"), ("keep", "unshare")):
         for k_source, v_source in itertools.product(kv_layouts(layers), repeat=2):
-            spec = StackSpec(k_source=k_source, v_source=v_source, mask="sliding", kv_heads=4)
+            mode, _, first_prompt = sliding_window.partition("+")
+            spec = StackSpec(k_source=k_source, v_source=v_source, mask="sliding", kv_heads=4,
+                             full_layers=(0,) if first_prompt else ())
             case = (k_source, v_source, runtime, kv_sharing)
             model = build_stack(spec)
             try:
-                ovpasses.rewrite(model, runtime, sliding_window=sliding_window, kv_sharing=kv_sharing)
+                summary = ovpasses.rewrite(model, runtime, sliding_window=mode, kv_sharing=kv_sharing,
+                                           first_prompt=first_prompt or "fused")
             except RuntimeError as error:
                 failed.append((*case, str(error).strip().splitlines()[-1]))
                 continue
-            steps = stack_steps(spec, prefill=9, decode=4, chunk=3)
+            steps = stack_steps(spec, prefill=9, decode=4, chunk=None if first_prompt else 3)
             compiled = core.compile_model(model, "CPU", CONFIG)
             request = compiled.create_infer_request()
-            trimmer = ovpasses.SlidingWindowTrimmer.for_model(model, request) if sliding_window == "trimmable" else None
+            trimmed = mode == "trimmable" and summary.sliding_window_caches.bounded   # none: layer 1 reads layer 0's
+            trimmer = ovpasses.SlidingWindowTrimmer.for_model(model, request) if trimmed else None
             got = run_stack(compiled, spec, steps, request, after_step=trimmer.trim if trimmer is not None else None)
             try:
                 assert_matches_reference(got, spec, steps)

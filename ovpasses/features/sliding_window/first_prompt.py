@@ -245,10 +245,14 @@ class BlockedFirstPrompt(Rule, ModelPass):
         chains = find_cache_chains(model, {v for layer in self.plan.layers for v in (layer.k_cache, layer.v_cache)},
                                    f"{self.NAME}.cache_chain")
         sdpas = {node.get_friendly_name(): node for node in model.get_ordered_ops() if is_sdpa(node)}
+        order = {name: index for index, name in enumerate(sdpas)}
         bands: dict[tuple, _Band] = {}
         gates: dict[int, tuple[ov.Node, ov.Node]] = {}
         fused_masks: dict[tuple, ov.Output] = {}
-        for layer in self.plan.layers:
+        # in the model's order: a gate (and a band) is built from the first layer that needs it and read by the later
+        # ones; built from a later layer's query, an earlier layer reading it closes a loop (the plan may list a layer
+        # whose cache the unsharing made before the layers in front of it)
+        for layer in sorted(self.plan.layers, key=lambda layer: order.get(layer.sdpa, -1)):
             sdpa = sdpas.get(layer.sdpa)
             if sdpa is None or layer.k_cache not in chains or layer.v_cache not in chains:
                 raise PassInvariantError(f"{self.NAME}: the plan names SDPA '{layer.sdpa}' and its caches, and the "
