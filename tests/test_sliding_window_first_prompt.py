@@ -260,8 +260,8 @@ def test_the_older_runtimes_run_the_blocked_first_prompt_exactly(version):
     python = ROOT / ".venvs" / f"ov-{version}" / "bin" / "python"
     if not python.exists():
         pytest.skip(f"needs .venvs/ov-{version} (bash tools/venv.sh ov {version})")
-    result = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)),
-                             "-k", "not older_runtimes and not genai"],   # genai: the newest runtime's
+    result = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--runslow",
+                             str(Path(__file__)), "-k", "not older_runtimes and not genai"],   # genai: the newest's
                             capture_output=True, text=True, cwd=ROOT, timeout=900, env=worker_env())
     tail = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr[-2000:]
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

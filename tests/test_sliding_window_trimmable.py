@@ -665,7 +665,7 @@ def test_the_older_runtimes_decode_trimmed_caches(version):
     python = ROOT / ".venvs" / f"ov-{version}" / "bin" / "python"
     if not python.exists():
         pytest.skip(f"needs .venvs/ov-{version} (bash tools/venv.sh ov {version})")
-    result = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider",
+    result = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--runslow",
                              str(Path(__file__)), "-k", CORE_TESTS],
                             capture_output=True, text=True, cwd=ROOT, timeout=900, env=worker_env())
     tail = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else result.stderr[-2000:]

@@ -123,7 +123,7 @@ def test_the_older_runtimes_take_the_rule(version):
     if not python.exists():
         pytest.skip(f"needs .venvs/ov-{version} (bash tools/venv.sh ov {version})")
     proc = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-                           __file__, "-k", "not older_runtimes"], capture_output=True, text=True, timeout=900,
-                          cwd=ROOT, env=worker_env())
+                           "--runslow", __file__, "-k", "not older_runtimes"], capture_output=True, text=True,
+                          timeout=900, cwd=ROOT, env=worker_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert " passed" in proc.stdout and "skipped" not in proc.stdout.splitlines()[-1], proc.stdout[-500:]
