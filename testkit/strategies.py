@@ -50,9 +50,9 @@ MAX_EXAMPLES_ENV = "HYPOTHESIS_MAX_EXAMPLES"
 def register_profiles() -> str:
     """Register the ``ci`` and ``thorough`` profiles and load the one ``$HYPOTHESIS_PROFILE`` names.
 
-    ``ci`` (default, 30 examples per property) keeps the property suite within the default test run's
-    six minutes on a 2-core machine; ``thorough`` runs at least 10,000 examples per property. Both have no deadline: compiling a model on the CPU
-    plugin takes tens of milliseconds with a long tail that says nothing about the code under test.
+    ``ci`` (default) draws 30 examples per property, the default test run's share (50 until 2026-12-08);
+    ``thorough`` runs at least 10,000 examples per property. Both have no deadline: compiling a model on
+    the CPU plugin takes tens of milliseconds with a long tail that says nothing about the code under test.
     """
     common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
     settings.register_profile("ci", max_examples=30, **common)

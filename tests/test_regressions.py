@@ -404,8 +404,8 @@ def test_blocked_first_prompt_of_an_unshared_borrower_before_a_sliding_owner():
     prompt built the gate both read from layer 2's query, which layer 1's output feeds: 'Loop detected during
     topological sort'. The layers are taken in the model's order now. A first prompt of 6 (past the keep: the blocked
     path) and 3 steps, trimmed after each, decode the float64 reference."""
-    spec = StackSpec(k_source=(0, 1, 0), kv_heads=4, gqa_form="bidirectional", beam_gather=False, mask="sliding", window=2,
-                     full_layers=(0,), dynamic_batch=False)
+    spec = StackSpec(k_source=(0, 1, 0), kv_heads=4, gqa_form="bidirectional", beam_gather=False, mask="sliding",
+                     window=2, full_layers=(0,), dynamic_batch=False)
     model = build_stack(spec)
     summary = ovpasses.rewrite(model, sliding_window="trimmable", kv_sharing="unshare", first_prompt="blocked")
     blocked = set(model.get_rt_info(RT_BLOCKED).astype(str).split(","))
@@ -439,9 +439,9 @@ def test_every_kv_layout_of_two_and_three_layers_decodes_the_reference(sliding_w
     test_blocked_first_prompt_of_an_unshared_borrower_before_a_sliding_owner needs one)."""
     core = ov.Core()
     failed = []
+    mode, _, first_prompt = sliding_window.partition("+")
     for layers, runtime, kv_sharing in itertools.product((2, 3), (None, "2026.0", "2025.2"), ("keep", "unshare")):
         for k_source, v_source in itertools.product(kv_layouts(layers), repeat=2):
-            mode, _, first_prompt = sliding_window.partition("+")
             spec = StackSpec(k_source=k_source, v_source=v_source, mask="sliding", kv_heads=4,
                              full_layers=(0,) if first_prompt else ())
             case = (k_source, v_source, runtime, kv_sharing)

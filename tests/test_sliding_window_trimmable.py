@@ -21,10 +21,9 @@ import pytest
 from openvino import opset13
 
 import ovpasses
-from ovpasses._ov import infer
+from ovpasses._ov import constant_values, infer
 from ovpasses.app.check import count_fused_sdpa
 from ovpasses.errors import OvpassesError
-from ovpasses._ov import constant_values
 from ovpasses.features.sliding_window.mask_expand import SUFFIX as MASK_EXPAND_SUFFIX, expand_candidates
 from ovpasses.features.sliding_window.release_points import RT_RELEASE
 from ovpasses.features.sliding_window.sliding_window_cache_trimmable import RT_NODE, trimmable_caches

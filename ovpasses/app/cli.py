@@ -85,9 +85,9 @@ def _check_for_input(source: Path) -> None:
         io.read_ir(decoder)   # an IR that parses as XML but OpenVINO cannot read: worded as the rewrite words it
         return
     io.check_ir_file(source)
-    export_scan.refuse_without_attention(source)
-    # before OpenVINO reads it: a tokenizer IR is read where openvino_tokenizers is imported, refused elsewhere
-    if not export_scan.holds_stateful_attention(source):
+    # a state-space model refused, then any IR without stateful attention, from one walk of the XML and before
+    # OpenVINO reads it (a tokenizer IR is read where openvino_tokenizers is imported, refused elsewhere)
+    if not export_scan.refuse_without_attention(source):
         raise OvpassesError(f"{source}: --for advises a form for an LLM's decoder, and this IR holds no stateful "
                             "attention (ReadValue and ScaledDotProductAttention or Softmax); give the decoder's .xml "
                             "(openvino_model.xml) or its export folder")

@@ -80,7 +80,7 @@ def scan_export(folder: str | os.PathLike) -> ExportScan:
                 continue
             types = io.scan_ir(path).types
             irs.append(path.name)
-            if STATEFUL in types and ATTENTION & types:
+            if _stateful_attention(types):
                 stateful.append(path.name)
             else:
                 skipped.append((path.name, Skipped.NO_STATEFUL_ATTENTION))
@@ -168,15 +168,21 @@ def _states_without_attention(types) -> bool:
     return STATEFUL in types and "MatMul" in types and not ATTENTION & types
 
 
-def refuse_without_attention(xml_path: Path) -> None:
-    """:class:`FolderError`, as for its folder, where the IR at ``xml_path`` holds states but no attention."""
-    if _states_without_attention(io.scan_ir(xml_path).types):
+def _stateful_attention(types) -> bool:
+    return STATEFUL in types and bool(ATTENTION & types)
+
+
+def refuse_without_attention(xml_path: Path) -> bool:
+    """:class:`FolderError`, as for its folder, where the IR at ``xml_path`` holds states but no attention; else
+    whether it holds stateful attention (one walk of its XML answers both)."""
+    types = io.scan_ir(xml_path).types
+    if _states_without_attention(types):
         raise FolderError(f"{xml_path}: {NO_ATTENTION}")
+    return _stateful_attention(types)
 
 
 def holds_stateful_attention(xml_path: Path) -> bool:
-    types = io.scan_ir(xml_path).types
-    return STATEFUL in types and bool(ATTENTION & types)
+    return _stateful_attention(io.scan_ir(xml_path).types)
 
 
 def stateful_irs(folder: str | os.PathLike) -> list[str]:
